@@ -1,0 +1,103 @@
+"""The autoresearch agent: propose a trial, check it, run it, learn from how it ended; repeat.
+
+    python -m autoresearch.agent --space parallel.yaml [--proposer auto|claude|tpe|hybrid|random|grid]
+                                 [--trials N] [--timeout SEC] [--max-cost USD] [--patience K] [--study NAME]
+
+Each round: a proposer (Claude, the grid) may suggest params, which are validated and enqueued into the Optuna
+study; otherwise the study's sampler (TPE, random) picks them. Before anything runs, the proposal is checked
+against the space, earlier trials (duplicates), the feasibility memory (configs dominated by a known OOM or NaN)
+and the memory gate (predicted peak above ``memory.limit_gb``): a skipped proposal is recorded as PRUNED with
+its reason and costs no run. Otherwise the trial runs as a subprocess and its outcome is told to the study (see
+``autoresearch.storage`` for how outcomes map onto Optuna states and constraints). Killing the agent loses
+nothing: the same command resumes the study.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import sys
+
+from autoresearch.loop import AgentOptions, StudyLoop
+
+PROPOSERS = ("auto", "claude", "tpe", "hybrid", "random", "grid")
+
+
+def resolve_proposer(requested: str, env: dict | None = None) -> tuple[str, str]:
+    """Which proposer runs, and why (the first line the agent prints)."""
+    env = os.environ if env is None else env
+    has_key = bool(env.get("ANTHROPIC_API_KEY"))
+    if requested == "auto":
+        if has_key:
+            return "hybrid", "ANTHROPIC_API_KEY is set: Claude proposes a fraction of trials, TPE the rest"
+        return "tpe", "ANTHROPIC_API_KEY not set; Claude disabled"
+    if requested in ("claude", "hybrid") and not has_key:
+        raise SystemExit(f"--proposer {requested} needs ANTHROPIC_API_KEY in the environment "
+                         "(or use --proposer tpe)")
+    return requested, "requested with --proposer"
+
+
+def parse_args(argv: list[str] | None = None) -> AgentOptions:
+    ap = argparse.ArgumentParser(
+        prog="python -m autoresearch.agent", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=__doc__.split("\n\n")[0] + "\n\nA restart with the same --study resumes it: finished trials "
+        "are kept,\ntrials left RUNNING by a killed agent are reaped (FAIL) and their configs run again.")
+    ap.add_argument("--space", required=True, help="search space YAML: a path, or a name in search_spaces/")
+    ap.add_argument("--proposer", choices=PROPOSERS, default="auto",
+                    help="auto (default): hybrid when ANTHROPIC_API_KEY is set, else tpe")
+    ap.add_argument("--trials", type=int, help="stop when the study holds N finished trials (COMPLETE or "
+                    "PRUNED; errors and reaped trials don't count); default: the space's budget")
+    ap.add_argument("--timeout", type=float, help="stop starting trials after SEC seconds of this session; "
+                    "default: the space's budget hours")
+    ap.add_argument("--max-cost", type=float, help="stop when the study's LLM spend reaches USD; "
+                    "default: the space's budget dollars")
+    ap.add_argument("--patience", type=int, help="stop after K trials that ran without improving the best")
+    ap.add_argument("--study", help="study name (default: the space's name)")
+    ap.add_argument("--storage", help="SQLAlchemy URL (default: sqlite:///<trials-dir>/<study>/study.db); "
+                    "PostgreSQL lets agents on several machines share a study")
+    ap.add_argument("--resume", action="store_true", help="resuming is automatic; this only insists that the "
+                    "study already exists")
+    ap.add_argument("--seed", type=int, help="sampler seed")
+    ap.add_argument("--model", help="Claude model for claude/hybrid (default: the proposer's own)")
+    ap.add_argument("--claude-fraction", type=float, default=0.3, help="share of hybrid trials Claude proposes")
+    ap.add_argument("--trials-dir", default="trials", help="where trial dirs and the default study.db go")
+    ap.add_argument("--command", help="trial command prefix, split like a shell line but run without one "
+                    "(default: '<python> -m core.train'; tests pass a fake)")
+    ap.add_argument("--estimator", default=AgentOptions.estimator,
+                    help="MODULE:FUNC(overrides) -> per-rank bytes for the memory gate; 'none' disables it")
+    ap.add_argument("--no-learn", action="store_true", help="run every proposal: no feasibility memory, "
+                    "no memory gate (duplicates and space violations are still skipped)")
+    ap.add_argument("--max-errors", type=int, default=5, help="give up after this many errors in a row")
+    ap.add_argument("--workers", type=int, default=1, help="parallel trials; only 1 is supported for now")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    a = ap.parse_args(argv)
+    if a.workers != 1:
+        ap.error("--workers: only 1 is supported for now (several agents may share one --storage instead)")
+    return AgentOptions(
+        space=a.space, proposer=a.proposer, study=a.study, storage=a.storage, trials=a.trials, timeout=a.timeout,
+        max_cost=a.max_cost, patience=a.patience, seed=a.seed, model=a.model, claude_fraction=a.claude_fraction,
+        trials_dir=a.trials_dir, command=shlex.split(a.command) if a.command else None,
+        estimator=None if (a.estimator or "").lower() == "none" else a.estimator, learn=not a.no_learn,
+        resume=a.resume, max_errors=a.max_errors, progress=not a.no_progress)
+
+
+def _terminate(signum, frame):
+    # SIGTERM behaves like Ctrl-C: the running trial is ended and recorded, the study stays consistent.
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    name, why = resolve_proposer(opts.proposer)
+    print(f"proposer: {name} ({why})", flush=True)  # the first line, before anything can log
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return StudyLoop(opts, name).run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

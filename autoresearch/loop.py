@@ -1,0 +1,321 @@
+"""One agent session over a study: the propose → check → run → tell loop and its stop conditions.
+
+The CLI is ``autoresearch.agent``; this module holds the loop so that each file stays readable. With one worker
+the loop is sequential: a proposal is enqueued and immediately asked back, so that it is this agent that runs it
+and the study's sampler still sees it as one of its own trials.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from autoresearch import storage as st
+from autoresearch.learn import FeasibilityMemory
+from autoresearch.proposers.base import ProposalContext, SearchExhausted, params_key
+from autoresearch.proposers.samplers import make_sampler
+from autoresearch.runner import DEFAULT_COMMAND, run_trial
+from autoresearch.space import load_space
+
+GiB = 1024**3
+RAN = ("ok", "error", "invalid") + st.FAILURE_KINDS  # statuses of trials that actually ran
+
+
+@dataclass
+class AgentOptions:
+    space: str
+    proposer: str = "auto"
+    study: str | None = None  # default: the space's name
+    storage: str | None = None  # default: sqlite:///<trials_dir>/<study>/study.db
+    trials: int | None = None  # default: the space's budget; the study then holds this many finished trials
+    timeout: float | None = None  # seconds for this session; default: the space's budget hours
+    max_cost: float | None = None  # LLM dollars over the study; default: the space's budget dollars
+    patience: int | None = None  # stop after this many trials that ran without improving the best
+    seed: int | None = None
+    model: str | None = None
+    claude_fraction: float = 0.3
+    trials_dir: str = "trials"
+    command: list[str] | None = None  # trial command prefix; default: python -m core.train
+    estimator: str | None = "autoresearch.runner:estimate_with_core"  # MODULE:FUNC(overrides) -> bytes | None
+    learn: bool = True  # feasibility memory and memory gate
+    resume: bool = False  # insist that the study exists
+    max_errors: int = 5  # consecutive errored trials before the agent gives up
+    progress: bool = True
+
+
+def load_callable(spec: str):
+    """``package.module:function`` -> the function (for --estimator; a user's own code, never an LLM's)."""
+    import importlib
+
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise SystemExit(f"--estimator wants MODULE:FUNCTION, got {spec!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def build_proposer(name: str, opts: AgentOptions):
+    """The Proposer for a name (None: the study's sampler chooses every trial)."""
+    from autoresearch.proposers.samplers import GridProposer
+
+    if name == "grid":
+        return GridProposer()
+    if name in ("claude", "hybrid"):
+        from autoresearch.proposers.claude import ClaudeProposer  # imports anthropic: only when asked for
+
+        claude = ClaudeProposer(model=opts.model)
+        if name == "claude":
+            return claude
+        from autoresearch.proposers.hybrid import HybridProposer
+
+        return HybridProposer(claude, fraction=opts.claude_fraction)
+    return None
+
+
+class StudyLoop:
+    def __init__(self, opts: AgentOptions, proposer_name: str):
+        self.opts = opts
+        self.proposer_name = proposer_name
+        self.space = load_space(opts.space)
+        self.study_name = opts.study or self.space.name
+        self.study_dir = Path(opts.trials_dir) / self.study_name
+        self.command = list(opts.command or DEFAULT_COMMAND)
+        self.trials = opts.trials if opts.trials is not None else (self.space.budget_trials or 20)
+        hours = self.space.budget_hours
+        self.timeout = opts.timeout if opts.timeout is not None else (hours * 3600 if hours else None)
+        self.max_cost = opts.max_cost if opts.max_cost is not None else self.space.budget_dollars
+        self.proposer = build_proposer(proposer_name, opts)
+        self.sampler_name = proposer_name if proposer_name in ("random", "grid") else "tpe"
+        self.estimator = self._load_estimator(opts.estimator)
+        self.memory = FeasibilityMemory(self.space)  # also holds the memory model, calibrated as trials end
+        self._seen_usage = None
+        self._estimates: dict[tuple, int | None] = {}
+        self.errors_in_a_row = 0
+
+    # --- set-up ---
+
+    def _load_estimator(self, spec: str | None):
+        if not spec or not self.opts.learn:
+            return None
+        try:
+            return load_callable(spec)
+        except (ImportError, AttributeError) as exc:
+            print(f"memory gate off: cannot load estimator {spec} ({exc})", flush=True)
+            return None
+
+    def open(self) -> optuna.Study:
+        url = self.opts.storage or st.default_storage(self.opts.trials_dir, self.study_name)
+        if self.opts.resume and self.study_name not in optuna.get_all_study_names(storage=url):
+            raise SystemExit(f"--resume: no study {self.study_name!r} in {url}")
+        n_startup = max(3, min(10, self.trials // 4))  # short studies should not spend half their budget at random
+        sampler = make_sampler(self.sampler_name, self.opts.seed, n_startup_trials=n_startup)
+        study = st.open_study(self.space, self.study_name, url, sampler)
+        for note in st.reap_stale(study):
+            print(note, flush=True)
+        for t in study.get_trials(deepcopy=False):  # what earlier sessions learned
+            if t.state.is_finished() and t.user_attrs.get("status") in RAN:
+                self._learn(t.number, t.params, t.user_attrs["status"], t.user_attrs.get("metrics") or {})
+        return study
+
+    # --- learning ---
+
+    def _learn(self, number: int, params: dict, status: str, metrics: dict) -> None:
+        if self.opts.learn:
+            self.memory.record(params, status, metrics, trial=number)
+
+    def predict_memory(self, params: dict) -> tuple[int | None, int | None]:
+        """(analytic estimate, calibrated prediction) of the per-rank peak, or Nones without an estimator."""
+        if self.estimator is None:
+            return None, None
+        key = params_key(params)
+        if key not in self._estimates:  # the core's estimator composes a Hydra config: worth caching
+            try:
+                self._estimates[key] = self.estimator(self.space.overrides(params))
+            except Exception:  # an estimator that cannot handle a config must not stop the study
+                self._estimates[key] = None
+        est = self._estimates[key]
+        if est is None:
+            return None, None
+        return int(est), int(self.memory.memory_model.predict(float(est)))  # recalibrated as trials end
+
+    def memory_limit_bytes(self, params: dict) -> float | None:
+        limit = params.get("memory.limit_gb", self.space.fixed.get("memory.limit_gb"))
+        return float(limit) * GiB if isinstance(limit, (int, float)) and limit > 0 else None
+
+    def skip(self, study: optuna.Study, params: dict, number: int | None = None) -> tuple[str, str, str] | None:
+        """(status, reason, constraint kind) when ``params`` should not run, else None."""
+        problems = self.space.check(params)
+        if problems:
+            return "rejected", "; ".join(problems), "space"
+        if self.opts.learn:  # repeats of failures, OOM/NaN dominance, then the memory gate
+            est, _ = self.predict_memory(params)
+            reason = self.memory.check(params, est, self.memory_limit_bytes(params))
+            if reason:
+                return "pruned", reason, _kind_of(reason)
+        # Repeats of any recorded trial, pruned ones included (the memory only knows trials that ran).
+        key = params_key(self.space.coerce(params))
+        for t in study.get_trials(deepcopy=False):
+            if t.number != number and t.state.is_finished() and t.user_attrs.get("status") not in st.ABANDONED \
+                    and params_key(t.params) == key:
+                return "pruned", f"duplicate of trial {t.number} ({t.user_attrs.get('status')})", \
+                    t.user_attrs.get("failure_kind")
+        return None
+
+    def skip_reason(self, study: optuna.Study, params: dict) -> str | None:
+        """``ProposalContext.check``: why a proposal would be skipped, or None."""
+        try:
+            skipped = self.skip(study, params)
+        except ValueError as exc:  # coerce() refuses a value of the wrong type
+            return str(exc)
+        return skipped[1] if skipped else None
+
+    # --- the loop ---
+
+    def run(self) -> int:
+        from tqdm import tqdm
+
+        from autoresearch.report import render, study_table
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = self.open()
+        start = time.monotonic()
+        bar = tqdm(total=self.trials, initial=min(st.finished_count(study), self.trials), unit="trial",
+                   desc=self.study_name, dynamic_ncols=True,
+                   disable=None if self.opts.progress else True)  # None: shown on a terminal, not in logs
+        code, why = 0, ""
+        try:
+            while True:
+                why = self.stop_reason(study, start)
+                if why:
+                    break
+                try:
+                    line = self.step(study)
+                except SearchExhausted as exc:
+                    why = str(exc)
+                    break
+                bar.n = min(st.finished_count(study), self.trials)
+                best = st.best_trial(study)
+                if best is not None:
+                    bar.set_postfix_str(f"best {self.space.objective_metric}={best.value:.5g} (#{best.number})")
+                bar.refresh()
+                tqdm.write(line)
+                if self.errors_in_a_row >= self.opts.max_errors:
+                    why, code = f"{self.errors_in_a_row} errors in a row: check the trial logs", 1
+                    break
+        except KeyboardInterrupt:
+            why, code = "interrupted", 130
+        finally:
+            bar.close()
+        df = study_table(study)
+        self.study_dir.mkdir(parents=True, exist_ok=True)
+        df.to_csv(self.study_dir / "trials.csv", index=False)
+        print(f"\nstopped: {why}\n")
+        print(render(df, "markdown"))
+        self.print_best(study)
+        print(f"\ntrials.csv: {self.study_dir / 'trials.csv'}; review with: python -m autoresearch.report "
+              f"{self.study_dir}")
+        return code
+
+    def stop_reason(self, study: optuna.Study, start: float) -> str:
+        done = st.finished_count(study)
+        if done >= self.trials:
+            return f"the study holds {done} finished trials (--trials {self.trials})"
+        if self.timeout is not None and time.monotonic() - start >= self.timeout:
+            return f"--timeout {self.timeout:g}s reached"
+        if self.max_cost is not None and hasattr(self.proposer, "last_usage"):  # an LLM proposer
+            spent = st.llm_cost(study)
+            if spent >= self.max_cost:
+                return f"LLM spend ${spent:.4f} reached --max-cost ${self.max_cost:g}"
+        if self.opts.patience:
+            best = st.best_trial(study)
+            since = [t for t in study.get_trials(deepcopy=False)
+                     if t.state.is_finished() and t.user_attrs.get("status") in RAN
+                     and (best is None or t.number > best.number)]
+            if len(since) >= self.opts.patience:
+                return f"{len(since)} trials ran without improving the best (--patience {self.opts.patience})"
+        return ""
+
+    def step(self, study: optuna.Study) -> str:
+        """Propose, check, run and tell one trial; returns a one-line account of it."""
+        waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        usage = None
+        if not waiting and self.proposer is not None:  # a queued config (a reaped trial's rerun) goes first
+            ctx = ProposalContext(self.space, st.trial_rows(study), lambda p: self.skip_reason(study, p))
+            proposal = self.proposer.propose(study, ctx)
+            usage = self._new_usage(proposal)
+            if proposal is not None:
+                problems = self.space.check(proposal.params)
+                if problems:  # a proposer's output is data: it never runs unchecked
+                    print(f"{proposal.proposer} proposal ignored ({'; '.join(problems)}); "
+                          f"{self.sampler_name} chooses this trial", flush=True)
+                else:
+                    study.enqueue_trial(self.space.coerce(proposal.params), user_attrs={
+                        "proposer": proposal.proposer, "rationale": proposal.rationale})
+        trial = study.ask(self.space.distributions())
+        st.mark_running(trial, **({"llm_usage": usage} if usage else {}))
+        if "proposer" not in trial.user_attrs:
+            trial.set_user_attr("proposer", self.sampler_name)
+        params = dict(trial.params)
+        if not self.space.check(params):  # every candidate shows its memory figures, skipped or run
+            est, predicted = self.predict_memory(params)
+            if est is not None:
+                trial.set_user_attr("estimated_memory_bytes", est)
+                trial.set_user_attr("predicted_memory_bytes", predicted)
+        skipped = self.skip(study, params, number=trial.number)
+        if skipped:
+            status, reason, kind = skipped
+            st.tell_skipped(study, trial, status, reason, kind)
+            return f"trial {trial.number:4d} {status:13s} {reason}"
+        trial_dir = self.study_dir / f"{trial.number:04d}"
+        trial.set_user_attr("trial_dir", str(trial_dir))
+        try:
+            result = run_trial(
+                self.space.overrides(params), trial_dir, command=self.command,
+                objective_metric=self.space.objective_metric,
+                on_start=lambda pid: trial.set_user_attr("trial_pid", st.identity(pid)),
+                on_poll=lambda: trial.set_user_attr("heartbeat_at", time.time()))
+        except KeyboardInterrupt:  # the runner ended the trial; the config was not at fault: run it again later
+            st.abandon(study, study.get_trials(deepcopy=False)[trial.number], "interrupted",
+                       "the agent was interrupted (Ctrl-C or SIGTERM) while this trial ran")
+            raise
+        state = st.tell_result(study, trial, result)
+        self._learn(trial.number, params, result.status, result.metrics)
+        self.errors_in_a_row = self.errors_in_a_row + 1 if state == TrialState.FAIL else 0
+        value = "" if result.objective is None else f"{self.space.objective_metric}={result.objective:.5g} "
+        return f"trial {trial.number:4d} {result.status:13s} {value}({result.wall_time:.1f}s) {result.reason[:120]}"
+
+    def _new_usage(self, proposal) -> dict | None:
+        """LLM usage of this round, counted once. Claude's proposers expose ``last_usage``, which is also set
+        when its answers were rejected and TPE took the trial (tokens were still spent); on a hybrid's TPE turn
+        it still points at an earlier round's usage, hence the identity check."""
+        current = getattr(self.proposer, "last_usage", None)
+        if current is None:
+            return dict(proposal.usage) if proposal is not None and proposal.usage else None
+        if current is self._seen_usage:
+            return None
+        self._seen_usage = current
+        return dict(current)
+
+    def print_best(self, study: optuna.Study) -> None:
+        best = st.best_trial(study)
+        if best is None:
+            print("\nno feasible trial yet")
+            return
+        print(f"\nbest: trial {best.number}: {self.space.objective_metric}={best.value:.6g}")
+        for k, v in best.params.items():
+            print(f"  {k} = {v}")
+        print("reproduce: " + shlex.join([*self.command, *self.space.overrides(best.params)]))
+
+
+def _kind_of(reason: str) -> str | None:
+    """The failure kind a feasibility-memory reason is about (``autoresearch.learn`` names it: "ended oom",
+    "dominated by NaN", "predicted peak memory ... exceeds the limit"), for the PRUNED trial's constraint."""
+    found = re.search(r"\b(oom|nan|compile_error|timeout)\b", reason, re.IGNORECASE)
+    if found:
+        return found.group(1).lower()
+    return "oom" if "predicted peak memory" in reason else None

@@ -1,0 +1,62 @@
+"""What every proposer implements, and what it is given.
+
+A proposer suggests the next trial's parameters; the agent validates, enqueues and runs it. Returning None
+hands the trial to the study's own sampler (TPE by default), so an LLM proposer that has nothing valid to say
+costs nothing but a fallback. Proposals are data: the agent checks them against the space before any run.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autoresearch.space import SearchSpace
+
+
+@dataclass
+class Proposal:
+    params: dict[str, Any]
+    proposer: str
+    rationale: str = ""
+    usage: dict | None = None  # LLM calls behind it: tokens and cost_usd (the agent's cost ledger sums cost_usd)
+
+
+@dataclass
+class ProposalContext:
+    """What a proposer may look at.
+
+    ``table`` has one row per trial so far, in order: {number, params, status, exit_code, objective,
+    peak_memory_bytes, predicted_memory_bytes, reason, ...} (see ``autoresearch.storage.trial_rows``).
+    ``check(params)`` says why the agent would skip these params without running them (out of the space,
+    a duplicate, dominated by a known failure, predicted to exceed the memory limit), or None when they would run.
+    """
+
+    space: "SearchSpace"
+    table: list[dict] = field(default_factory=list)
+    check: Callable[[dict], str | None] = lambda params: None
+
+
+class SearchExhausted(Exception):
+    """Raised by a proposer that has nothing left to propose (e.g. a finished grid): the study stops."""
+
+
+class Proposer(ABC):
+    name: str = "proposer"
+
+    @abstractmethod
+    def propose(self, study: "optuna.Study", ctx: ProposalContext) -> Proposal | None:
+        """The next trial's params, or None to let the study's sampler choose them."""
+
+
+def params_key(params: dict) -> tuple:
+    """A hashable identity for a config: floats to 12 significant digits, so that a value that went through
+    the storage and back still matches itself."""
+    def norm(v: Any) -> Any:
+        if isinstance(v, float):
+            return float(f"{v:.12g}")
+        return v
+    return tuple(sorted((k, norm(v)) for k, v in params.items()))

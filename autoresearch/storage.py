@@ -1,0 +1,241 @@
+"""The Optuna study as the agent's record: how outcomes are told, how a restart resumes, what a row holds.
+
+Everything lives in an ordinary Optuna study (SQLite by default, any SQLAlchemy URL otherwise), so that
+``optuna.load_study`` and optuna-dashboard read it as it is. The conventions on top of Optuna:
+
+- Trial states. An ``ok`` trial is COMPLETE with the objective. A typed failure (oom, nan, compile_error,
+  timeout) is COMPLETE too, told the worst feasible value seen so far and a violated constraint of its kind:
+  TPE ignores FAILed trials, but it learns from infeasible COMPLETE ones (and ``study.best_trial`` skips them).
+  A proposal skipped without running (feasibility memory, memory gate, duplicate) is PRUNED with the constraint
+  that explains it. Errors (exit 1), core-rejected configs (exit 2) and reaped trials are FAIL.
+- Constraints are set with ``Trial.set_constraint`` (Optuna 5's replacement for ``constraints_func``), one key
+  per failure kind plus ``space`` for a sampler's point that breaks the space's own constraints; >0 = violated.
+- User attributes: status, exit_code, reason, objective, metrics, wall_time_sec, trial_dir, proposer,
+  rationale, llm_usage, predicted/estimated_memory_bytes, agent (host, pid) and heartbeat_at while running.
+- ``--trials N`` means: the study holds N COMPLETE or PRUNED trials, not counting points rejected by the
+  space's constraints. FAILed trials don't count; the config of a trial abandoned by its agent (``reaped``
+  after a crash, ``interrupted`` by Ctrl-C) is enqueued again, once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from autoresearch.runner import TrialResult, kill_group
+
+FAILURE_KINDS = ("oom", "nan", "compile_error", "timeout")
+CONSTRAINT_KEYS = FAILURE_KINDS + ("space",)
+REAP_REASON = "agent died while running; reaped on resume"
+ABANDONED = ("reaped", "interrupted")  # FAILed by the agent, not by the trial: the config runs again
+HEARTBEAT_GRACE_SEC = 600.0  # a trial of another host whose agent was silent this long is stale
+
+
+def default_storage(trials_dir: str | Path, study_name: str) -> str:
+    path = Path(trials_dir) / study_name / "study.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+def open_study(space, study_name: str, storage: str, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    """Create the study or load it to resume; refuse to mix two spaces or directions in one study."""
+    study = optuna.create_study(study_name=study_name, storage=storage, sampler=sampler,
+                                direction=space.direction, load_if_exists=True)
+    known = study.user_attrs.get("space")
+    if known is not None and known != space.name:
+        raise SystemExit(f"study {study_name!r} holds trials of space {known!r}, not {space.name!r}; "
+                         "pick another --study")
+    if study.direction.name.lower() != space.direction:
+        raise SystemExit(f"study {study_name!r} {study.direction.name.lower()}s; space {space.name!r} "
+                         f"{space.direction}s its objective")
+    for key, value in (("space", space.name), ("objective_metric", space.objective_metric),
+                       ("direction", space.direction), ("param_names", list(space.params)),
+                       ("space_path", str(space.path))):
+        study.set_user_attr(key, value)
+    return study
+
+
+# --- this agent, and whether the agent that owns a RUNNING trial is still alive ---
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks (/proc), to tell a live process from a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else fields[19]  # a zombie is dead; fields[19] = starttime
+
+
+def _alive(pid: int | None, start: str | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    now = _process_start(pid)
+    if os.path.exists("/proc/self/stat") and now is None:
+        return False  # gone or a zombie
+    return start is None or now == start
+
+
+def identity(pid: int | None = None) -> dict:
+    pid = os.getpid() if pid is None else pid
+    return {"host": socket.gethostname(), "pid": pid, "start": _process_start(pid)}
+
+
+def mark_running(trial: Trial, **attrs: Any) -> None:
+    """Tag a trial with its agent first thing, so that a restart can tell whether its owner is alive."""
+    trial.set_user_attr("agent", identity())
+    trial.set_user_attr("heartbeat_at", time.time())
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+
+
+def _is_stale(t: FrozenTrial, now: float) -> bool:
+    agent = t.user_attrs.get("agent")
+    if not agent:
+        return True  # asked but never tagged: the agent died in between
+    if agent.get("host") == socket.gethostname():
+        return not _alive(agent.get("pid"), agent.get("start"))
+    return now - float(t.user_attrs.get("heartbeat_at") or 0.0) > HEARTBEAT_GRACE_SEC
+
+
+def reap_stale(study: optuna.Study) -> list[str]:
+    """FAIL the RUNNING trials whose agent is gone, end their orphaned processes, and enqueue them again."""
+    notes, now = [], time.time()
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not _is_stale(t, now):
+            notes.append(f"trial {t.number} is running under a live agent {t.user_attrs.get('agent')}; left alone")
+            continue
+        orphan = t.user_attrs.get("trial_pid") or {}
+        if orphan.get("host") == socket.gethostname() and _alive(orphan.get("pid"), orphan.get("start")):
+            kill_group(orphan["pid"])
+        notes.append(f"trial {t.number}: {REAP_REASON}" + abandon(study, t, "reaped", REAP_REASON))
+    return notes
+
+
+def abandon(study: optuna.Study, t: FrozenTrial, status: str, reason: str) -> str:
+    """FAIL a trial that did not end on its own (the agent died or was stopped) and queue its config again,
+    once: a config that keeps killing its agent is not retried forever."""
+    _set_attrs(study, t, status=status, reason=reason)
+    study.tell(t.number, state=TrialState.FAIL)
+    if not t.params or "retry_of" in t.user_attrs:
+        return ""
+    study.enqueue_trial(t.params, user_attrs={
+        "proposer": t.user_attrs.get("proposer", "sampler"), "retry_of": t.number,
+        "rationale": f"rerun of trial {t.number} ({status})"})
+    return "; its config is queued to run again"
+
+
+def _set_attrs(study: optuna.Study, t: FrozenTrial, **attrs: Any) -> None:
+    # A FrozenTrial has no live handle; the storage API is the public way to annotate another agent's trial.
+    for key, value in attrs.items():
+        study._storage.set_trial_user_attr(t._trial_id, key, value)
+
+
+# --- telling outcomes ---
+
+def _constraints(trial: Trial, violated: str | None) -> None:
+    for key in CONSTRAINT_KEYS:
+        trial.set_constraint(key, 1.0 if key == violated else 0.0)
+    trial.set_user_attr("failure_kind", violated)
+
+
+def feasible(t: FrozenTrial) -> bool:
+    return t.state == TrialState.COMPLETE and all(v <= 0.0 for v in t.constraints.values()) \
+        and t.user_attrs.get("objective") is not None
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The best feasible trial, or None: unlike ``study.best_trial`` it never raises."""
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if feasible(t)]
+    if not done:
+        return None
+    pick = max if study.direction.name == "MAXIMIZE" else min
+    return pick(done, key=lambda t: t.value)
+
+
+def worst_value(study: optuna.Study) -> float:
+    """The value told for typed failures: the worst feasible objective so far (infinitely bad before any)."""
+    values = [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if feasible(t)]
+    maximize = study.direction.name == "MAXIMIZE"
+    if not values:
+        return -float("inf") if maximize else float("inf")
+    return min(values) if maximize else max(values)
+
+
+def tell_result(study: optuna.Study, trial: Trial, result: TrialResult) -> TrialState:
+    """Record a trial that ran; returns the state it was told."""
+    metrics = {k: v for k, v in result.metrics.items() if not isinstance(v, float) or v == v}
+    reason = result.reason
+    if result.status == "ok" and result.objective is None:
+        reason = f"objective metric {study.user_attrs.get('objective_metric')!r} missing in the summary; {reason}"
+    for key, value in (("status", result.status), ("exit_code", result.exit_code), ("reason", reason),
+                       ("objective", result.objective), ("metrics", metrics),
+                       ("wall_time_sec", round(result.wall_time, 3)), ("trial_dir", str(result.trial_dir))):
+        trial.set_user_attr(key, value)
+    if result.status == "ok" and result.objective is not None:
+        _constraints(trial, None)
+        study.tell(trial, result.objective)
+        return TrialState.COMPLETE
+    if result.status in FAILURE_KINDS:
+        _constraints(trial, result.status)
+        study.tell(trial, worst_value(study))
+        return TrialState.COMPLETE
+    study.tell(trial, state=TrialState.FAIL)
+    return TrialState.FAIL
+
+
+def tell_skipped(study: optuna.Study, trial: Trial, status: str, reason: str, kind: str | None) -> None:
+    """Record a proposal that did not run (status ``pruned`` or ``rejected``) with the constraint it broke."""
+    trial.set_user_attr("status", status)
+    trial.set_user_attr("reason", reason)
+    _constraints(trial, kind)
+    study.tell(trial, state=TrialState.PRUNED)
+
+
+def counts_toward_budget(t: FrozenTrial) -> bool:
+    return t.state in (TrialState.COMPLETE, TrialState.PRUNED) and t.user_attrs.get("status") != "rejected"
+
+
+def finished_count(study: optuna.Study) -> int:
+    return sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))
+
+
+def llm_cost(study: optuna.Study) -> float:
+    """Dollars spent on LLM proposals over the whole study (every session), from each trial's usage."""
+    total = 0.0
+    for t in study.get_trials(deepcopy=False):
+        usage = t.user_attrs.get("llm_usage") or {}
+        total += float(usage.get("cost_usd") or 0.0)
+    return total
+
+
+def trial_rows(study: optuna.Study) -> list[dict]:
+    """One plain dict per trial (not WAITING), in trial order: the table for proposers, CSV and reports."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        if t.state == TrialState.WAITING:
+            continue
+        a, metrics = t.user_attrs, t.user_attrs.get("metrics") or {}
+        rows.append({
+            "number": t.number, "state": t.state.name, "status": a.get("status", t.state.name.lower()),
+            "exit_code": a.get("exit_code"), "objective": a.get("objective"), "params": dict(t.params),
+            "peak_memory_bytes": metrics.get("peak_memory_bytes"),
+            "predicted_memory_bytes": a.get("predicted_memory_bytes"),
+            "estimated_memory_bytes": metrics.get("estimated_memory_bytes", a.get("estimated_memory_bytes")),
+            "wall_time_sec": a.get("wall_time_sec"), "proposer": a.get("proposer"),
+            "failure_kind": a.get("failure_kind"), "reason": a.get("reason", ""),
+            "rationale": a.get("rationale", ""), "trial_dir": a.get("trial_dir"),
+        })
+    return rows

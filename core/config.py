@@ -1,0 +1,309 @@
+"""Typed configuration of one trial.
+
+Hydra composes ``configs/train.yaml`` with the command-line overrides; the result is merged into the
+structured schema below (OmegaConf rejects unknown keys and ill-typed values, naming the full key) and turned
+into these dataclasses, whose ``__post_init__`` checks the rules between fields. Every rule runs before any
+process group starts or any tensor is allocated: a rejected config costs no compute and exits with code 2.
+
+This module must not import MindSpore: the agent imports it to validate and estimate proposals cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+class ConfigError(ValueError):
+    """A configuration the trial refuses to run. ``field`` is the dotted key; the message says the fix."""
+
+    def __init__(self, field_name: str, message: str):
+        self.field = field_name
+        super().__init__(f"{field_name}: {message}")
+
+
+def _require(ok: bool, field_name: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(field_name, message)
+
+
+def _positive(section: str, obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        _require(value > 0, f"{section}.{name}", f"must be > 0 (got {value})")
+
+
+@dataclass
+class ModelConfig:
+    """A GPT (Llama-style block: RMSNorm, RoPE, GQA attention, SwiGLU MLP)."""
+
+    name: str = "tiny"
+    vocab_size: int = 256          # byte-level tokenizer by default
+    n_layers: int = 2
+    d_model: int = 128
+    n_heads: int = 4
+    n_kv_heads: int = 2            # grouped-query attention: n_heads % n_kv_heads == 0
+    ffn_hidden: int = 384          # SwiGLU hidden width
+    max_seq_len: int = 256         # RoPE table length; training.seq_len must not exceed it
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = True    # lm_head shares the token embedding
+    init_std: float = 0.02         # residual projections use init_std / sqrt(2 * n_layers) (GPT-2)
+
+    def __post_init__(self):
+        _positive("model", self, "vocab_size", "n_layers", "d_model", "n_heads", "n_kv_heads", "ffn_hidden",
+                  "max_seq_len", "rope_theta", "norm_eps", "init_std")
+        _require(self.d_model % self.n_heads == 0, "model.d_model",
+                 f"must be divisible by model.n_heads={self.n_heads} (got {self.d_model})")
+        _require((self.d_model // self.n_heads) % 2 == 0, "model.d_model",
+                 "head dim (d_model / n_heads) must be even for RoPE")
+        _require(self.n_heads % self.n_kv_heads == 0, "model.n_kv_heads",
+                 f"must divide model.n_heads={self.n_heads} (got {self.n_kv_heads})")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass
+class OptimConfig:
+    """Optimizer, learning-rate schedule and clipping."""
+
+    name: str = "adamw"            # adamw | muon (muon: 2-D hidden weights; embeddings, head, 1-D -> AdamW)
+    lr: float = 3e-3               # peak learning rate
+    min_lr_ratio: float = 0.1      # final lr = lr * min_lr_ratio (cosine, linear, wsd)
+    weight_decay: float = 0.1      # decoupled (Loshchilov & Hutter 2019); not applied to 1-D params
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    warmup_steps: int = 10
+    schedule: str = "cosine"       # cosine | linear | wsd | constant
+    decay_ratio: float = 0.2       # wsd: fraction of steps spent decaying at the end
+    grad_clip: float = 1.0         # global grad-norm clip; 0 disables
+    momentum: float = 0.95         # muon: Nesterov momentum
+    ns_steps: int = 5              # muon: Newton-Schulz iterations
+
+    def __post_init__(self):
+        _require(self.name in ("adamw", "muon"), "optim.name", f"must be adamw or muon (got {self.name!r})")
+        _require(self.schedule in ("cosine", "linear", "wsd", "constant"), "optim.schedule",
+                 f"must be cosine, linear, wsd or constant (got {self.schedule!r})")
+        _positive("optim", self, "lr", "eps", "ns_steps")
+        _require(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
+        _require(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
+        _require(self.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 disables clipping)")
+        _require(0 <= self.min_lr_ratio <= 1, "optim.min_lr_ratio", "must be in [0, 1]")
+        _require(0 < self.decay_ratio <= 1, "optim.decay_ratio", "must be in (0, 1]")
+        for name in ("beta1", "beta2", "momentum"):
+            _require(0 <= getattr(self, name) < 1, f"optim.{name}", "must be in [0, 1)")
+
+
+@dataclass
+class ParallelConfig:
+    """Degrees of the device mesh; their product is the world size."""
+
+    dp_replicate: int = 1          # data parallel, gradients all-reduced
+    dp_shard: int = 1              # FSDP / HSDP shard degree
+    tp: int = 1                    # tensor parallel
+    pp: int = 1                    # pipeline stages
+    cp: int = 1                    # context parallel
+    ep: int = 1                    # expert parallel (borrows from dp_shard * cp * tp)
+    sp: bool = False               # sequence parallel (with tp)
+    pp_schedule: str = "1f1b"      # 1f1b | gpipe
+
+    # Layouts the core can run today. A layout outside this set is refused up front (exit 2), not half-run.
+    SUPPORTED = ("dp_replicate",)
+
+    def __post_init__(self):
+        _positive("parallel", self, "dp_replicate", "dp_shard", "tp", "pp", "cp", "ep")
+        _require(self.pp_schedule in ("1f1b", "gpipe"), "parallel.pp_schedule",
+                 f"must be 1f1b or gpipe (got {self.pp_schedule!r})")
+        for name in ("dp_shard", "tp", "pp", "cp", "ep"):
+            _require(getattr(self, name) == 1, f"parallel.{name}",
+                     f"degree {getattr(self, name)} is not supported by this core yet; set parallel.{name}=1 "
+                     "and use parallel.dp_replicate for data parallelism")
+        _require(not self.sp, "parallel.sp", "sequence parallelism needs parallel.tp > 1, which is not supported yet")
+
+    @property
+    def world_size(self) -> int:
+        return self.dp_replicate * self.dp_shard * self.tp * self.pp * self.cp
+
+    @property
+    def dp(self) -> int:
+        """Ranks that see different data."""
+        return self.dp_replicate * self.dp_shard
+
+
+@dataclass
+class MemoryConfig:
+    recompute: str = "none"        # none | full (recompute every block's activations in backward)
+    swap: bool = False             # offload saved activations to host storage (not yet supported)
+    limit_gb: Optional[float] = None  # per-rank memory budget; exceeding it ends the trial with exit 10
+
+    def __post_init__(self):
+        _require(self.recompute in ("none", "full"), "memory.recompute",
+                 f"must be none or full (got {self.recompute!r})")
+        _require(not self.swap, "memory.swap", "activation swap is not supported yet; set memory.swap=false")
+        _require(self.limit_gb is None or self.limit_gb > 0, "memory.limit_gb", "must be > 0 or null")
+
+
+@dataclass
+class DataConfig:
+    train_path: Optional[str] = None   # token file (.bin, from `python -m core.data prepare`); null: embedded corpus
+    val_path: Optional[str] = None     # held-out token file; null with train_path null: the corpus's val split
+    token_dtype: Optional[str] = None  # uint16 | uint32, only for raw files without a .json sidecar
+
+    def __post_init__(self):
+        _require(self.token_dtype in (None, "uint16", "uint32"), "data.token_dtype",
+                 "must be uint16, uint32 or null (read from the file's sidecar)")
+        _require(self.val_path is None or self.train_path is not None, "data.val_path",
+                 "needs data.train_path too (the embedded corpus brings its own validation split)")
+
+
+@dataclass
+class TrainingConfig:
+    global_batch_size: int = 8     # sequences per optimizer step, over all data-parallel ranks
+    micro_batch_size: int = 8      # sequences per forward/backward on one rank
+    seq_len: int = 64
+    mode: str = "jit"              # jit (mindspore.jit around forward+backward) | pynative
+    log_interval: int = 1
+    eval_interval: int = 0         # steps between validation passes; 0: only at the end
+    eval_batches: int = 4          # micro-batches per validation pass
+
+    def __post_init__(self):
+        _positive("training", self, "global_batch_size", "micro_batch_size", "seq_len", "log_interval",
+                  "eval_batches")
+        _require(self.mode in ("jit", "pynative"), "training.mode", f"must be jit or pynative (got {self.mode!r})")
+        _require(self.eval_interval >= 0, "training.eval_interval", "must be >= 0")
+
+
+@dataclass
+class TrialConfig:
+    max_steps: Optional[int] = 20          # step budget; null: run until the wall budget
+    max_wall_time_sec: Optional[float] = None  # wall budget from process start; exit 13 if it ends first
+    grace_sec: float = 30.0                # a run still alive this long after its wall budget is killed
+    dir: Optional[str] = None              # default: trials/manual/<timestamp>
+
+    def __post_init__(self):
+        _require(self.max_steps is not None or self.max_wall_time_sec is not None, "trial.max_steps",
+                 "set trial.max_steps or trial.max_wall_time_sec: a trial needs a budget")
+        _require(self.max_steps is None or self.max_steps > 0, "trial.max_steps", "must be > 0 or null")
+        _require(self.max_wall_time_sec is None or self.max_wall_time_sec > 0, "trial.max_wall_time_sec",
+                 "must be > 0 or null")
+        _require(self.grace_sec >= 0, "trial.grace_sec", "must be >= 0")
+
+
+@dataclass
+class CheckpointConfig:
+    interval: int = 0              # save every N steps; 0: never during the run
+    at_end: bool = False           # save when the trial ends normally
+    resume: Optional[str] = None   # a checkpoint directory, or "auto": the latest in <trial.dir>/checkpoints
+    keep: int = 2                  # newest checkpoints kept
+
+    def __post_init__(self):
+        _require(self.interval >= 0, "checkpoint.interval", "must be >= 0")
+        _require(self.keep >= 1, "checkpoint.keep", "must be >= 1")
+
+
+@dataclass
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    trial: TrialConfig = field(default_factory=TrialConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    seed: int = 0
+    device: str = "CPU"            # CPU here; Ascend in production
+
+    def __post_init__(self):
+        _require(self.device in ("CPU", "Ascend", "GPU"), "device", f"must be CPU, Ascend or GPU (got {self.device!r})")
+        t, p = self.training, self.parallel
+        _require(t.seq_len <= self.model.max_seq_len, "training.seq_len",
+                 f"{t.seq_len} exceeds model.max_seq_len={self.model.max_seq_len}; lower it or raise model.max_seq_len")
+        per_step = t.micro_batch_size * p.dp
+        _require(t.global_batch_size % per_step == 0, "training.global_batch_size",
+                 f"{t.global_batch_size} must be a multiple of micro_batch_size * data-parallel degree "
+                 f"= {t.micro_batch_size} * {p.dp} = {per_step}")
+        _require(self.checkpoint.interval == 0 or self.trial.max_steps is None
+                 or self.checkpoint.interval <= self.trial.max_steps, "checkpoint.interval",
+                 "is longer than trial.max_steps, so no checkpoint would be written; lower it or set 0")
+
+    @property
+    def grad_accum_steps(self) -> int:
+        return self.training.global_batch_size // (self.training.micro_batch_size * self.parallel.dp)
+
+
+def compose(overrides: list[str] | tuple[str, ...] = ()) -> Any:
+    """Hydra-compose ``configs/train.yaml`` with ``overrides``; returns the raw OmegaConf tree."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return hydra_compose(config_name="train", overrides=list(overrides))
+
+
+def _config_error_from_omegaconf(exc: Exception) -> ConfigError:
+    key = getattr(exc, "full_key", None) or "config"
+    msg = str(exc).splitlines()[0]
+    return ConfigError(key, f"{msg} (check the key's spelling and type: `python -m core.train --help`)")
+
+
+def _unknown_override(exc: Exception) -> ConfigError:
+    """Hydra says "Could not override 'model.foo'" or "Key 'foo' is not in struct"; name the key either way."""
+    import re
+
+    text = str(exc)
+    missing = re.search(r"Could not find '(\w+)/([^']+)'", text)
+    if missing:
+        group, option = missing.groups()
+        options = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+        return ConfigError(group, f"no option {option!r} in configs/{group}/; choose one of {', '.join(options)}")
+    m = re.search(r"override '([^']+)'", text) or re.search(r"Key '([^']+)'", text)
+    key = m.group(1) if m else "overrides"
+    cause = exc.__cause__ or exc.__context__
+    detail = (str(cause) if cause else text).splitlines()[0]
+    return ConfigError(key, f"{detail}. Unknown keys are rejected: check the spelling against configs/train.yaml")
+
+
+def from_container(raw: dict) -> TrainConfig:
+    """Validate a plain dict (e.g. a resolved config.yaml) into a TrainConfig."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), raw)
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        raise _config_error_from_omegaconf(exc) from exc
+
+
+def load_config(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """Compose, type-check and cross-check; raises ConfigError naming the field and the fix."""
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        raw = compose(overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise _unknown_override(exc) from exc
+    return from_container(OmegaConf.to_container(raw, resolve=True))
+
+
+def to_dict(cfg: TrainConfig) -> dict:
+    from dataclasses import asdict
+
+    return asdict(cfg)
+
+
+__all__ = [
+    "CONFIG_DIR", "ConfigError", "ModelConfig", "OptimConfig", "ParallelConfig", "MemoryConfig", "DataConfig",
+    "TrainingConfig", "TrialConfig", "CheckpointConfig", "TrainConfig", "load_config", "from_container", "to_dict",
+    "compose",
+]

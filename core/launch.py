@@ -1,0 +1,260 @@
+"""The supervisor: runs a multi-rank trial on this machine and turns its ranks' ends into one summary.
+
+It does what ``msrun`` does — one scheduler process (MS_ROLE=MS_SCHED) and N workers (MS_ROLE=MS_WORKER) joined
+through MindSpore's dynamic-cluster environment — but keeps each worker's real exit code (msrun turns any
+failure into rc=1 after ~40 s, MINDSPORE_CPU.md), owns the per-rank logs, samples each rank's peak memory from
+/proc (so that a rank killed by a signal still has a measured peak), enforces the wall budget with a hard kill
+after a grace period, and merges the per-rank results.
+
+Multi-node: run one supervisor per node with ``MSAR_SCHED_HOST``/``MSAR_SCHED_PORT`` pointing at node 0 and
+``MSAR_NODE_RANKS=first:count`` naming this node's ranks; node 0 also starts the scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from core.trial import PRIORITY, STATUS, Exit, TrialRecorder, write_json_atomic
+
+POLL_SEC = 0.1
+# After the first rank fails, how long the others get to end by themselves (and so report a classified cause,
+# say OOM, rather than the communication error it causes) before they are killed.
+FAILURE_GRACE_SEC = 5.0
+_SCHEDULER = "from mindspore.communication import init; init()"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _vm_hwm(pid: int) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+@dataclass
+class Rank:
+    rank: int
+    proc: subprocess.Popen
+    peak: Optional[int] = None
+    ended_at: Optional[float] = None
+    killed_by_us: bool = False
+
+    def poll(self) -> Optional[int]:
+        rc = self.proc.poll()
+        if rc is None:
+            self.peak = max(self.peak or 0, _vm_hwm(self.proc.pid) or 0) or self.peak
+        elif self.ended_at is None:
+            self.ended_at = time.time()
+        return rc
+
+
+@dataclass
+class Supervisor:
+    overrides: list[str]
+    trial_dir: Path
+    world_size: int
+    started: float
+    wall_budget: Optional[float]
+    grace: float
+    config: dict
+    ranks: list[Rank] = field(default_factory=list)
+    scheduler: Optional[subprocess.Popen] = None
+    timed_out: bool = False
+
+    def _env(self, host: str, port: int) -> dict:
+        env = dict(os.environ)
+        env.update(MS_WORKER_NUM=str(self.world_size), MS_SCHED_HOST=host, MS_SCHED_PORT=str(port),
+                   MSAR_TRIAL_START=repr(self.started), PYTHONUNBUFFERED="1")
+        env.setdefault("GLOG_v", "3")  # MindSpore's INFO/WARNING lines would drown the rank logs
+        return env
+
+    def start(self) -> None:
+        logs = self.trial_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        host = os.environ.get("MSAR_SCHED_HOST", "127.0.0.1")
+        port = int(os.environ.get("MSAR_SCHED_PORT") or _free_port())
+        first, count = _node_ranks(self.world_size)
+        env = self._env(host, port)
+        if first == 0:
+            self.scheduler = subprocess.Popen(
+                [sys.executable, "-c", _SCHEDULER], env={**env, "MS_ROLE": "MS_SCHED"},
+                stdout=open(logs / "scheduler.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        for r in range(first, first + count):
+            worker_env = {**env, "MS_ROLE": "MS_WORKER", "MS_NODE_ID": str(r), "RANK_ID": str(r),
+                          "RANK_SIZE": str(self.world_size)}
+            proc = subprocess.Popen([sys.executable, "-m", "core.train", *self.overrides], env=worker_env,
+                                    stdout=open(logs / f"rank_{r}.log", "wb"), stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            self.ranks.append(Rank(r, proc))
+        pids = {"scheduler": self.scheduler.pid if self.scheduler else None,
+                "ranks": {r.rank: r.proc.pid for r in self.ranks}}
+        (logs / "pids.json").write_text(json.dumps(pids))
+
+    def wait(self) -> None:
+        first_failure: Optional[float] = None
+        hard_deadline = None if self.wall_budget is None else self.started + self.wall_budget + self.grace
+        while True:
+            codes = [r.poll() for r in self.ranks]
+            if all(c is not None for c in codes):
+                return
+            if first_failure is None and any(c not in (None, 0) for c in codes):
+                first_failure = time.time()
+            now = time.time()
+            if first_failure is not None and now > first_failure + FAILURE_GRACE_SEC:
+                self.kill()
+            elif hard_deadline is not None and now > hard_deadline:
+                self.timed_out = True
+                self.kill()
+            time.sleep(POLL_SEC)
+
+    def kill(self) -> None:
+        for r in self.ranks:
+            if r.proc.poll() is None:
+                r.killed_by_us = True
+                _kill_group(r.proc)
+        for r in self.ranks:
+            r.proc.wait()
+            r.poll()
+
+    def stop_scheduler(self) -> None:
+        if self.scheduler is not None and self.scheduler.poll() is None:
+            _kill_group(self.scheduler)
+            self.scheduler.wait()
+
+    def merge(self) -> dict:
+        """One summary from the ranks' own summaries, their exit codes and what the supervisor saw."""
+        reports = {}
+        for r in self.ranks:
+            path = self.trial_dir / "ranks" / f"rank_{r.rank}.json"
+            if path.exists():
+                reports[r.rank] = json.loads(path.read_text())
+        code, reason, culprit = self._verdict(reports)
+        base = reports.get(0) or next(iter(reports.values()), None)
+        if base is None:
+            rec = TrialRecorder(trial_dir=self.trial_dir, config=self.config, overrides=self.overrides,
+                                started=self.started, world_size=self.world_size)
+            _recover_progress(rec, self.trial_dir / "metrics.jsonl")
+            base = rec.summary(code, reason)
+        summary = dict(base)
+        peaks = [(reports.get(r.rank, {}).get("metrics") or {}).get("peak_memory_bytes") or r.peak
+                 for r in self.ranks]
+        summary["metrics"] = dict(summary["metrics"], peak_memory_bytes=max((p for p in peaks if p), default=None),
+                                  peak_memory_bytes_per_rank=peaks)
+        summary.update(status=STATUS[code], exit_code=int(code), reason=reason,
+                       wall_time_sec=round(time.time() - self.started, 3), ranks=self._rank_table(reports))
+        summary["error"] = None if code == Exit.OK else (
+            (reports.get(culprit) or {}).get("error") or {"type": STATUS[code], "message": reason, "rank": culprit})
+        return summary
+
+    def _verdict(self, reports: dict) -> tuple[Exit, str, Optional[int]]:
+        own = []  # (code, ended_at, rank, reason) for ranks that ended by themselves
+        for r in self.ranks:
+            if r.killed_by_us:
+                continue
+            rc = r.proc.returncode
+            report = reports.get(r.rank)
+            if report is not None:
+                own.append((Exit(report["exit_code"]), r.ended_at or 0, r.rank, report["reason"]))
+            elif rc < 0:
+                name = signal.Signals(-rc).name
+                own.append((Exit.ERROR, r.ended_at or 0, r.rank,
+                            f"rank {r.rank} was killed by {name} (see logs/rank_{r.rank}.log)"))
+            else:
+                code = Exit(rc) if rc in Exit._value2member_map_ else Exit.ERROR
+                own.append((code, r.ended_at or 0, r.rank,
+                            f"rank {r.rank} exited with code {rc} without a report (see logs/rank_{r.rank}.log)"))
+        failures = [o for o in own if o[0] != Exit.OK]
+        if self.timed_out:
+            classified = [f for f in failures if f[0] in (Exit.OOM, Exit.COMPILE_ERROR, Exit.NAN)]
+            if not classified:
+                return Exit.TIMEOUT, ("timeout: ranks still running past the wall budget plus grace "
+                                      f"({self.wall_budget:g}+{self.grace:g} s); killed"), None
+            failures = classified
+        if not failures:
+            if any(r.killed_by_us for r in self.ranks):
+                return Exit.ERROR, "ranks were killed by the supervisor without a recorded cause", None
+            codes = {o[0] for o in own}
+            code = max(codes, key=lambda c: -PRIORITY.index(c)) if codes else Exit.ERROR
+            return code, own[0][3] if own else "no rank reported", None
+        # The first classified failure wins over the communication errors it causes; then the earliest.
+        failures.sort(key=lambda f: (f[0] not in (Exit.OOM, Exit.COMPILE_ERROR, Exit.NAN), f[1]))
+        code, _, rank, reason = failures[0]
+        return code, reason if f"rank {rank}" in reason else f"rank {rank}: {reason}", rank
+
+    def _rank_table(self, reports: dict) -> list[dict]:
+        return [{"rank": r.rank, "exit_code": r.proc.returncode, "killed_by_supervisor": r.killed_by_us,
+                 "status": (reports.get(r.rank) or {}).get("status"), "peak_memory_bytes": r.peak,
+                 "log": f"logs/rank_{r.rank}.log"} for r in self.ranks]
+
+
+def _node_ranks(world_size: int) -> tuple[int, int]:
+    spec = os.environ.get("MSAR_NODE_RANKS")
+    if not spec:
+        return 0, world_size
+    first, count = (int(x) for x in spec.split(":"))
+    return first, count
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _recover_progress(rec: TrialRecorder, metrics_path: Path) -> None:
+    """No rank left a report: take the steps and losses that rank 0 had logged."""
+    if not metrics_path.exists():
+        return
+    for line in metrics_path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by the kill
+        if "loss" in row:
+            rec.steps, rec.tokens = row["step"], row.get("tokens", rec.tokens)
+            rec.losses.append(row["loss"])
+
+
+def supervise(overrides: list[str], trial_dir: Path, config: dict, world_size: int, started: float) -> int:
+    trial = config["trial"]
+    sup = Supervisor(overrides=overrides, trial_dir=trial_dir, world_size=world_size, started=started,
+                     wall_budget=trial.get("max_wall_time_sec"), grace=trial.get("grace_sec", 30.0), config=config)
+
+    def on_signal(signum, _frame):  # an agent's watchdog or Ctrl-C: still leave a summary
+        sup.kill()
+        sup.stop_scheduler()
+        summary = sup.merge()
+        summary.update(status="error", exit_code=1, reason=f"supervisor received {signal.Signals(signum).name}")
+        write_json_atomic(trial_dir / "trial_summary.json", summary)
+        os._exit(1)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        sup.start()
+        sup.wait()
+    finally:
+        sup.kill()
+        sup.stop_scheduler()
+    summary = sup.merge()
+    write_json_atomic(trial_dir / "trial_summary.json", summary)
+    return summary["exit_code"]

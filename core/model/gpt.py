@@ -1,0 +1,101 @@
+"""A Llama-style GPT: token embedding, pre-norm blocks (RMSNorm, RoPE, GQA attention, SwiGLU MLP), final RMSNorm.
+
+`GPT(tokens)` returns the final normalised hidden states, not logits: the trainer applies a fused
+linear + cross-entropy to `hidden` and `model.head_weight()`, so the (B, S, V) logits are never held whole.
+The model knows nothing about parallelism; wrappers shard or recompute its cells from outside.
+
+Parameter names (optimizer patterns and checkpoints rely on them; MindSpore derives them from attribute paths):
+    embed.weight
+    layers.{i}.attn_norm.weight  layers.{i}.attn.{wq,wk,wv,wo}.weight
+    layers.{i}.mlp_norm.weight   layers.{i}.mlp.{w_gate,w_up,w_down}.weight
+    norm.weight
+    lm_head.weight               (only when cfg.tie_embeddings is false)
+"""
+
+import zlib
+
+import mindspore as ms
+import numpy as np
+from mindspore import Tensor, nn
+
+from core.config import ModelConfig
+from core.model.layers import Block, Embedding, Linear, RMSNorm, linear, rope_tables
+
+
+class GPT(nn.Cell):
+    """Decoder-only transformer over int32 tokens (B, S) with S <= cfg.max_seq_len.
+
+    Init (GPT-2, Radford et al. 2019; Llama, Touvron et al. 2023): every matrix N(0, init_std), the residual
+    output projections (attn.wo, mlp.w_down) N(0, init_std / sqrt(2 n_layers)), norm weights 1. Each layer's
+    generator is seeded from (seed, its name), so the same seed gives bit-identical weights on every rank and
+    machine, whatever order layers are built in.
+    """
+
+    def __init__(self, cfg: ModelConfig, dtype=ms.float32, seed: int = 0):
+        super().__init__()
+        self.cfg = cfg
+        self.tie_embeddings = cfg.tie_embeddings  # a plain bool: graph mode reads it as a constant
+        self.embed = Embedding(cfg.vocab_size, cfg.d_model, cfg.init_std, dtype)
+        self.layers = nn.CellList([Block(cfg, dtype) for _ in range(cfg.n_layers)])
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
+        if not cfg.tie_embeddings:
+            self.lm_head = Linear(cfg.d_model, cfg.vocab_size, cfg.init_std, dtype)
+
+        # Constants, not Parameters: built once for max_seq_len and sliced to the batch's S in construct.
+        cos, sin = rope_tables(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
+        self.rope_cos = Tensor(cos, dtype)  # (max_S, E/2)
+        self.rope_sin = Tensor(sin, dtype)  # (max_S, E/2)
+        # Additive causal mask: 0 where key <= query, -inf above the diagonal (every row keeps its diagonal, so
+        # softmax never sees an all -inf row). max_S^2 elements: 256 KiB at 256, 16 MiB at 2048 in float32.
+        self.causal_mask = Tensor(np.triu(np.full((cfg.max_seq_len,) * 2, -np.inf), k=1), dtype)  # (max_S, max_S)
+
+        self.init_weights(seed)
+
+    def init_weights(self, seed: int) -> None:
+        """(Re)initialise every parameter from `seed`; see the class docstring for the rule."""
+        for name, cell in self.cells_and_names():
+            if hasattr(cell, "reset_parameters"):
+                cell.reset_parameters(np.random.default_rng([seed, zlib.crc32(name.encode())]))
+
+    def head_weight(self):
+        """The (V, D) output-head Parameter: the embedding table when tied, else lm_head.weight."""
+        return self.embed.weight if self.tie_embeddings else self.lm_head.weight
+
+    def construct(self, tokens):
+        S = tokens.shape[1]
+        cos, sin = self.rope_cos[:S], self.rope_sin[:S]  # (S, E/2)
+        mask = self.causal_mask[:S, :S]                  # (S, S)
+        h = self.embed(tokens)                           # (B, S, D)
+        for block in self.layers:
+            h = block(h, cos, sin, mask)
+        return self.norm(h)                              # (B, S, D)
+
+    def logits(self, tokens):
+        """hidden @ head_weight^T, (B, S, V). For tests and sampling; training uses the fused loss instead."""
+        # self.construct, not self(...): graph mode cannot call a Cell on itself.
+        return linear(self.construct(tokens), self.head_weight())  # (B, S, V)
+
+
+def count_params(model: nn.Cell) -> int:
+    """Number of distinct parameter scalars, frozen ones included (a tied embedding counts once)."""
+    return sum(int(np.prod(p.shape)) for p in model.get_parameters())
+
+
+def matmul_params(cfg: ModelConfig) -> int:
+    """Weights that take part in a matmul per token: every block matrix plus the output head (used even when
+    tied). The input embedding is a gather, not a matmul, and norm weights are elementwise: both excluded."""
+    E = cfg.head_dim
+    attn = cfg.d_model * E * (2 * cfg.n_heads + 2 * cfg.n_kv_heads)  # wq, wo: H*E; wk, wv: K*E
+    mlp = 3 * cfg.d_model * cfg.ffn_hidden
+    return cfg.n_layers * (attn + mlp) + cfg.vocab_size * cfg.d_model
+
+
+def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+    """Training FLOPs per token, forward + backward: 6 N + 12 L S D (PaLM, Chowdhery et al. 2022, appendix B).
+
+    6 N: each of the N matmul weights costs 2 FLOPs (multiply-add) per token forward and 4 backward (gradients
+    for input and weight). 12 L S D: the attention scores q k^T and the weighted sum p v, each 2 S D per token
+    per layer forward, times 3 for forward + backward. As in PaLM the attention term counts the full S x S
+    matrix, not the causal half actually needed, and recompute is not counted (it is "model" FLOPs, for MFU).
+    """
+    return 6.0 * matmul_params(cfg) + 12.0 * cfg.n_layers * seq_len * cfg.d_model

@@ -1,0 +1,137 @@
+"""The optimizer the trainer drives: routes each parameter to AdamW or Muon and updates them all in one graph.
+
+Why one compiled graph: in PyNative every op is a separate dispatch, and Muon's update is ~60 ops per matrix
+(28 matrices in the 5 M-param model). ``mindspore.jit`` over the whole tuple of parameters,
+gradients and states traces them once; what changes every step (lr and the folded bias corrections) enters as
+graph inputs, so it never recompiles. Measured on the 5 M-param model, 2 shared CPU cores, interleaved runs:
+Muon ~0.2-0.7 s per step under jit vs ~1.2-3 s in PyNative; AdamW (one fused kernel per parameter) ~10-70 ms
+either way, noise dominating. Muon's cost is the ~21 GFLOP of Newton–Schulz matmuls per step, independent of the
+batch size. ``jit=False`` keeps the PyNative path for debugging. Call ``step`` from Python, not inside another
+``mindspore.jit`` function (it builds host scalars).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import mindspore as ms
+import numpy as np
+from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
+
+from core.config import OptimConfig
+from core.optim.adamw import adamw_update, decays, fold_bias_correction
+from core.optim.muon import muon_update, rms_match_scale, uses_muon
+
+STEP_KEY = "step"  # state_dict key of the number of updates taken so far (0-d int64 array)
+
+
+class _UpdateCell(nn.Cell):
+    """Holds the parameters and their optimizer states; ``construct`` applies one update to all of them.
+
+    Everything that differs between parameters (which rule, decay or not, Muon's RMS scale, which states) is a
+    Python constant here, so the loop in ``construct`` unrolls at trace time into straight-line graph code.
+    """
+
+    def __init__(self, params: list[Parameter], kinds: list[str], states: list[Parameter],
+                 slots: list[tuple[int, ...]], cfg: OptimConfig):
+        super().__init__()
+        self.params = ParameterTuple(params)
+        self.states = ParameterTuple(states)
+        self.kinds = tuple(kinds)
+        self.slots = tuple(slots)
+        self.decays = tuple(decays(p.shape) for p in params)
+        self.muon_wd = cfg.weight_decay
+        self.scales = tuple(rms_match_scale(p.shape) if k == "muon" else 1.0 for p, k in zip(params, kinds))
+        self.beta1, self.beta2 = cfg.beta1, cfg.beta2
+        self.momentum, self.ns_steps = cfg.momentum, cfg.ns_steps
+
+    def construct(self, grads, lr, adam_lr, adam_eps, adam_decay):
+        no_decay = adam_decay * 0.0  # the kernel takes its decay as a float32 Tensor
+        for i in range(len(self.params)):
+            slot = self.slots[i]
+            if self.kinds[i] == "muon":
+                wd = self.muon_wd if self.decays[i] else 0.0
+                muon_update(self.params[i], grads[i], self.states[slot[0]], lr, self.momentum, wd,
+                            self.scales[i], self.ns_steps)
+            else:
+                decay = adam_decay if self.decays[i] else no_decay
+                adamw_update(self.params[i], grads[i], self.states[slot[0]], self.states[slot[1]], adam_lr,
+                             adam_eps, decay, self.beta1, self.beta2)
+        return lr  # a compiled graph needs an output; the updates are side effects
+
+
+class Optimizer:
+    """AdamW, or Muon for hidden matrices plus AdamW for the rest, over a fixed list of named parameters.
+
+    ``route`` maps each parameter name to "adamw" or "muon". States are float32 and named
+    ``adamw.m.<param>``, ``adamw.v.<param>``, ``muon.momentum.<param>``; ``state_dict()`` adds ``step``.
+    """
+
+    def __init__(self, named_params: Sequence[tuple[str, Parameter]], cfg: OptimConfig, jit: bool = True):
+        seen: set[int] = set()
+        for name, p in named_params:
+            if id(p) in seen:  # a tied weight listed twice would be updated twice per step
+                raise ValueError(f"parameter {name!r} appears twice in named_params; list shared weights once")
+            seen.add(id(p))
+        self.cfg = cfg
+        self.names = [name for name, _ in named_params]
+        params = [p for _, p in named_params]
+        self.route = {name: ("muon" if cfg.name == "muon" and uses_muon(name, tuple(p.shape)) else "adamw")
+                      for name, p in named_params}
+        kinds = [self.route[name] for name in self.names]
+
+        self._state_names: list[str] = []
+        states: list[Parameter] = []
+        slots: list[tuple[int, ...]] = []
+        for name, p, kind in zip(self.names, params, kinds):
+            labels = ("muon.momentum",) if kind == "muon" else ("adamw.m", "adamw.v")
+            slots.append(tuple(range(len(states), len(states) + len(labels))))
+            for label in labels:
+                key = f"{label}.{name}"
+                self._state_names.append(key)
+                states.append(Parameter(Tensor(np.zeros(p.shape, np.float32)), name=key, requires_grad=False))
+        self._states = states
+        self._cell = _UpdateCell(params, kinds, states, slots, cfg)
+        self._update = ms.jit(self._cell.construct) if jit else self._cell.construct
+        self.step_count = 0
+
+    def step(self, grads: Sequence[Tensor], lr: float) -> None:
+        """Apply one update with learning rate ``lr``; ``grads`` in the order of ``named_params``."""
+        if len(grads) != len(self.names):
+            raise ValueError(f"got {len(grads)} gradients for {len(self.names)} parameters")
+        self.step_count += 1
+        # Scalars computed on the host in float64, passed as float32 Tensors: graph inputs, so no recompiles.
+        scalars = (lr, *fold_bias_correction(lr, self.step_count, self.cfg))
+        # mutable: the gradients are variables of the graph. A plain tuple of Tensors is taken as constants, so
+        # MindSpore warns (printing every gradient) and may recompile when their values change.
+        self._update(ms.mutable(tuple(grads)), *(Tensor(x, ms.float32) for x in scalars))
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Flat copies of every state plus ``step``: ready for a safetensors file."""
+        out = {key: state.asnumpy().copy() for key, state in zip(self._state_names, self._states)}
+        out[STEP_KEY] = np.array(self.step_count, dtype=np.int64)
+        return out
+
+    def load_state_dict(self, d: dict[str, np.ndarray]) -> None:
+        """Restore exactly what ``state_dict`` saved; refuses missing, unexpected or mis-shaped entries."""
+        expected = set(self._state_names) | {STEP_KEY}
+        missing, unexpected = expected - set(d), set(d) - expected
+        if missing or unexpected:
+            raise KeyError(f"optimizer state mismatch: missing {sorted(missing)[:5]}, "
+                           f"unexpected {sorted(unexpected)[:5]}")
+        for key, state in zip(self._state_names, self._states):
+            arr = np.asarray(d[key])
+            if tuple(arr.shape) != tuple(state.shape):
+                raise ValueError(f"{key}: saved shape {arr.shape} != parameter shape {tuple(state.shape)}")
+            # ops.assign copies into the Parameter's existing storage. set_data (and load_param_into_net, which
+            # uses it) swaps the storage, and a graph compiled earlier keeps updating the old one: measured.
+            ops.assign(state, Tensor(arr.astype(np.float32, copy=True)))
+        self.step_count = int(np.asarray(d[STEP_KEY]))
+
+
+def build_optimizer(named_params: Sequence[tuple[str, Parameter]], cfg: OptimConfig, jit: bool = True) -> Optimizer:
+    """The optimizer ``cfg.name`` asks for over ``named_params`` (see ``Optimizer``)."""
+    return Optimizer(named_params, cfg, jit=jit)
+
+
+__all__ = ["Optimizer", "build_optimizer", "STEP_KEY"]

@@ -1,0 +1,35 @@
+"""Process groups and the layouts built on them. The model knows nothing of this package.
+
+A rank is a worker process started by ``core.launch`` (or msrun) with MindSpore's dynamic-cluster environment
+(MS_ROLE=MS_WORKER, MS_NODE_ID, MS_WORKER_NUM, MS_SCHED_HOST/PORT). ``init_distributed`` joins the cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_worker(self) -> bool:
+        return self.world_size > 1
+
+
+def is_worker_process() -> bool:
+    """True inside a rank started by a supervisor or msrun (not the CLI that starts them)."""
+    return os.environ.get("MS_ROLE") == "MS_WORKER"
+
+
+def init_distributed() -> RankInfo:
+    """Join the cluster when this process is a worker; a single process needs no communication at all."""
+    if not is_worker_process():
+        return RankInfo()
+    from mindspore.communication import get_group_size, get_rank, init
+
+    init()
+    return RankInfo(rank=get_rank(), world_size=get_group_size())

@@ -1,0 +1,138 @@
+"""``python -m core.train [overrides]``: one bounded trial (DESIGN §3.2).
+
+    python -m core.train model=tiny trial.max_steps=20
+    python -m core.train model=small optim=muon parallel.dp_replicate=2 trial.dir=trials/manual/dp2
+
+Validates the config (exit 2 before any work), becomes the supervisor when the world size is above 1
+(``core.launch``), or trains on this rank: the loop in ``core.trainer``. Whatever happens, the trial directory
+gets ``trial_summary.json`` and the process exits with the code of DESIGN §3.3.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from core.config import ConfigError, TrainConfig, compose, load_config, to_dict
+from core.trial import Exit, TrialRecorder, Watchdog, classify, write_invalid_summary
+
+log = logging.getLogger("core.train")
+
+USAGE = """usage: python -m core.train [key=value | group=option ...]
+
+Groups: model=tiny|small|medium  optim=adamw|muon
+Examples:
+  python -m core.train model=tiny trial.max_steps=20
+  python -m core.train model=small parallel.dp_replicate=2 memory.limit_gb=4 trial.max_wall_time_sec=120
+Exit codes: 0 ok, 1 error, 2 invalid config, 10 oom, 11 compile error, 12 nan, 13 timeout.
+The composed default config follows; every key is documented in core/config.py.
+"""
+
+
+def _trial_dir(overrides: list[str]) -> tuple[Path, list[str]]:
+    """trial.dir from the overrides, or a new trials/manual/<timestamp> added to them (workers must share it)."""
+    for o in overrides:
+        if o.startswith("trial.dir="):
+            value = o.split("=", 1)[1]
+            if value not in ("", "null"):
+                return Path(value), overrides
+    path = Path("trials") / "manual" / time.strftime("%Y%m%d-%H%M%S")
+    return path, [*overrides, f"trial.dir={path}"]
+
+
+def _setup_logging(trial_dir: Path, to_file: bool) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stdout)]
+    if to_file:
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(trial_dir / "train.log"))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S",
+                        handlers=handlers, force=True)
+
+
+def _rank_from_env() -> tuple[int, int]:
+    """This process's rank as the supervisor (or msrun) assigned it; (0, 1) outside a cluster."""
+    from core.parallel import is_worker_process
+
+    if not is_worker_process():
+        return 0, 1
+    rank = int(os.environ.get("RANK_ID", os.environ.get("MS_NODE_ID", "0")))
+    return rank, int(os.environ["MS_WORKER_NUM"])
+
+
+def run_rank(cfg: TrainConfig, overrides: list[str], trial_dir: Path, started: float) -> int:
+    """Train on this rank and leave its summary; returns the exit code."""
+    from core import memory
+
+    rank, world = _rank_from_env()
+    rec = TrialRecorder(trial_dir=trial_dir, config=to_dict(cfg), overrides=overrides, started=started,
+                        rank=rank, world_size=world)
+    limit = None
+    if cfg.memory.limit_gb is not None and not memory.apply_device_memory_limit(cfg.memory.limit_gb, cfg.device):
+        limit = int(cfg.memory.limit_gb * memory.GiB)
+    wall = cfg.trial.max_wall_time_sec
+    deadline = None if wall is None else started + wall + cfg.trial.grace_sec
+    watchdog = Watchdog(on_fire=lambda code, reason: rec.finish(code, reason), limit_bytes=limit,
+                        hard_deadline=deadline)
+    watchdog.start()
+    exc: BaseException | None = None
+    try:
+        from core.trainer import Trainer
+
+        code, reason = Trainer(cfg, rec, limit_bytes=limit).run()
+    except BaseException as e:  # noqa: BLE001 — every end of a trial is classified and summarised
+        exc = e
+        code, reason = classify(e)
+        log.error("trial failed (%s): %s", code.name, reason)
+    watchdog.stop()
+    rec.finish(code, reason, exc)
+    return int(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    overrides = list(sys.argv[1:] if argv is None else argv)
+    if overrides and overrides[0] in ("-h", "--help"):
+        from omegaconf import OmegaConf
+
+        print(USAGE)
+        print(OmegaConf.to_yaml(compose([o for o in overrides[1:] if "=" in o])))
+        return 0
+    # Workers measure the wall budget from the supervisor's start, so the budget covers cluster start-up too.
+    started = float(os.environ.get("MSAR_TRIAL_START") or time.time())
+    trial_dir, overrides = _trial_dir(overrides)
+    try:
+        cfg = load_config(overrides)
+    except ConfigError as e:
+        write_invalid_summary(trial_dir, overrides, f"invalid config: {e}", e.field)
+        print(f"invalid config: {e}", file=sys.stderr)
+        return int(Exit.INVALID)
+
+    from core.parallel import is_worker_process
+
+    worker = is_worker_process()
+    rank, world = _rank_from_env()
+    _setup_logging(trial_dir, to_file=rank == 0 and not worker or world == 1)
+    if not worker:
+        from omegaconf import OmegaConf
+
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        (trial_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    if cfg.parallel.world_size > 1 and not worker:
+        from core.launch import supervise
+
+        log.info("supervisor: starting %d ranks, logs in %s/logs", cfg.parallel.world_size, trial_dir)
+        code = supervise(overrides, trial_dir, to_dict(cfg), cfg.parallel.world_size, started)
+        log.info("trial ended: exit %d, summary %s", code, trial_dir / "trial_summary.json")
+        return code
+    return run_rank(cfg, overrides, trial_dir, started)
+
+
+if __name__ == "__main__":
+    exit_code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # os._exit: after a failure inside MindSpore, sys.exit was seen to abort (134) in its atexit teardown.
+    os._exit(exit_code)

@@ -1,0 +1,236 @@
+"""The training loop of one rank: data -> GPT -> fused linear cross-entropy -> grads -> (all-reduce) -> clip ->
+optimizer, with the trial's budgets, NaN checks, validation and checkpoints.
+
+Determinism: the batch of step k is a pure function of (seed, k) and the weights of the seed, so the same seed
+gives the same losses, a resumed run continues exactly, and data-parallel ranks together see the single-process
+global batch (each takes its rows; gradients are averaged).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Optional
+
+import mindspore as ms
+import numpy as np
+from mindspore import Tensor, ops
+
+from core import checkpoint, memory
+from core.config import ConfigError, TrainConfig, to_dict
+from core.data import TokenDataset, default_corpus
+from core.loss import linear_cross_entropy
+from core.model import GPT, flops_per_token
+from core.optim import build_optimizer, clip_grad_norm_jit, lr_at
+from core.parallel import init_distributed
+from core.parallel.data_parallel import GradientAllReduce, all_reduce_mean_scalars
+from core.trial import Exit, NonFinite, OutOfMemory, TrialRecorder
+
+log = logging.getLogger("core.train")
+
+
+def matmul_flops_per_sec(n: int = 1024, repeats: int = 5) -> float:
+    """The framework's own fp32 matmul rate on this device, measured now: the peak that MFU is relative to."""
+    a = Tensor(np.random.default_rng(0).standard_normal((n, n), dtype=np.float32))
+    (a @ a).asnumpy()  # warm-up: kernel selection and allocation
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        (a @ a).asnumpy()
+        times.append(time.perf_counter() - t0)
+    return 2 * n**3 / float(np.median(times))
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, rec: TrialRecorder, limit_bytes: Optional[int] = None):
+        self.cfg, self.rec, self.limit_bytes = cfg, rec, limit_bytes
+        self.trial_dir = rec.trial_dir
+
+    # ---- setup -------------------------------------------------------------------------------------------
+    def _setup(self) -> None:
+        cfg = self.cfg
+        ms.set_device(cfg.device)
+        ms.set_seed(cfg.seed)
+        self.dist = init_distributed()
+        self.train_data, self.val_data = self._datasets()
+        self.model = GPT(cfg.model, seed=cfg.seed)
+        if cfg.memory.recompute == "full":
+            for block in self.model.layers:
+                block.recompute()
+        self.params = list(self.model.trainable_params())
+        self.optimizer = build_optimizer([(p.name, p) for p in self.params], cfg.optim)
+        self.rec.flops_per_token = flops_per_token(cfg.model, cfg.training.seq_len)
+        self.rec.estimated_memory_bytes = memory.estimate_memory_bytes(cfg)
+
+        grad_fn = ms.value_and_grad(self._loss, None, self.params)
+        self.grad_fn = ms.jit(grad_fn) if cfg.training.mode == "jit" else grad_fn
+        self.eval_fn = ms.jit(self._loss) if cfg.training.mode == "jit" else self._loss
+        self.accumulate = ms.jit(_add_grads)
+        self.all_reduce = (GradientAllReduce([tuple(p.shape) for p in self.params], self.dist.world_size)
+                           if self.dist.world_size > 1 else None)
+
+    def _datasets(self) -> tuple[TokenDataset, TokenDataset]:
+        d = self.cfg.data
+        if d.train_path is None:
+            train_path, val_path = default_corpus()
+        else:
+            train_path, val_path = Path(d.train_path), Path(d.val_path) if d.val_path else None
+        train = TokenDataset(train_path, dtype=d.token_dtype)
+        val = TokenDataset(val_path, dtype=d.token_dtype) if val_path else train
+        vocab = self.cfg.model.vocab_size
+        for ds in {id(train): train, id(val): val}.values():
+            if ds.max_token() >= vocab:
+                raise ConfigError("model.vocab_size", f"{vocab} is too small for {ds.path} (max token id "
+                                                      f"{ds.max_token()}); raise it or use a matching tokenizer")
+        return train, val
+
+    def _loss(self, inputs, targets):
+        hidden = self.model(inputs)                                      # (B, S, D)
+        B, S, D = hidden.shape
+        return linear_cross_entropy(hidden.reshape(B * S, D), self.model.head_weight(), targets.reshape(B * S))
+
+    # ---- the loop ----------------------------------------------------------------------------------------
+    def run(self) -> tuple[Exit, str]:
+        self._setup()
+        cfg, t = self.cfg, self.cfg.training
+        start_step = self._maybe_resume()
+        max_steps, wall = cfg.trial.max_steps, cfg.trial.max_wall_time_sec
+        tokens_per_step = t.global_batch_size * t.seq_len
+        metrics_file = open(self.trial_dir / "metrics.jsonl", "a") if self.dist.rank == 0 else None
+        step = start_step
+        try:
+            while max_steps is None or step < max_steps:
+                if wall is not None and time.time() - self.rec.started >= wall:
+                    if max_steps is None:
+                        break  # a wall-only budget, used in full: that is success
+                    return Exit.TIMEOUT, (f"timeout: wall budget trial.max_wall_time_sec={wall:g} ended at step "
+                                          f"{step}/{max_steps}; raise it or lower trial.max_steps")
+                t0 = time.perf_counter()
+                loss, grad_norm, lr = self._train_step(step)
+                dt = time.perf_counter() - t0
+                step += 1
+                self.rec.record_step(loss, grad_norm, tokens_per_step, dt)
+                self._check_memory()
+                if metrics_file and (step % t.log_interval == 0 or step == max_steps):
+                    self._log(metrics_file, {"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
+                                             "step_time_ms": dt * 1000, "tokens": self.rec.tokens,
+                                             "elapsed_sec": time.time() - self.rec.started,
+                                             "peak_memory_bytes": memory.peak_rss_bytes()})
+                if t.eval_interval and step % t.eval_interval == 0:
+                    self._evaluate(step, metrics_file)
+                if cfg.checkpoint.interval and step % cfg.checkpoint.interval == 0:
+                    self._save(step)
+            self._evaluate(step, metrics_file)
+            already_saved = cfg.checkpoint.interval and step % cfg.checkpoint.interval == 0
+            if cfg.checkpoint.at_end and not already_saved:
+                self._save(step)
+            self.rec.matmul_flops_per_sec = matmul_flops_per_sec()
+            if self.dist.world_size > 1:
+                all_reduce_mean_scalars([0.0], self.dist.world_size)  # barrier: nobody leaves a peer mid-collective
+        finally:
+            if metrics_file:
+                metrics_file.close()
+        return Exit.OK, f"ok: {step} steps, final loss {self.rec.losses[-1]:.4f}" if self.rec.losses else "ok"
+
+    def _train_step(self, step: int) -> tuple[float, float, float]:
+        cfg, t, dist = self.cfg, self.cfg.training, self.dist
+        rows = self.train_data.batch(step, t.global_batch_size, t.seq_len, cfg.seed, rank=dist.rank,
+                                     world_size=dist.world_size)                 # (G / world, S + 1)
+        accum = cfg.grad_accum_steps
+        grads, loss_sum = None, 0.0
+        for i in range(accum):
+            mb = rows[i * t.micro_batch_size:(i + 1) * t.micro_batch_size]   # (m, S + 1)
+            loss, g = self.grad_fn(Tensor(mb[:, :-1]), Tensor(mb[:, 1:]))
+            loss_sum += float(loss.asnumpy())
+            grads = g if grads is None else self.accumulate(ms.mutable(grads), ms.mutable(g))
+        if accum > 1:
+            grads = _scale_grads(ms.mutable(grads), 1.0 / accum)
+        if self.all_reduce is not None:
+            grads = self.all_reduce(grads)
+        # mutable: a jit function given a plain tuple of Tensors treats it as a constant and recompiles each step
+        grads, norm = clip_grad_norm_jit(ms.mutable(tuple(grads)), cfg.optim.grad_clip)
+        loss_value = loss_sum / accum
+        if dist.world_size > 1:  # every rank must take the same decision on NaN
+            loss_value = all_reduce_mean_scalars([loss_value], dist.world_size)[0]
+        norm_value = float(norm.asnumpy())
+        if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
+            raise NonFinite(f"nan: loss {loss_value} / grad norm {norm_value} at step {step + 1}; lower optim.lr "
+                            f"(now {cfg.optim.lr:g}), raise optim.warmup_steps or keep optim.grad_clip on")
+        lr = lr_at(step, cfg.optim, cfg.trial.max_steps)
+        self.optimizer.step(grads, lr)
+        return loss_value, norm_value, lr
+
+    def _check_memory(self) -> None:
+        """A peak that came and went between two watchdog polls still counts (VmHWM is a high-water mark)."""
+        peak = memory.peak_rss_bytes()
+        if self.limit_bytes is not None and peak is not None and peak > self.limit_bytes:
+            raise OutOfMemory(f"out of memory: rank peak {peak / 2**20:.0f} MiB passed memory.limit_gb="
+                              f"{self.limit_bytes / memory.GiB:g}; lower training.micro_batch_size, enable "
+                              "memory.recompute or raise the limit")
+
+    def _evaluate(self, step: int, metrics_file) -> None:
+        t, dist = self.cfg.training, self.dist
+        batches = self.val_data.eval_batches(t.eval_batches, t.micro_batch_size * dist.world_size, t.seq_len,
+                                             rank=dist.rank, world_size=dist.world_size)  # (n, m, S + 1)
+        losses = [float(self.eval_fn(Tensor(b[:, :-1]), Tensor(b[:, 1:])).asnumpy()) for b in batches]
+        value = float(np.mean(losses))
+        if dist.world_size > 1:
+            value = all_reduce_mean_scalars([value], dist.world_size)[0]
+        self.rec.val_loss = value
+        if metrics_file:
+            self._log(metrics_file, {"step": step, "val_loss": value})
+
+    @staticmethod
+    def _log(metrics_file, row: dict) -> None:
+        metrics_file.write(json.dumps(row) + "\n")
+        metrics_file.flush()
+        if "loss" in row:
+            log.info("step %d  loss %.4f  lr %.2e  grad_norm %.3f  %.0f ms", row["step"], row["loss"], row["lr"],
+                     row["grad_norm"], row["step_time_ms"])
+        else:
+            log.info("step %d  val_loss %.4f", row["step"], row["val_loss"])
+
+    # ---- checkpoints -------------------------------------------------------------------------------------
+    def _save(self, step: int) -> None:
+        if self.dist.rank != 0:  # replicas hold identical weights and optimizer state
+            return
+        tensors = {f"model.{p.name}": p.asnumpy() for p in self.params}
+        tensors.update({f"optim.{k}": v for k, v in self.optimizer.state_dict().items()})
+        meta = {"step": step, "data_position": step, "seed": self.cfg.seed, "tokens": self.rec.tokens,
+                "rng": {"data": "numpy default_rng([seed, step])", "init": "numpy default_rng([seed, name])"},
+                "config": to_dict(self.cfg)}
+        path = checkpoint.save_checkpoint(self.trial_dir / "checkpoints", step, tensors, meta,
+                                          keep=self.cfg.checkpoint.keep)
+        log.info("checkpoint: %s", path)
+
+    def _maybe_resume(self) -> int:
+        resume = self.cfg.checkpoint.resume
+        if resume is None:
+            return 0
+        path = checkpoint.latest_checkpoint(self.trial_dir / "checkpoints") if resume == "auto" else Path(resume)
+        if path is None:
+            log.info("checkpoint.resume=auto: no checkpoint in %s yet, starting from step 0", self.trial_dir)
+            return 0
+        tensors, meta = checkpoint.load_checkpoint(path)
+        for p in self.params:
+            key = f"model.{p.name}"
+            if key not in tensors or tuple(tensors[key].shape) != tuple(p.shape):
+                raise ConfigError("checkpoint.resume", f"{path} does not match this model at {p.name}; resume "
+                                                       "with the model config it was written with")
+            ops.assign(p, Tensor(tensors[key]))  # not set_data: that would detach p from a compiled graph
+        self.optimizer.load_state_dict({k[len("optim."):]: v for k, v in tensors.items() if k.startswith("optim.")})
+        self.rec.steps, self.rec.tokens = meta["step"], meta.get("tokens", 0)
+        log.info("resumed from %s at step %d", path, meta["step"])
+        return int(meta["step"])
+
+
+def _add_grads(acc, grads):
+    return tuple(a + g for a, g in zip(acc, grads))
+
+
+@ms.jit
+def _scale_grads(grads, factor):
+    return tuple(g * factor for g in grads)

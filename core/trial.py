@@ -1,0 +1,290 @@
+"""The trial contract (DESIGN §3.3–3.4): exit codes, failure classification, the summary, the watchdog.
+
+Every trial that started leaves ``trial_summary.json`` (written atomically: temp file + rename) whatever its
+end, and exits with a code the agent learns from. A worker rank writes the same document as
+``ranks/rank_<r>.json``; the supervisor (``core.launch``) merges those into the trial's summary.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import IntEnum
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from core import memory
+
+SCHEMA = "mindspore-autoresearch/trial_summary/v1"
+
+
+class Exit(IntEnum):
+    OK = 0
+    ERROR = 1
+    INVALID = 2
+    OOM = 10
+    COMPILE_ERROR = 11
+    NAN = 12
+    TIMEOUT = 13
+
+
+STATUS = {Exit.OK: "ok", Exit.ERROR: "error", Exit.INVALID: "invalid", Exit.OOM: "oom",
+          Exit.COMPILE_ERROR: "compile_error", Exit.NAN: "nan", Exit.TIMEOUT: "timeout"}
+
+# When ranks disagree, a classified failure is the cause and the others' errors its consequence (DESIGN §3.3).
+PRIORITY = (Exit.OOM, Exit.COMPILE_ERROR, Exit.NAN, Exit.INVALID, Exit.TIMEOUT, Exit.ERROR, Exit.OK)
+
+
+class TrialFailure(Exception):
+    """A classified end of a trial, raised from the training loop."""
+
+    code = Exit.ERROR
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class OutOfMemory(TrialFailure):
+    code = Exit.OOM
+
+
+class NonFinite(TrialFailure):
+    code = Exit.NAN
+
+
+class CompileError(TrialFailure):
+    code = Exit.COMPILE_ERROR
+
+
+# MindSpore reports allocation failure in many words: its Ascend allocator ("Out of Memory", "Malloc ...
+# failed") and, on a host under an address-space limit, "Allocate memory failed" or std::bad_alloc.
+_OOM = re.compile(r"out of memory|malloc\b.*\bfail|allocate memory failed|bad_alloc|memory is not enough"
+                  r"|MemoryError", re.IGNORECASE)
+# Graph compilation under mindspore.jit, or kernel selection (an op with no kernel for this device/dtype).
+_COMPILE = re.compile(r"kernel \S+ (is )?unregistered|select kernel|unsupported data type|"
+                      r"failed to compile|compile graph|graph compil|Parse.*(graph|function)|"
+                      r"not supported in graph mode|analyze_fail\.ir|jit.*syntax", re.IGNORECASE)
+
+
+def classify(exc: BaseException) -> tuple[Exit, str]:
+    """Map an exception to an exit code and a one-line reason a person can act on."""
+    from core.config import ConfigError
+
+    if isinstance(exc, TrialFailure):
+        return exc.code, exc.reason
+    if isinstance(exc, ConfigError):
+        return Exit.INVALID, str(exc)
+    text = f"{type(exc).__name__}: {exc}"
+    first = _first_line(text)
+    if isinstance(exc, MemoryError) or _OOM.search(text):
+        return Exit.OOM, f"out of memory: {first}"
+    if _COMPILE.search(text):
+        return Exit.COMPILE_ERROR, f"compile/kernel selection failed: {first}"
+    return Exit.ERROR, first
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not set(line) <= set("-="):
+            return line[:limit]
+    return text[:limit]
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, default=_json_default)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _json_default(obj: Any):
+    if hasattr(obj, "item"):
+        return obj.item()
+    return str(obj)
+
+
+def _finite_or_none(x: Optional[float]) -> Optional[float]:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def versions() -> dict:
+    from importlib import metadata
+
+    def version(dist: str) -> Optional[str]:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"mindspore": version("mindspore"), "python": sys.version.split()[0],
+            "project": version("mindspore-autoresearch")}
+
+
+@dataclass
+class TrialRecorder:
+    """What one rank has done so far; turns into the summary at the end (or from the watchdog, mid-step)."""
+
+    trial_dir: Path
+    config: dict
+    overrides: list[str]
+    started: float                       # wall-clock start of the trial (the supervisor's, for workers)
+    rank: int = 0
+    world_size: int = 1
+    steps: int = 0
+    tokens: int = 0
+    losses: list[float] = field(default_factory=list)
+    step_times: list[float] = field(default_factory=list)
+    val_loss: Optional[float] = None
+    grad_norm_last: Optional[float] = None
+    startup_sec: Optional[float] = None
+    estimated_memory_bytes: Optional[int] = None
+    matmul_flops_per_sec: Optional[float] = None
+    flops_per_token: Optional[float] = None
+    started_at: str = field(default_factory=utc_now)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _written: bool = False
+
+    def record_step(self, loss: float, grad_norm: float, tokens: int, seconds: float) -> None:
+        self.steps += 1
+        self.tokens += tokens
+        self.losses.append(loss)
+        self.grad_norm_last = grad_norm
+        self.step_times.append(seconds)
+        if self.startup_sec is None:
+            self.startup_sec = time.time() - self.started
+
+    def metrics(self) -> dict:
+        # The first step carries graph compilation; it is startup, not throughput.
+        steady = self.step_times[1:] or self.step_times
+        median = statistics.median(steady) if steady else None
+        tokens_per_step = self.tokens / self.steps if self.steps else None
+        tps = tokens_per_step / median if median and tokens_per_step else None
+        mfu = None
+        if tps and self.flops_per_token and self.matmul_flops_per_sec:
+            mfu = tps * self.flops_per_token / (self.matmul_flops_per_sec * self.world_size)
+        finite = [x for x in self.losses if math.isfinite(x)]
+        peak = memory.peak_rss_bytes()
+        return {
+            "tokens_per_sec": tps,
+            "step_time_ms_median": None if median is None else median * 1000,
+            "mfu": mfu,
+            "final_loss": _finite_or_none(self.losses[-1]) if self.losses else None,
+            "min_loss": min(finite) if finite else None,
+            "val_loss": _finite_or_none(self.val_loss),
+            "grad_norm_last": _finite_or_none(self.grad_norm_last),
+            "peak_memory_bytes": peak,
+            "peak_memory_bytes_per_rank": [peak],
+            "estimated_memory_bytes": self.estimated_memory_bytes,
+            "matmul_flops_per_sec": self.matmul_flops_per_sec,
+        }
+
+    def summary(self, code: Exit, reason: str, error: Optional[dict] = None) -> dict:
+        cfg = self.config
+        par = cfg.get("parallel", {})
+        trial = cfg.get("trial", {})
+        layout = {"world_size": self.world_size}
+        layout.update({k: par.get(k, 1) for k in ("dp_replicate", "dp_shard", "tp", "pp", "cp", "ep")})
+        return {
+            "schema": SCHEMA,
+            "status": STATUS[Exit(code)],
+            "exit_code": int(code),
+            "reason": reason,
+            "error": error,
+            "steps": self.steps,
+            "max_steps": trial.get("max_steps"),
+            "tokens": self.tokens,
+            "wall_time_sec": round(time.time() - self.started, 3),
+            "startup_sec": None if self.startup_sec is None else round(self.startup_sec, 3),
+            "metrics": self.metrics(),
+            "layout": layout,
+            "config": cfg,
+            "overrides": self.overrides,
+            "seed": cfg.get("seed"),
+            "versions": versions(),
+            "started_at": self.started_at,
+            "ended_at": utc_now(),
+        }
+
+    @property
+    def path(self) -> Path:
+        if self.world_size > 1:
+            return self.trial_dir / "ranks" / f"rank_{self.rank}.json"
+        return self.trial_dir / "trial_summary.json"
+
+    def finish(self, code: Exit, reason: str, exc: Optional[BaseException] = None) -> dict:
+        """Write this rank's summary once (the watchdog and the main thread may race to it)."""
+        error = None
+        if code != Exit.OK:
+            error = {"type": type(exc).__name__ if exc else STATUS[Exit(code)], "message": reason,
+                     "rank": self.rank}
+            if exc is not None and not isinstance(exc, TrialFailure):
+                error["traceback"] = "".join(traceback.format_exception(exc))[-4000:]
+        with self._lock:
+            summary = self.summary(code, reason, error)
+            if not self._written:
+                write_json_atomic(self.path, summary)
+                self._written = True
+        return summary
+
+
+def write_invalid_summary(trial_dir: Path, overrides: list[str], reason: str, field_name: str) -> dict:
+    """An invalid config still leaves a summary: no compute spent, the field and the fix named."""
+    rec = TrialRecorder(trial_dir=trial_dir, config={}, overrides=overrides, started=time.time())
+    summary = rec.summary(Exit.INVALID, reason, {"type": "ConfigError", "message": reason, "rank": None,
+                                                 "field": field_name})
+    summary["metrics"]["peak_memory_bytes"] = None
+    summary["metrics"]["peak_memory_bytes_per_rank"] = []
+    write_json_atomic(trial_dir / "trial_summary.json", summary)
+    return summary
+
+
+class Watchdog(threading.Thread):
+    """Ends this rank from the side when the main thread cannot: memory over budget (exit 10) or the run
+    still alive ``grace`` seconds after its wall budget (exit 13, a hung step or a stuck collective)."""
+
+    def __init__(self, on_fire: Callable[[Exit, str], None], limit_bytes: Optional[int] = None,
+                 hard_deadline: Optional[float] = None, interval: float = 0.02):
+        super().__init__(name="trial-watchdog", daemon=True)
+        self.on_fire, self.limit_bytes, self.hard_deadline, self.interval = on_fire, limit_bytes, hard_deadline, interval
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval):
+            if self.limit_bytes is not None:
+                rss = memory.current_rss_bytes()
+                if rss is not None and rss > self.limit_bytes:
+                    self._fire(Exit.OOM, f"out of memory: rank RSS {rss / 2**20:.0f} MiB passed "
+                                         f"memory.limit_gb={self.limit_bytes / memory.GiB:g}; lower "
+                                         "training.micro_batch_size, enable memory.recompute or raise the limit")
+                    return
+            if self.hard_deadline is not None and time.time() > self.hard_deadline:
+                self._fire(Exit.TIMEOUT, "timeout: the run was still going past its wall budget plus grace "
+                                         "(a hung step or collective); killed")
+                return
+
+    def _fire(self, code: Exit, reason: str) -> None:
+        try:
+            self.on_fire(code, reason)
+        finally:
+            os._exit(int(code))
+
+    def stop(self) -> None:
+        self._stop_event.set()

@@ -1,0 +1,245 @@
+"""The agent end to end on the fake trial: proposers, study contents, learning from failures, stop conditions."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from autoresearch import agent, storage
+from autoresearch.loop import AgentOptions, StudyLoop
+from autoresearch.proposers import Proposal, Proposer
+
+FAKE = shlex.join([sys.executable, str(Path(__file__).resolve().parents[1] / "fake_trial.py")])
+ESTIMATOR = "tests.fake_trial:estimate_memory_bytes"
+MBS, REC = "training.micro_batch_size", "memory.recompute"
+
+
+def space_file(tmp_path, name="fake", fixed=None, params=None, constraints=(), direction="maximize",
+               metric="tokens_per_sec"):
+    doc = {"name": name, "description": "fake trials", "objective": {"metric": metric, "direction": direction},
+           "world_size": 1, "fixed": {"training.seq_len": 256, "fake.sleep": 0.0, **(fixed or {})},
+           "params": params or {
+               MBS: {"type": "choice", "values": [8, 16, 32, 64], "memory": "up", "nan": "none"},
+               REC: {"type": "choice", "values": ["full", "none"], "memory": "up", "nan": "none"},
+               "optim.lr": {"type": "choice", "values": [0.001, 0.1], "memory": "none", "nan": "up"}},
+           "constraints": list(constraints), "budget": {"trials": 100}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def run_agent(tmp_path, space, *args, estimator="none"):
+    argv = ["--space", str(space), "--trials-dir", str(tmp_path / "trials"), "--command", FAKE,
+            "--estimator", estimator, "--seed", "0", *args]
+    return agent.main(argv)
+
+
+def load(tmp_path, name="fake"):
+    url = f"sqlite:///{tmp_path / 'trials' / name / 'study.db'}"
+    return optuna.load_study(study_name=name, storage=url)
+
+
+def in_region(params, region):
+    return params[MBS] >= region[MBS] and ["full", "none"].index(params[REC]) >= ["full", "none"].index(region[REC])
+
+
+def test_auto_proposer_says_which_and_why(monkeypatch):
+    assert agent.resolve_proposer("auto", {}) == ("tpe", "ANTHROPIC_API_KEY not set; Claude disabled")
+    assert agent.resolve_proposer("auto", {"ANTHROPIC_API_KEY": "k"})[0] == "hybrid"
+    assert agent.resolve_proposer("random", {}) == ("random", "requested with --proposer")
+    with pytest.raises(SystemExit, match="ANTHROPIC_API_KEY"):
+        agent.resolve_proposer("claude", {})
+    with pytest.raises(SystemExit):
+        agent.parse_args(["--space", "x.yaml", "--workers", "2"])
+
+
+def test_tpe_study_records_every_trial(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    space = space_file(tmp_path)
+    assert run_agent(tmp_path, space, "--trials", "8") == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "proposer: tpe (ANTHROPIC_API_KEY not set; Claude disabled)"
+    assert "best: trial" in out and "| number | status |" in out
+    study = load(tmp_path)
+    assert study.user_attrs["space"] == "fake" and study.direction.name == "MAXIMIZE"
+    assert storage.finished_count(study) == 8
+    for t in study.trials:
+        assert t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        assert t.user_attrs["proposer"] == "tpe" and t.user_attrs["status"]
+        assert set(t.constraints) == set(storage.CONSTRAINT_KEYS)
+        if t.state == TrialState.COMPLETE:
+            assert Path(t.user_attrs["trial_dir"]).name == f"{t.number:04d}"
+            assert (Path(t.user_attrs["trial_dir"]) / "trial_summary.json").exists()
+            assert t.user_attrs["exit_code"] in (0, 10, 12)
+        if t.user_attrs["status"] == "ok":
+            assert t.value == t.user_attrs["objective"] and max(t.constraints.values()) == 0
+        elif t.user_attrs["status"] in storage.FAILURE_KINDS:  # typed failure: COMPLETE + violated constraint
+            assert t.constraints[t.user_attrs["status"]] == 1.0 and t.user_attrs["objective"] is None
+    csv = pd.read_csv(tmp_path / "trials" / "fake" / "trials.csv")
+    assert sorted(csv["number"]) == [t.number for t in study.trials]
+    best = storage.best_trial(study)
+    assert best.user_attrs["status"] == "ok" and study.best_trial.number == best.number
+
+
+def test_typed_failures_are_complete_and_infeasible_and_best_ignores_them(tmp_path):
+    # lr 0.1 diverges (nan); mbs 64/none runs out of memory; grid order makes both happen.
+    space = space_file(tmp_path)
+    assert run_agent(tmp_path, space, "--proposer", "grid", "--no-learn") == 0
+    study = load(tmp_path)
+    by_status = {}
+    for t in study.trials:
+        by_status.setdefault(t.user_attrs["status"], []).append(t)
+    assert {"ok", "nan", "oom"} <= set(by_status)
+    ok_values = [t.value for t in by_status["ok"]]
+    for t in by_status["nan"] + by_status["oom"]:
+        assert t.state == TrialState.COMPLETE
+        assert t.user_attrs["failure_kind"] == t.user_attrs["status"]
+        assert t.value >= min(ok_values) or t.value == float("-inf")  # never better than the worst ok
+    assert study.best_value == max(ok_values)  # Optuna's own best skips infeasible trials
+    assert len(study.trials) == 16  # every grid point once, then the grid is exhausted
+
+
+def test_after_the_first_oom_no_dominated_proposal_runs(tmp_path, capsys):
+    space = space_file(tmp_path)
+    assert run_agent(tmp_path, space, "--proposer", "grid") == 0
+    assert "all 16 grid points have been tried" in capsys.readouterr().out
+    trials = load(tmp_path).trials
+    ooms = [t for t in trials if t.user_attrs["status"] == "oom"]
+    nans = [t for t in trials if t.user_attrs["status"] == "nan"]
+    assert len(ooms) == 1 and len(nans) == 1  # each lesson paid for once
+    first = ooms[0]
+    later = [t for t in trials if t.number > first.number and in_region(t.params, first.params)]
+    assert later, "the grid goes on into the dominated region"
+    for t in later:
+        assert t.state == TrialState.PRUNED and "dominated by OOM" in t.user_attrs["reason"]
+        assert t.constraints["oom"] == 1.0
+    for t in trials:
+        if t.number > nans[0].number and t.params["optim.lr"] >= 0.1:
+            assert t.user_attrs["status"] in ("pruned", "oom") and t.state != TrialState.COMPLETE or \
+                t.user_attrs["status"] == "oom"
+
+
+def test_memory_gate_prunes_before_any_oom(tmp_path):
+    space = space_file(tmp_path, fixed={"memory.limit_gb": 1.0})
+    assert run_agent(tmp_path, space, "--proposer", "grid", estimator=ESTIMATOR) == 0
+    trials = load(tmp_path).trials
+    assert not [t for t in trials if t.user_attrs["status"] == "oom"]
+    gated = [t for t in trials if "predicted peak memory" in t.user_attrs.get("reason", "")]
+    assert gated and all(t.state == TrialState.PRUNED and t.constraints["oom"] == 1.0 for t in gated)
+    assert all(t.user_attrs["predicted_memory_bytes"] > 2**30 for t in gated)
+    ran = [t for t in trials if t.user_attrs["status"] == "ok"]
+    assert all(t.user_attrs["predicted_memory_bytes"] <= 2**30 for t in ran)
+
+
+def test_random_proposer_and_space_rejections_do_not_count(tmp_path):
+    space = space_file(tmp_path, constraints=[f"{MBS} <= 16"])
+    assert run_agent(tmp_path, space, "--proposer", "random", "--trials", "6", "--no-learn") == 0
+    study = load(tmp_path)
+    rejected = [t for t in study.trials if t.user_attrs["status"] == "rejected"]
+    assert rejected, "random sampling over mbs 8..64 hits mbs > 16"
+    assert all(t.state == TrialState.PRUNED and t.constraints["space"] == 1.0 for t in rejected)
+    assert all("constraint violated" in t.user_attrs["reason"] for t in rejected)
+    assert storage.finished_count(study) == 6 == len(study.trials) - len(rejected)
+    assert {t.user_attrs["proposer"] for t in study.trials} == {"random"}
+
+
+def test_grid_resume_goes_on_and_stops_when_exhausted(tmp_path, capsys):
+    space = space_file(tmp_path)
+    assert run_agent(tmp_path, space, "--proposer", "grid", "--trials", "5") == 0
+    assert storage.finished_count(load(tmp_path)) == 5
+    assert run_agent(tmp_path, space, "--proposer", "grid", "--trials", "100") == 0
+    study = load(tmp_path)
+    assert len(study.trials) == 16
+    assert len({tuple(sorted(t.params.items())) for t in study.trials}) == 16  # no point twice
+    capsys.readouterr()
+    assert run_agent(tmp_path, space, "--proposer", "grid", "--trials", "100") == 0
+    assert len(load(tmp_path).trials) == 16 and "grid points have been tried" in capsys.readouterr().out
+
+
+def test_patience_stops_after_trials_without_improvement(tmp_path, capsys):
+    # Grid order runs the best config (mbs 16, none, lr 0.001) early; everything after is worse or pruned.
+    space = space_file(tmp_path)
+    assert run_agent(tmp_path, space, "--proposer", "grid", "--patience", "2", "--no-learn") == 0
+    assert "without improving the best (--patience 2)" in capsys.readouterr().out
+    study = load(tmp_path)
+    best = storage.best_trial(study)
+    ran_after = [t for t in study.trials if t.number > best.number and t.user_attrs["status"] != "pruned"]
+    assert len(ran_after) == 2
+
+
+def test_errors_fail_and_the_agent_gives_up_after_max_errors(tmp_path):
+    space = space_file(tmp_path, fixed={"fake.error": True})
+    assert run_agent(tmp_path, space, "--trials", "10", "--max-errors", "3") == 1
+    study = load(tmp_path)
+    assert [t.state for t in study.trials] == [TrialState.FAIL] * 3
+    assert all(t.user_attrs["status"] == "error" and t.user_attrs["exit_code"] == 1 for t in study.trials)
+    assert storage.finished_count(study) == 0
+
+
+class ScriptedProposer(Proposer):
+    """Proposes from a list (None entries defer to TPE) and pretends each call cost $0.01."""
+
+    name = "scripted"
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.last_usage = None
+        self.contexts = []
+
+    def propose(self, study, ctx):
+        self.contexts.append(ctx)
+        self.last_usage = {"input_tokens": 100, "output_tokens": 10, "cost_usd": 0.01, "calls": 1}
+        params = self.script.pop(0) if self.script else None
+        return None if params is None else Proposal(params, "scripted", rationale="because", usage=self.last_usage)
+
+
+def test_enqueued_proposals_invalid_ones_and_the_cost_ledger(tmp_path):
+    space = space_file(tmp_path)
+    opts = AgentOptions(space=str(space), proposer="tpe", trials=4, trials_dir=str(tmp_path / "trials"),
+                        command=shlex.split(FAKE), estimator=None, max_cost=0.035, seed=0, progress=False)
+    loop = StudyLoop(opts, "tpe")
+    loop.proposer = ScriptedProposer([
+        {MBS: 16, REC: "none", "optim.lr": 0.001},
+        {MBS: 12, REC: "none", "optim.lr": 0.001},  # not a choice: ignored, TPE picks this trial
+        None,
+        {MBS: 8, REC: "full", "optim.lr": 0.001}])
+    assert loop.run() == 0
+    study = load(tmp_path)
+    t0, t1, t2, t3 = study.trials[:4]
+    assert (t0.params, t0.user_attrs["proposer"], t0.user_attrs["rationale"]) == \
+        ({MBS: 16, REC: "none", "optim.lr": 0.001}, "scripted", "because")
+    assert t1.user_attrs["proposer"] == "tpe" and t2.user_attrs["proposer"] == "tpe"
+    assert all(t.user_attrs["llm_usage"]["cost_usd"] == 0.01 for t in (t0, t1, t2, t3))
+    assert len(study.trials) == 4 and storage.llm_cost(study) == pytest.approx(0.04)  # stopped at max-cost
+    ctx = loop.proposer.contexts[1]
+    assert [r["number"] for r in ctx.table] == [0]
+    assert ctx.check({MBS: 16, REC: "none", "optim.lr": 0.001}).startswith("duplicate of trial 0")
+    assert "not among" in ctx.check({MBS: 12, REC: "none", "optim.lr": 0.001}) or \
+        ctx.check({MBS: 12, REC: "none", "optim.lr": 0.001})
+    assert ctx.check({MBS: 8, REC: "none", "optim.lr": 0.001}) is None
+
+
+def test_tpe_with_typed_constraints_avoids_the_oom_region(tmp_path):
+    """Same budget and seed: TPE, told OOMs as infeasible, proposes the OOM region far less than random."""
+    params = {MBS: {"type": "choice", "values": [4, 8, 16, 32, 64, 128], "memory": "up"},
+              REC: {"type": "choice", "values": ["full", "none"], "memory": "up"},
+              "optim.lr": {"type": "float", "low": 1e-4, "high": 3e-2, "log": True, "memory": "none"}}
+    counts = {}
+    for proposer in ("tpe", "random"):
+        space = space_file(tmp_path, name=proposer, params=params)
+        assert run_agent(tmp_path, space, "--proposer", proposer, "--trials", "40", "--no-learn") == 0
+        trials = load(tmp_path, proposer).trials
+        oom = [(t.params[MBS] >= 32 and t.params[REC] == "none") or t.params[MBS] >= 128 for t in trials]
+        assert any(oom), "both must meet the OOM region to learn from it"
+        half = oom[len(oom) // 2:]
+        counts[proposer] = sum(half) / len(half)
+    assert counts["tpe"] <= 0.1
+    assert counts["random"] >= 0.2
+    assert counts["random"] >= 3 * counts["tpe"]

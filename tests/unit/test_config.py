@@ -1,0 +1,50 @@
+"""Config composition and validation: every rejection names the field and says the fix, before any work."""
+
+import pytest
+
+from core.config import ConfigError, TrainConfig, from_container, load_config, to_dict
+
+
+def test_defaults_compose_into_dataclasses():
+    cfg = load_config([])
+    assert isinstance(cfg, TrainConfig)
+    assert (cfg.model.name, cfg.optim.name, cfg.parallel.world_size, cfg.grad_accum_steps) == ("tiny", "adamw", 1, 1)
+
+
+def test_groups_and_overrides():
+    cfg = load_config(["model=small", "optim=muon", "optim.lr=0.01", "training.micro_batch_size=2",
+                       "parallel.dp_replicate=2"])
+    assert cfg.model.d_model == 256 and cfg.model.vocab_size == 4096
+    assert cfg.optim.name == "muon" and cfg.optim.lr == 0.01
+    assert cfg.parallel.world_size == 2 and cfg.grad_accum_steps == 8 // (2 * 2)
+
+
+def test_resolved_config_round_trips():
+    cfg = load_config(["model=medium", "memory.limit_gb=4"])
+    assert from_container(to_dict(cfg)) == cfg
+
+
+@pytest.mark.parametrize("overrides, field, fix", [
+    (["model.not_a_key=1"], "model.not_a_key", "spelling"),
+    (["+extra=1"], "extra", "not in"),
+    (["model=huge"], "model", "tiny"),
+    (["optim.lr=abc"], "optim.lr", "Float"),
+    (["optim.lr=-1"], "optim.lr", "> 0"),
+    (["optim.name=sgd"], "optim.name", "adamw or muon"),
+    (["model.n_heads=3"], "model.d_model", "divisible"),
+    (["model.n_kv_heads=3"], "model.n_kv_heads", "divide"),
+    (["training.micro_batch_size=3"], "training.global_batch_size", "multiple"),
+    (["parallel.dp_replicate=3"], "training.global_batch_size", "multiple"),
+    (["training.seq_len=1024"], "training.seq_len", "max_seq_len"),
+    (["parallel.tp=2"], "parallel.tp", "parallel.tp=1"),
+    (["memory.limit_gb=0"], "memory.limit_gb", "> 0"),
+    (["trial.max_steps=null"], "trial.max_steps", "budget"),
+    (["memory.recompute=some"], "memory.recompute", "none or full"),
+    (["training.mode=graph"], "training.mode", "jit or pynative"),
+    (["checkpoint.interval=50", "trial.max_steps=10"], "checkpoint.interval", "longer"),
+])
+def test_rejections_name_the_field_and_the_fix(overrides, field, fix):
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides)
+    assert info.value.field == field
+    assert fix in str(info.value)
