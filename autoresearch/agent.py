@@ -21,6 +21,7 @@ import signal
 import sys
 
 from autoresearch.loop import AgentOptions, StudyLoop
+from autoresearch.space import SpaceError
 
 PROPOSERS = ("auto", "claude", "tpe", "hybrid", "random", "grid")
 
@@ -95,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return StudyLoop(opts, name).run()
+    except SpaceError as exc:  # a malformed space file: say where and why, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     finally:
         signal.signal(signal.SIGTERM, previous)
 

@@ -6,7 +6,9 @@
     python -m autoresearch.report --storage postgresql://... --study NAME
 
 Rows are sorted by objective, best first for the study's direction; trials without an objective (failures,
-pruned proposals) follow in trial order. Markdown is formatted here (no ``tabulate`` dependency).
+pruned proposals) follow in trial order. Markdown is formatted here (no ``tabulate`` dependency). Reading the
+CSV back with pandas: ``pd.read_csv(f, keep_default_na=False, na_values=[""])``, or the status ``nan`` reads as
+a missing value.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ LEAD = ["number", "status", "exit_code"]
 TAIL = ["objective", "peak_mem_mib", "wall_time_sec", "proposer", "reason"]
 
 
-def open_study(path: str | Path | None = None, storage: str | None = None, study: str | None = None) -> optuna.Study:
+def load_study(path: str | Path | None = None, storage: str | None = None, study: str | None = None) -> optuna.Study:
     """The study in ``<path>/study.db`` (the agent's default), or ``study`` in ``storage``."""
     if storage is None:
         if path is None:
@@ -110,9 +112,9 @@ def plot(study: optuna.Study, out_dir: str | Path) -> list[Path]:
     if len(ok):
         best = ok["objective"].cummax() if maximize else ok["objective"].cummin()
         ax.step(ok["number"], best, where="post", color="C1", label="best so far")
+        floor = ok["objective"].min() if maximize else ok["objective"].max()
         for _, row in failed.iterrows():  # failures sit on the worst value, labelled by what went wrong
-            ax.annotate(str(row["status"]), (row["number"], ok["objective"].min() if maximize else
-                                             ok["objective"].max()), color="C3", fontsize=7, rotation=90)
+            ax.annotate(str(row["status"]), (row["number"], floor), color="C3", fontsize=7, rotation=90)
     ax.set_xlabel("trial")
     ax.set_ylabel(metric)
     ax.set_title(f"{study.study_name}: {metric} per trial ({'max' if maximize else 'min'}imize; "
@@ -124,21 +126,27 @@ def plot(study: optuna.Study, out_dir: str | Path) -> list[Path]:
     dists = {}
     for t in study.get_trials(deepcopy=False):
         dists.update(t.distributions)
+    floor = (ok["objective"].min() if maximize else ok["objective"].max()) if len(ok) else 0.0
     for name in params:
         fig, ax = plt.subplots(figsize=(6, 4))
-        values = ok[name]
-        if isinstance(dists.get(name), optuna.distributions.CategoricalDistribution) or values.dtype == object:
-            labels = [str(c) for c in getattr(dists.get(name), "choices", sorted(values.dropna().unique(), key=str))]
-            x = values.map(lambda v: labels.index(str(v)) if str(v) in labels else -1)
+        dist = dists.get(name)
+        if isinstance(dist, optuna.distributions.CategoricalDistribution) or df[name].dtype == object:
+            labels = [str(c) for c in getattr(dist, "choices", sorted(df[name].dropna().unique(), key=str))]
+            position = lambda v, labels=labels: labels.index(str(v)) if str(v) in labels else -1  # noqa: E731
             ax.set_xticks(range(len(labels)), labels)
+            ax.set_xlim(-0.5, len(labels) - 0.5)
         else:
-            x = values
-            if getattr(dists.get(name), "log", False):
+            position = float
+            if getattr(dist, "log", False):
                 ax.set_xscale("log")
-        ax.scatter(x, ok["objective"], s=18)
+        ax.scatter(ok[name].map(position), ok["objective"], s=18, label="trial")
+        if len(failed):  # where failures and skips sit along this param: the region to stay out of
+            ax.scatter(failed[name].dropna().map(position), [floor] * failed[name].notna().sum(), marker="x",
+                       color="C3", label="no objective (failed or skipped)")
         ax.set_xlabel(name)
         ax.set_ylabel(metric)
         ax.set_title(f"{metric} against {name}")
+        ax.legend(loc="best", fontsize=8)
         written.append(_save(fig, out_dir / f"objective_vs_{name.replace('/', '_')}.png"))
     return written
 
@@ -162,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="directory for --plot (default: the study dir, else trials/<study>)")
     args = ap.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = open_study(args.study_dir, args.storage, args.study)
+    study = load_study(args.study_dir, args.storage, args.study)
     sys.stdout.write(render(study_table(study), args.format).rstrip("\n") + "\n")
     if args.plot:
         out = args.out or args.study_dir or Path("trials") / study.study_name

@@ -233,7 +233,7 @@ def trial_rows(study: optuna.Study) -> list[dict]:
             "exit_code": a.get("exit_code"), "objective": a.get("objective"), "params": dict(t.params),
             "peak_memory_bytes": metrics.get("peak_memory_bytes"),
             "predicted_memory_bytes": a.get("predicted_memory_bytes"),
-            "estimated_memory_bytes": metrics.get("estimated_memory_bytes", a.get("estimated_memory_bytes")),
+            "estimated_memory_bytes": metrics.get("estimated_memory_bytes") or a.get("estimated_memory_bytes"),
             "wall_time_sec": a.get("wall_time_sec"), "proposer": a.get("proposer"),
             "failure_kind": a.get("failure_kind"), "reason": a.get("reason", ""),
             "rationale": a.get("rationale", ""), "trial_dir": a.get("trial_dir"),

@@ -1,22 +1,23 @@
 """Peak memory and time of one forward+backward of the lm_head + cross-entropy, three ways (core/loss.py).
 
-    .venv/bin/python benchmarks/fused_ce.py [--n 4096 --v 32768 --d 256 --repeats 3 --modes jit,pynative]
+    .venv/bin/python benchmarks/fused_ce.py [--n 4096 --v 32768 --d 256 --repeats 3 --rounds 2 --modes jit,pynative]
 
 All variants compute the same thing: loss = mean CE(hidden @ W^T, labels) and its gradients w.r.t. hidden (N, D)
 and W (V, D), W playing the lm_head / tied embedding:
 - naive:   logits = hidden @ W^T by ordinary ops, then naive_cross_entropy (log_softmax + gather, autodiff).
 - chunked: logits = hidden @ W^T by ordinary ops, then cross_entropy (hand-written chunked backward).
 - fused:   linear_cross_entropy(hidden, W, labels): the (N, V) logits never exist.
-- fused_recompute: the same, recomputing chunk logits in the backward instead of keeping gradients (the
-  alternative design, measured to justify the choice in core/loss.py).
 
 Each variant runs in its own fresh process. Peak memory is the kernel's figure, not an estimate: VmHWM from
 /proc/self/status minus the VmRSS just before the measured steps, after clearing VmHWM (writing 5 to
 /proc/self/clear_refs). MindSpore's CPU memory pool never hands memory back (RSS stays flat after `del` and
-runtime.empty_cache), so a full-size warm-up step would hide the step's memory; the warm-up therefore runs at
-one chunk of tokens (kernels, thread pools, oneDNN set up), and under jit the full-size graph is compiled before
-the baseline (MS_DEV_PRECOMPILE_ONLY) so compilation is not counted either. Time: median of the steps after the
-first (the first also pays page faults for the pool's new memory).
+runtime.empty_cache), so a full-size warm-up step would hide the step's memory (the rise reads 0): the warm-up
+runs at one chunk of tokens instead (kernels, thread pools and oneDNN set up, inputs resident). Under jit the
+first full-size step also compiles its graph, and what compilation leaves resident is counted in the peak; the
+"graph" column measures that share with a twin process running the same graph (same N and chunk rows) at V=64,
+where the data is negligible. Time: median over rounds of the median of `repeats` steps after the first (the
+first also pays page faults for the pool's new memory); rounds alternate the variants, because other jobs share
+this machine's cores and their load drifts.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-VARIANTS = ("naive", "chunked", "fused", "fused_recompute")
+VARIANTS = ("naive", "chunked", "fused")
+TWIN_V = 64
 
 
 def _status_mib(key: str) -> float:
@@ -62,17 +65,13 @@ def worker(variant: str, mode: str, n: int, v: int, d: int, repeats: int, chunk_
     def fused(h, w, y):
         return linear_cross_entropy(h, w, y, chunk_size=chunk_size)
 
-    def fused_recompute(h, w, y):
-        return linear_cross_entropy(h, w, y, chunk_size=chunk_size, recompute=True)
-
-    fn = {"naive": naive, "chunked": chunked, "fused": fused, "fused_recompute": fused_recompute}[variant]
+    fn = {"naive": naive, "chunked": chunked, "fused": fused}[variant]
     step = ms.value_and_grad(fn, grad_position=(0, 1))
     if mode == "jit":
         step = ms.jit(step)
 
-    rng = np.random.default_rng(0)
-
-    def inputs(rows):
+    def inputs(rows, seed):
+        rng = np.random.default_rng(seed)
         # Logits of std ~1 (hidden ~ N(0, 1), W ~ N(0, 1/D)): a realistic, well-conditioned softmax.
         h = Tensor(rng.standard_normal((rows, d), dtype=np.float32))
         w = Tensor((rng.standard_normal((v, d), dtype=np.float32) / np.sqrt(d)).astype(np.float32))
@@ -85,13 +84,9 @@ def worker(variant: str, mode: str, n: int, v: int, d: int, repeats: int, chunk_
         _pynative_executor.sync()
         return loss, gh, gw
 
-    run(*inputs(rows_per_chunk(n, v, chunk_size)))                              # warm-up at one chunk
-    h, w, y = inputs(n)
+    run(*inputs(rows_per_chunk(n, v, chunk_size), 1))                              # warm-up at one chunk
+    h, w, y = inputs(n, 0)
     float((h.sum() + w.sum()).asnumpy())                                        # inputs resident before baseline
-    if mode == "jit":
-        os.environ["MS_DEV_PRECOMPILE_ONLY"] = "1"
-        step(h, w, y)
-        del os.environ["MS_DEV_PRECOMPILE_ONLY"]
     _pynative_executor.sync()
 
     with open("/proc/self/clear_refs", "w") as f:
@@ -121,7 +116,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=4096, help="tokens")
     ap.add_argument("--v", type=int, default=32768, help="vocabulary")
     ap.add_argument("--d", type=int, default=256, help="hidden size")
-    ap.add_argument("--repeats", type=int, default=3, help="timed steps after the first")
+    ap.add_argument("--repeats", type=int, default=3, help="timed steps after the first, per process")
+    ap.add_argument("--rounds", type=int, default=2, help="fresh processes per variant, alternating variants")
     ap.add_argument("--chunk-size", type=int, default=None, help="rows per chunk (default: core.loss)")
     ap.add_argument("--modes", default="jit,pynative")
     ap.add_argument("--variants", default=",".join(VARIANTS))
@@ -134,34 +130,56 @@ def main() -> None:
         sys.stdout.flush()
         os._exit(0)
 
+    def run_worker(variant, mode, v, chunk):
+        cmd = [sys.executable, __file__, "--worker", f"{variant}:{mode}", "--n", str(args.n), "--v", str(v),
+               "--d", str(args.d), "--repeats", str(args.repeats), "--chunk-size", str(chunk)]
+        with tempfile.TemporaryDirectory() as cwd:                              # MindSpore writes rank_0/ on failure
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+        lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            print(f"{variant}/{mode} V={v} failed (rc {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
+            return None
+        return json.loads(lines[-1])
+
+    sys.path.insert(0, str(ROOT))
+    from core.loss import rows_per_chunk                                        # MindSpore imported by workers only
+    chunk = rows_per_chunk(args.n, args.v, args.chunk_size)
+    modes, variants = args.modes.split(","), args.variants.split(",")
+    results = {}                                                                # (mode, variant) -> list of runs
+    twins = {}
+    for mode in modes:
+        for variant in variants:
+            twins[mode, variant] = run_worker(variant, mode, TWIN_V, chunk)
+        for _ in range(args.rounds):
+            for variant in variants:
+                r = run_worker(variant, mode, args.v, chunk)
+                if r:
+                    results.setdefault((mode, variant), []).append(r)
+                print(f"done {variant}/{mode}", file=sys.stderr)
+
     rows = []
-    for mode in args.modes.split(","):
-        for variant in args.variants.split(","):
-            cmd = [sys.executable, __file__, "--worker", f"{variant}:{mode}", "--n", str(args.n), "--v", str(args.v),
-                   "--d", str(args.d), "--repeats", str(args.repeats)]
-            if args.chunk_size:
-                cmd += ["--chunk-size", str(args.chunk_size)]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
-            if proc.returncode != 0 or not lines:
-                print(f"{variant}/{mode} failed (rc {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
-                continue
-            rows.append(json.loads(lines[-1]))
-            print(f"done {variant}/{mode}", file=sys.stderr)
+    for (mode, variant), runs in results.items():
+        twin = twins.get((mode, variant))
+        rows.append({"mode": mode, "variant": variant, "peak_mib": max(r["peak_mib"] for r in runs),
+                     "graph_mib": twin["peak_mib"] if twin else float("nan"),
+                     "time_s": statistics.median(r["time_s"] for r in runs),
+                     "times": [r["time_s"] for r in runs], "loss": runs[0]["loss"]})
 
     print(f"\n### Fused cross-entropy: N={args.n} tokens, V={args.v}, D={args.d}, fp32, CPU "
           f"({os.cpu_count()} cores), forward+backward w.r.t. hidden and W\n")
-    print(f"date {datetime.date.today().isoformat()}, commit {_git_commit()}, chunk rows "
-          f"{args.chunk_size or 'default'}, time = median of {args.repeats} steps after the first\n")
-    print("| mode | variant | peak rise (MiB) | vs naive | time (s) | vs naive | first step (s) | loss |")
-    print("|---|---|---|---|---|---|---|---|")
-    for mode in args.modes.split(","):
+    print(f"date {datetime.date.today().isoformat()}, commit {_git_commit()}, {chunk} rows per chunk, "
+          f"time = median over {args.rounds} rounds of the median of {args.repeats} steps\n")
+    print("| mode | variant | peak rise (MiB) | vs naive | of which graph (MiB) | time (s) | vs naive | "
+          "time per round (s) | loss |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for mode in modes:
         ref = next((r for r in rows if r["mode"] == mode and r["variant"] == "naive"), None)
         for r in (r for r in rows if r["mode"] == mode):
             mem_ratio = f"{r['peak_mib'] / ref['peak_mib']:.3f}" if ref and ref["peak_mib"] > 0 else "-"
             time_ratio = f"{r['time_s'] / ref['time_s']:.2f}" if ref else "-"
-            print(f"| {mode} | {r['variant']} | {r['peak_mib']:.0f} | {mem_ratio} | {r['time_s']:.3f} | "
-                  f"{time_ratio} | {r['first_s']:.2f} | {r['loss']:.6f} |")
+            per_round = ", ".join(f"{t:.2f}" for t in r["times"])
+            print(f"| {mode} | {r['variant']} | {r['peak_mib']:.0f} | {mem_ratio} | {r['graph_mib']:.0f} | "
+                  f"{r['time_s']:.3f} | {time_ratio} | {per_round} | {r['loss']:.6f} |")
 
 
 if __name__ == "__main__":

@@ -165,16 +165,17 @@ class DataConfig:
 @dataclass
 class TrainingConfig:
     global_batch_size: int = 8     # sequences per optimizer step, over all data-parallel ranks
-    micro_batch_size: int = 8      # sequences per forward/backward on one rank
+    micro_batch_size: Optional[int] = None  # sequences per forward/backward on one rank; null: no accumulation
     seq_len: int = 64
     mode: str = "jit"              # jit (mindspore.jit around forward+backward) | pynative
     log_interval: int = 1
     eval_interval: int = 0         # steps between validation passes; 0: only at the end
-    eval_batches: int = 4          # micro-batches per validation pass
+    eval_batches: int = 2          # global batches of fixed validation windows per validation pass
 
     def __post_init__(self):
-        _positive("training", self, "global_batch_size", "micro_batch_size", "seq_len", "log_interval",
-                  "eval_batches")
+        _positive("training", self, "global_batch_size", "seq_len", "log_interval", "eval_batches")
+        _require(self.micro_batch_size is None or self.micro_batch_size > 0, "training.micro_batch_size",
+                 "must be > 0 or null (null: global_batch_size / data-parallel degree, no accumulation)")
         _require(self.mode in ("jit", "pynative"), "training.mode", f"must be jit or pynative (got {self.mode!r})")
         _require(self.eval_interval >= 0, "training.eval_interval", "must be >= 0")
 
@@ -225,6 +226,11 @@ class TrainConfig:
         t, p = self.training, self.parallel
         _require(t.seq_len <= self.model.max_seq_len, "training.seq_len",
                  f"{t.seq_len} exceeds model.max_seq_len={self.model.max_seq_len}; lower it or raise model.max_seq_len")
+        _require(t.global_batch_size % p.dp == 0, "training.global_batch_size",
+                 f"{t.global_batch_size} must be a multiple of the data-parallel degree {p.dp} "
+                 "(parallel.dp_replicate * parallel.dp_shard)")
+        if t.micro_batch_size is None:
+            t.micro_batch_size = t.global_batch_size // p.dp
         per_step = t.micro_batch_size * p.dp
         _require(t.global_batch_size % per_step == 0, "training.global_batch_size",
                  f"{t.global_batch_size} must be a multiple of micro_batch_size * data-parallel degree "

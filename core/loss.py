@@ -1,34 +1,37 @@
-"""Cross-entropy over a large vocabulary without holding the (tokens x vocab) tensors autodiff would keep.
+"""Cross-entropy over a large vocabulary without the (tokens x vocab) tensors autodiff would keep.
 
-Three losses, all the mean negative log-likelihood over tokens whose label is not ``ignore_index``:
+All three losses are the mean negative log-likelihood over tokens whose label is not ``ignore_index`` (0, not
+NaN, when every token is ignored):
 
-- ``naive_cross_entropy(logits, labels)``: ``ops.log_softmax`` + gather, differentiated by MindSpore.
-  Autodiff keeps the (N, V) log-probabilities for the backward and builds further (N, V) temporaries there;
-  it is the reference the other two are measured against.
-- ``cross_entropy(logits, labels)``: one op with a hand-written backward ``(softmax - onehot) * g / n_valid``
-  (the textbook gradient of softmax cross-entropy), computed chunk by chunk over rows, so that beside the
-  input logits and the returned gradient only one chunk of rows is alive.
-- ``linear_cross_entropy(hidden, weight, labels)``: the lm_head matmul fused in as well, chunk by chunk over
-  tokens, so the full (N, V) logits never exist. This is the fused linear cross-entropy of Liger-Kernel
-  (Hsu et al. 2024, "Liger Kernel: Efficient Triton Kernels for LLM Training"), which computes the gradients
-  during the forward pass; Wijmans et al. 2024 ("Cut Your Losses in Large-Vocabulary Language Models") push
-  the same idea down to blocks of the vocabulary inside one kernel.
+- ``naive_cross_entropy(logits, labels)``: ``ops.log_softmax`` + gather, differentiated by MindSpore. Autodiff
+  keeps the (N, V) log-probabilities for the backward; the reference the other two are measured against.
+- ``cross_entropy(logits, labels)``: one op with the hand-written backward ``(softmax - onehot) * g / n_valid``,
+  computed chunk by chunk of rows from the logits and two (N,) buffers saved by the forward.
+- ``linear_cross_entropy(hidden, weight, labels)``: the lm_head matmul fused in too, chunk by chunk over tokens,
+  so the (N, V) logits never exist: the fused linear cross-entropy of Liger-Kernel (Hsu et al. 2024, "Liger
+  Kernel: Efficient Triton Kernels for LLM Training"), which also computes the gradients during the forward
+  pass. Wijmans et al. 2024 ("Cut Your Losses in Large-Vocabulary Language Models") take the same idea down to
+  blocks of the vocabulary inside one kernel.
 
-Custom backward in MindSpore 2.10 (see shared/MINDSPORE_CPU.md): a ``Cell`` with a ``bprop`` method gives correct
+Custom backward in MindSpore 2.10 (shared/MINDSPORE_CPU.md): a ``Cell`` with a ``bprop`` method gives correct
 gradients in PyNative and under ``mindspore.jit`` only if the Cell owns no Parameter, so the lm_head weight is an
-*input* here (a model passes its own Parameter or tied embedding in). ``ms._Function`` fails under jit.
+*input* (a model passes its own Parameter or tied embedding).
 
-Three facts about MindSpore's CPU kernels shape the code (measured in fresh processes, 1024 x 32768 fp32):
-- Elementwise ops that broadcast (``x - row_max[:, None]``, ``x * scale[:, None]``, ``where``, ``masked_fill``)
-  grow the memory peak by about 4 extra output-sized buffers; the same op on equal shapes, or after an explicit
-  ``ops.broadcast_to``, adds none. So no (rows, V) op here broadcasts, and per-row scales are applied to the
-  small (rows, D) side wherever the algebra allows.
-- ``ops.softmax`` needs no workspace, so the per-row logsumexp is read off the softmax itself:
-  ``lse = max(x) - log(max(softmax(x)))`` (the largest probability is exp(max - lse) >= 1/V, so its log is well
-  conditioned); the usual ``max + log(sum(exp(x - max)))`` would broadcast.
-- float32 ``exp`` is approximate on this CPU (relative error: mean 1.4e-6, max 5.6e-6 against float64), so
-  probabilities, hence gradients, carry that much element-wise error whatever the formula; tests check gradients
-  norm-wise.
+What MindSpore 2.10's CPU backend does, measured (fresh processes, fp32), and shaped this code:
+- Broadcasting elementwise ops (``x - m[:, None]``, ``x * s[:, None]``, ``where``, ``masked_fill``) raise the
+  memory peak by ~4 extra output-sized buffers; after an explicit ``BroadcastTo`` the op adds none. So per-row
+  scales go on the small (rows, D) side where the algebra allows, and are broadcast explicitly elsewhere.
+- ``ReduceMax`` (``ops.amax``) over V is ~10x slower than ``ArgMaxWithValue``, and the softmax kernel needs no
+  workspace, so the logsumexp is read off the softmax: ``lse = max(x) - log(softmax(x)[argmax x])`` (that
+  probability is >= 1/V, so its log is well conditioned).
+- Under jit, independent chunks are not run one after another: without ``Depend`` edges chaining chunk i+1 to
+  chunk i, the fused step peaked at 1108 MiB instead of 173 (N=4096, V=32768, 128-row chunks).
+- Graph mode has no in-place slice writes (``x[a:b] = y``, ``index_add``, ``copy_``: each copies the whole
+  buffer), so ``cross_entropy`` assembles its (N, V) gradient with one ``Concat``: the chunk results and the
+  result are alive together, which puts it level with naive in memory (see benchmarks/fused_ce.py). Only the
+  fused version, which never forms (N, V), saves memory here.
+- float32 ``exp`` is approximate (relative error mean 1.4e-6, max 5.6e-6 against float64), so probabilities,
+  hence gradients, carry that much element-wise error whatever the formula; tests bound gradients norm-wise.
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ import mindspore as ms
 from mindspore import nn, ops
 
 IGNORE_INDEX = -100
-# Rows per chunk default to about this many fp32 elements of logits (16 MiB): big enough for efficient matmuls,
-# small next to the (N, V) tensors being avoided (N = 4096, V = 32768 is 512 MiB).
-CHUNK_ELEMENTS = 1 << 22
+# Rows per chunk default to about this many fp32 logits (32 MiB; 256 rows at V = 32768): small next to the (N, V)
+# tensors avoided (512 MiB at N = 4096), big enough that the chunk matmuls run at full speed. 128-row chunks were
+# slower and, under jit, took more memory (more graph nodes to keep).
+CHUNK_ELEMENTS = 1 << 23
 
 # Under jit, a Python function that contains a branch (even `a if c else b`, as in ops.zeros_like or
 # ops.softmax) and is called from both a bprop-Cell's construct and its bprop fails to compile ("The func graph
@@ -52,6 +56,8 @@ _matmul_tn = ops.MatMul(transpose_a=True)                                       
 _scatter_add = ops.TensorScatterAdd()
 _concat_rows = ops.Concat(0)
 _zeros_like = ops.ZerosLike()
+_depend = ops.Depend()
+_argmax_with_value = ops.ArgMaxWithValue(-1)
 
 
 def rows_per_chunk(n: int, v: int, chunk_size: int | None = None) -> int:
@@ -77,9 +83,10 @@ def _prepare(labels, ignore_index, c):
 def _chunk_loss(logits, index):
     """logits (c, V), index (c, 2) -> probabilities p (c, V), per-token loss lse - logit[target] (c,)."""
     p = _softmax(logits)
-    lse = ops.amax(logits, -1) - ops.log(ops.amax(p, -1))                       # (c,)
+    top, top_logit = _argmax_with_value(logits)                                 # (c,), (c,)
+    top_p = ops.gather_elements(p, 1, top.reshape(-1, 1)).reshape(-1)          # = exp(top_logit - lse)
     target_logit = ops.gather_elements(logits, 1, index[:, 1:]).reshape(-1)
-    return p, lse - target_logit
+    return p, top_logit - ops.log(top_p) - target_logit
 
 
 def _minus_onehot(p, index):
@@ -90,50 +97,46 @@ def _minus_onehot(p, index):
 class _CrossEntropy(nn.Cell):
     """loss = sum over tokens of weight * (lse - logit[target]); backward chunk by chunk from the logits."""
 
-    def __init__(self, ignore_index: int, chunk: int):
-        super().__init__()
-        self.ignore_index = ignore_index
-        self.chunk = chunk
-
-    def construct(self, logits, labels):
-        c = self.chunk
-        index, weight = _prepare(labels, self.ignore_index, c)
+    def construct(self, logits, labels, ignore_index, c):
+        index, weight = _prepare(labels, ignore_index, c)
         loss = ops.zeros((), ms.float32)
         for s in range(0, logits.shape[0], c):
-            _, nll = _chunk_loss(logits[s:s + c], index[s:s + c])
+            x = _depend(logits[s:s + c], loss)                                  # one chunk at a time
+            _, nll = _chunk_loss(x, index[s:s + c])
             loss = loss + (nll * weight[s:s + c]).sum()
         # index and weight go out with the loss: they are all the backward needs beside the logits.
         return loss, index, weight
 
-    def bprop(self, logits, labels, out, dout):
-        c = self.chunk
+    def bprop(self, logits, labels, ignore_index, c, out, dout):
         _, index, weight = out
         row_scale = weight * dout[0]                                            # (N,) d loss / d nll_i
-        chunks = []
+        chunks = [row_scale]
         for s in range(0, logits.shape[0], c):
-            g = _minus_onehot(_softmax(logits[s:s + c]), index[s:s + c])       # (c, V)
+            x = _depend(logits[s:s + c], chunks[-1])                            # one chunk at a time
+            g = _minus_onehot(_softmax(x), index[s:s + c])                      # (c, V)
             # An explicit broadcast: an implicit one would cost ~4 more (c, V) buffers (module docstring).
             scale = ops.BroadcastTo(g.shape)(row_scale[s:s + c].reshape(-1, 1))
             chunks.append(g * scale)
-        return _concat_rows(chunks), _zeros_like(labels)
+        return _concat_rows(chunks[1:]), _zeros_like(labels), 0, 0
 
 
 class _LinearCrossEntropy(nn.Cell):
-    """loss = sum over tokens of weight * CE(hidden @ weight^T, labels); gradients computed in the forward."""
+    """loss = sum over tokens of weight * CE(hidden @ weight^T, labels); gradients computed in the forward.
 
-    def __init__(self, ignore_index: int, chunk: int):
-        super().__init__()
-        self.ignore_index = ignore_index
-        self.chunk = chunk
+    Why in the forward (Liger) rather than recomputing each chunk's logits in the backward: it does 3 chunk
+    matmuls instead of 4, and the gradients it holds from forward to backward, (N, D) + (V, D), have the size of
+    the result anyway. Measured, N=4096, V=32768, D=256, jit: 0.72 s / 132 MiB against 1.26 s / 126 MiB for the
+    recomputing version. The cost: a forward without backward (evaluation in PyNative) still pays for the
+    gradients; under jit an unused output is pruned from the graph.
+    """
 
-    def construct(self, hidden, weight, labels):
-        c = self.chunk
-        index, token_weight = _prepare(labels, self.ignore_index, c)
+    def construct(self, hidden, weight, labels, ignore_index, c):
+        index, token_weight = _prepare(labels, ignore_index, c)
         loss = ops.zeros((), ms.float32)
         grad_weight = ops.zeros(weight.shape, weight.dtype)                    # (V, D)
         grad_hidden = []
         for s in range(0, hidden.shape[0], c):
-            h = hidden[s:s + c]                                                 # (c, D)
+            h = _depend(hidden[s:s + c], grad_weight)                           # (c, D), one chunk at a time
             p, nll = _chunk_loss(_matmul_nt(h, weight), index[s:s + c])         # (c, V), (c,)
             w = token_weight[s:s + c]
             loss = loss + (nll * w).sum()
@@ -145,52 +148,16 @@ class _LinearCrossEntropy(nn.Cell):
             grad_weight = grad_weight + _matmul_tn(g, h * w)                    # (V, D)
         return loss, ops.concat(grad_hidden, 0), grad_weight
 
-    def bprop(self, hidden, weight, labels, out, dout):
+    def bprop(self, hidden, weight, labels, ignore_index, c, out, dout):
         # The gradients of the loss were made in the forward pass; the chain rule only scales them.
-        return out[1] * dout[0], out[2] * dout[0], _zeros_like(labels)
+        return out[1] * dout[0], out[2] * dout[0], _zeros_like(labels), 0, 0
 
 
-class _LinearCrossEntropyRecompute(nn.Cell):
-    """As _LinearCrossEntropy, but the forward keeps only the loss; the backward recomputes chunk logits."""
-
-    def __init__(self, ignore_index: int, chunk: int):
-        super().__init__()
-        self.ignore_index = ignore_index
-        self.chunk = chunk
-
-    def construct(self, hidden, weight, labels):
-        c = self.chunk
-        index, token_weight = _prepare(labels, self.ignore_index, c)
-        loss = ops.zeros((), ms.float32)
-        for s in range(0, hidden.shape[0], c):
-            _, nll = _chunk_loss(_matmul_nt(hidden[s:s + c], weight), index[s:s + c])
-            loss = loss + (nll * token_weight[s:s + c]).sum()
-        return loss, index, token_weight
-
-    def bprop(self, hidden, weight, labels, out, dout):
-        c = self.chunk
-        _, index, token_weight = out
-        row_scale = token_weight * dout[0]
-        grad_weight = _zeros_like(weight)
-        grad_hidden = []
-        for s in range(0, hidden.shape[0], c):
-            h = hidden[s:s + c]
-            g = _minus_onehot(_softmax(_matmul_nt(h, weight)), index[s:s + c])
-            w = ops.BroadcastTo(h.shape)(row_scale[s:s + c].reshape(-1, 1))
-            grad_hidden.append(_matmul(g, weight) * w)
-            grad_weight = grad_weight + _matmul_tn(g, h * w)
-        return _concat_rows(grad_hidden), grad_weight, _zeros_like(labels)
-
-
-_CELLS: dict = {}
-
-
-def _cell(kind, ignore_index, chunk):
-    # One Cell per configuration, built once: jit then reuses its compiled graph.
-    key = (kind, ignore_index, chunk)
-    if key not in _CELLS:
-        _CELLS[key] = kind(ignore_index, chunk)
-    return _CELLS[key]
+# Built once, at import, and shared: they own no Parameter and no state. The chunk size and ignore_index go in as
+# Python ints, constants to jit. (A Cell built inside a jit-compiled function gets a function, not the forward
+# outputs, as its bprop's `out`; a cache dict filled while compiling is empty again when the graph runs.)
+_CROSS_ENTROPY = _CrossEntropy()
+_LINEAR_CROSS_ENTROPY = _LinearCrossEntropy()
 
 
 def naive_cross_entropy(logits, labels, ignore_index: int = IGNORE_INDEX):
@@ -208,15 +175,13 @@ def cross_entropy(logits, labels, ignore_index: int = IGNORE_INDEX, chunk_size: 
 
     chunk_size: rows per chunk (default: about CHUNK_ELEMENTS logits per chunk)."""
     chunk = rows_per_chunk(logits.shape[0], logits.shape[1], chunk_size)
-    return _cell(_CrossEntropy, ignore_index, chunk)(logits, labels)[0]
+    return _CROSS_ENTROPY(logits, labels, ignore_index, chunk)[0]
 
 
-def linear_cross_entropy(hidden, weight, labels, ignore_index: int = IGNORE_INDEX, chunk_size: int | None = None,
-                         recompute: bool = False):
+def linear_cross_entropy(hidden, weight, labels, ignore_index: int = IGNORE_INDEX, chunk_size: int | None = None):
     """hidden (N, D), weight (V, D) (lm_head or tied embedding), labels (N,) int32 -> mean NLL (scalar fp32)
     of the logits hidden @ weight^T, without materialising them.
 
     chunk_size: tokens per chunk (default: about CHUNK_ELEMENTS logits per chunk)."""
     chunk = rows_per_chunk(hidden.shape[0], weight.shape[0], chunk_size)
-    kind = _LinearCrossEntropyRecompute if recompute else _LinearCrossEntropy
-    return _cell(kind, ignore_index, chunk)(hidden, weight, labels)[0]
+    return _LINEAR_CROSS_ENTROPY(hidden, weight, labels, ignore_index, chunk)[0]

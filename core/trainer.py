@@ -172,10 +172,13 @@ class Trainer:
                               "memory.recompute or raise the limit")
 
     def _evaluate(self, step: int, metrics_file) -> None:
+        """Mean loss over fixed validation windows: eval_batches global batches, whatever the layout, so that
+        runs with different data-parallel degrees or micro-batch sizes report comparable numbers."""
         t, dist = self.cfg.training, self.dist
-        batches = self.val_data.eval_batches(t.eval_batches, t.micro_batch_size * dist.world_size, t.seq_len,
-                                             rank=dist.rank, world_size=dist.world_size)  # (n, m, S + 1)
-        losses = [float(self.eval_fn(Tensor(b[:, :-1]), Tensor(b[:, 1:])).asnumpy()) for b in batches]
+        rows = self.val_data.eval_batches(t.eval_batches, t.global_batch_size, t.seq_len, rank=dist.rank,
+                                          world_size=dist.world_size).reshape(-1, t.seq_len + 1)  # (n*G/world, S+1)
+        losses = [float(self.eval_fn(Tensor(mb[:, :-1]), Tensor(mb[:, 1:])).asnumpy())
+                  for mb in np.split(rows, len(rows) // t.micro_batch_size)]  # equal-sized micro-batches
         value = float(np.mean(losses))
         if dist.world_size > 1:
             value = all_reduce_mean_scalars([value], dist.world_size)[0]

@@ -34,7 +34,8 @@ def test_resolved_config_round_trips():
     (["model.n_heads=3"], "model.d_model", "divisible"),
     (["model.n_kv_heads=3"], "model.n_kv_heads", "divide"),
     (["training.micro_batch_size=3"], "training.global_batch_size", "multiple"),
-    (["parallel.dp_replicate=3"], "training.global_batch_size", "multiple"),
+    (["parallel.dp_replicate=3"], "training.global_batch_size", "data-parallel degree 3"),
+    (["training.micro_batch_size=0"], "training.micro_batch_size", "> 0 or null"),
     (["training.seq_len=1024"], "training.seq_len", "max_seq_len"),
     (["parallel.tp=2"], "parallel.tp", "parallel.tp=1"),
     (["memory.limit_gb=0"], "memory.limit_gb", "> 0"),
@@ -48,3 +49,9 @@ def test_rejections_name_the_field_and_the_fix(overrides, field, fix):
         load_config(overrides)
     assert info.value.field == field
     assert fix in str(info.value)
+
+
+def test_micro_batch_defaults_to_no_accumulation():
+    assert load_config([]).training.micro_batch_size == 8
+    cfg = load_config(["parallel.dp_replicate=2"])
+    assert (cfg.training.micro_batch_size, cfg.grad_accum_steps) == (4, 1)

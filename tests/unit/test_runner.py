@@ -10,6 +10,7 @@ import pytest
 
 from autoresearch import runner
 from autoresearch.runner import override_value, read_result, run_trial, watchdog_seconds
+from tests.schema import assert_summary_schema
 
 FAKE = [sys.executable, str(Path(__file__).resolve().parents[1] / "fake_trial.py")]
 
@@ -21,7 +22,7 @@ def run(tmp_path, *overrides, metric="tokens_per_sec", **kw):
 def test_ok_trial_reads_summary_and_objective(tmp_path):
     r = run(tmp_path, "training.micro_batch_size=4", "training.seq_len=256")
     assert (r.status, r.exit_code) == ("ok", 0)
-    assert r.summary["schema"].endswith("trial_summary/v1")
+    assert_summary_schema(r.summary)  # the fake writes what the core writes
     step_ms = 5.0 + 0.02 * 4 * 256
     assert r.objective == pytest.approx(4 * 256 / step_ms * 1000.0)
     assert r.metrics["peak_memory_bytes"] == int(int((64 * 2**20 + 4 * 256 * 128 * 1024)) * 1.1)
@@ -40,6 +41,7 @@ def test_ok_trial_reads_summary_and_objective(tmp_path):
 def test_typed_failures(tmp_path, overrides, status, code):
     r = run(tmp_path, *overrides)
     assert (r.status, r.exit_code) == (status, code)
+    assert_summary_schema(r.summary)
     assert r.objective is None  # only an ok trial has an objective
     assert r.reason
 

@@ -22,6 +22,7 @@ from tests.schema import assert_summary_schema
     (RuntimeError("Kernel AdamW is unregistered on CPU"), Exit.COMPILE_ERROR),
     (TypeError("Unsupported data type BFloat16 for MatMul: select kernel failed"), Exit.COMPILE_ERROR),
     (RuntimeError("Failed to compile graph 'construct'"), Exit.COMPILE_ERROR),
+    (RuntimeError("lineno is out of bounds\n (See file rank_0/om/analyze_fail.ir for more details."), Exit.COMPILE_ERROR),
     (ValueError("something else entirely"), Exit.ERROR),
     (NonFinite("nan: loss nan at step 3"), Exit.NAN),
     (OutOfMemory("out of memory: rank RSS"), Exit.OOM),
