@@ -126,8 +126,9 @@ class _LinearCrossEntropy(nn.Cell):
     Why in the forward (Liger) rather than recomputing each chunk's logits in the backward: it does 3 chunk
     matmuls instead of 4, and the gradients it holds from forward to backward, (N, D) + (V, D), have the size of
     the result anyway. Measured, N=4096, V=32768, D=256, jit: 0.72 s / 132 MiB against 1.26 s / 126 MiB for the
-    recomputing version. The cost: a forward without backward (evaluation in PyNative) still pays for the
-    gradients; under jit an unused output is pruned from the graph.
+    recomputing version. The cost: a forward without backward (evaluation) still computes the gradients, under
+    jit too, since the Depend chain that keeps one chunk alive at a time puts them on the loss's path: measured
+    forward-only 1.3-1.5 s against 0.8 s for naive's forward (which holds the (N, V) logits).
     """
 
     def construct(self, hidden, weight, labels, ignore_index, c):
