@@ -11,8 +11,9 @@ and W (V, D), W playing the lm_head / tied embedding:
 Each variant runs in its own fresh process. Peak memory is the kernel's figure, not an estimate: VmHWM from
 /proc/self/status minus the VmRSS just before the measured steps, after clearing VmHWM (writing 5 to
 /proc/self/clear_refs). MindSpore's CPU memory pool never hands memory back (RSS stays flat after `del` and
-runtime.empty_cache), so a full-size warm-up step would hide the step's memory (the rise reads 0): the warm-up
-runs at one chunk of tokens instead (kernels, thread pools and oneDNN set up, inputs resident). Under jit the
+runtime.empty_cache) and reuses it, so a full-size warm-up step would hide the step's memory (the rise reads 0),
+and even a one-chunk warm-up hides the fused version's chunk buffers: the warm-up runs at one chunk of tokens
+and V=64 instead (kernels, thread pools and oneDNN set up, all its buffers tiny; inputs resident before). Under jit the
 first full-size step also compiles its graph, and what compilation leaves resident is counted in the peak; the
 "graph" column measures that share with a twin process running the same graph (same N and chunk rows) at V=64,
 where the data is negligible. Time: median over rounds of the median of `repeats` steps after the first (the
@@ -70,12 +71,12 @@ def worker(variant: str, mode: str, n: int, v: int, d: int, repeats: int, chunk_
     if mode == "jit":
         step = ms.jit(step)
 
-    def inputs(rows, seed):
+    def inputs(rows, vocab, seed):
         rng = np.random.default_rng(seed)
         # Logits of std ~1 (hidden ~ N(0, 1), W ~ N(0, 1/D)): a realistic, well-conditioned softmax.
         h = Tensor(rng.standard_normal((rows, d), dtype=np.float32))
-        w = Tensor((rng.standard_normal((v, d), dtype=np.float32) / np.sqrt(d)).astype(np.float32))
-        y = Tensor(rng.integers(0, v, rows).astype(np.int32))
+        w = Tensor((rng.standard_normal((vocab, d), dtype=np.float32) / np.sqrt(d)).astype(np.float32))
+        y = Tensor(rng.integers(0, vocab, rows).astype(np.int32))
         return h, w, y
 
     def run(h, w, y):
@@ -84,8 +85,9 @@ def worker(variant: str, mode: str, n: int, v: int, d: int, repeats: int, chunk_
         _pynative_executor.sync()
         return loss, gh, gw
 
-    run(*inputs(rows_per_chunk(n, v, chunk_size), 1))                              # warm-up at one chunk
-    h, w, y = inputs(n, 0)
+    # Warm-up on a problem too small to leave anything in the memory pool that the measured step could reuse.
+    run(*inputs(rows_per_chunk(n, v, chunk_size), TWIN_V, 1))
+    h, w, y = inputs(n, v, 0)
     float((h.sum() + w.sum()).asnumpy())                                        # inputs resident before baseline
     _pynative_executor.sync()
 
@@ -142,7 +144,7 @@ def main() -> None:
         return json.loads(lines[-1])
 
     sys.path.insert(0, str(ROOT))
-    from core.loss import rows_per_chunk                                        # MindSpore imported by workers only
+    from core.loss import rows_per_chunk
     chunk = rows_per_chunk(args.n, args.v, args.chunk_size)
     modes, variants = args.modes.split(","), args.variants.split(",")
     results = {}                                                                # (mode, variant) -> list of runs

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from core.trial import PRIORITY, STATUS, Exit, TrialRecorder, write_json_atomic
+from core.trial import CLASSIFIED, STATUS, Exit, TrialRecorder, write_json_atomic
 
 POLL_SEC = 0.1
 # After the first rank fails, how long the others get to end by themselves (and so report a classified cause,
@@ -183,19 +183,17 @@ class Supervisor:
                             f"rank {r.rank} exited with code {rc} without a report (see logs/rank_{r.rank}.log)"))
         failures = [o for o in own if o[0] != Exit.OK]
         if self.timed_out:
-            classified = [f for f in failures if f[0] in (Exit.OOM, Exit.COMPILE_ERROR, Exit.NAN)]
+            classified = [f for f in failures if f[0] in CLASSIFIED]
             if not classified:
                 return Exit.TIMEOUT, ("timeout: ranks still running past the wall budget plus grace "
                                       f"({self.wall_budget:g}+{self.grace:g} s); killed"), None
             failures = classified
         if not failures:
-            if any(r.killed_by_us for r in self.ranks):
-                return Exit.ERROR, "ranks were killed by the supervisor without a recorded cause", None
-            codes = {o[0] for o in own}
-            code = max(codes, key=lambda c: -PRIORITY.index(c)) if codes else Exit.ERROR
-            return code, own[0][3] if own else "no rank reported", None
+            if not own:  # the supervisor itself was told to stop (SIGTERM) and killed every rank
+                return Exit.ERROR, "the supervisor stopped every rank before any ended", None
+            return Exit.OK, own[0][3], None
         # The first classified failure wins over the communication errors it causes; then the earliest.
-        failures.sort(key=lambda f: (f[0] not in (Exit.OOM, Exit.COMPILE_ERROR, Exit.NAN), f[1]))
+        failures.sort(key=lambda f: (f[0] not in CLASSIFIED, f[1]))
         code, _, rank, reason = failures[0]
         return code, reason if f"rank {rank}" in reason else f"rank {rank}: {reason}", rank
 

@@ -94,6 +94,23 @@ def _minus_onehot(p, index):
     return _scatter_add(p, index, ops.fill(p.dtype, (index.shape[0],), -1.0))
 
 
+def _fused_chunk(h, weight, index, token_weight, grad_weight):
+    """One chunk of the fused loss: h (c, D), weight (V, D), index (c, 2), token_weight (c,), grad_weight (V, D)
+    -> weighted loss sum (), d loss / d h (c, D), grad_weight + d loss / d weight from this chunk (V, D).
+    A function of its own so that in PyNative the (c, V) temporaries die on return, not when the next chunk
+    rebinds their names."""
+    p, nll = _chunk_loss(_matmul_nt(h, weight), index)                          # (c, V), (c,)
+    # Depend edges order the steps so that, under jit, the logits are gone before g is made, and g before the
+    # grad_weight update (measured: 215 -> ... MiB peak).
+    g = _minus_onehot(_depend(p, nll), index)                                   # (c, V)
+    # Token weights go on the (c, D) side: (w * G) @ W = w * (G @ W) and (w * G)^T @ h = G^T @ (w * h), so no
+    # (c, V) tensor is scaled.
+    w = ops.broadcast_to(token_weight.reshape(-1, 1), h.shape)                  # (c, D)
+    grad_h = _matmul(g, weight) * w                                             # (c, D)
+    grad_weight_c = _matmul_tn(_depend(g, grad_h), h * w)                       # (V, D)
+    return (nll * token_weight).sum(), grad_h, _depend(grad_weight, grad_weight_c) + grad_weight_c
+
+
 class _CrossEntropy(nn.Cell):
     """loss = sum over tokens of weight * (lse - logit[target]); backward chunk by chunk from the logits."""
 
@@ -135,19 +152,15 @@ class _LinearCrossEntropy(nn.Cell):
         index, token_weight = _prepare(labels, ignore_index, c)
         loss = ops.zeros((), ms.float32)
         grad_weight = ops.zeros(weight.shape, weight.dtype)                    # (V, D)
-        grad_hidden = []
+        grad_hidden = [loss]
         for s in range(0, hidden.shape[0], c):
-            h = _depend(hidden[s:s + c], grad_weight)                           # (c, D), one chunk at a time
-            p, nll = _chunk_loss(_matmul_nt(h, weight), index[s:s + c])         # (c, V), (c,)
-            w = token_weight[s:s + c]
-            loss = loss + (nll * w).sum()
-            g = _minus_onehot(p, index[s:s + c])                                # (c, V)
-            # Token weights go on the (c, D) side: (w * G) @ W = w * (G @ W) and (w * G)^T @ h = G^T @ (w * h),
-            # so no (c, V) tensor is scaled.
-            w = ops.broadcast_to(w.reshape(-1, 1), h.shape)                     # (c, D)
-            grad_hidden.append(_matmul(g, weight) * w)                          # (c, D)
-            grad_weight = grad_weight + _matmul_tn(g, h * w)                    # (V, D)
-        return loss, ops.concat(grad_hidden, 0), grad_weight
+            # Chunk s waits for everything chunk s - 1 made, so that under jit only one chunk is alive.
+            h = _depend(_depend(hidden[s:s + c], grad_weight), grad_hidden[-1])    # (c, D)
+            loss_c, grad_h, grad_weight = _fused_chunk(h, weight, index[s:s + c], token_weight[s:s + c],
+                                                       grad_weight)
+            loss = loss + loss_c
+            grad_hidden.append(grad_h)
+        return loss, ops.concat(grad_hidden[1:], 0), grad_weight
 
     def bprop(self, hidden, weight, labels, ignore_index, c, out, dout):
         # The gradients of the loss were made in the forward pass; the chain rule only scales them.

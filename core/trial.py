@@ -41,7 +41,7 @@ STATUS = {Exit.OK: "ok", Exit.ERROR: "error", Exit.INVALID: "invalid", Exit.OOM:
           Exit.COMPILE_ERROR: "compile_error", Exit.NAN: "nan", Exit.TIMEOUT: "timeout"}
 
 # When ranks disagree, a classified failure is the cause and the others' errors its consequence (DESIGN §3.3).
-PRIORITY = (Exit.OOM, Exit.COMPILE_ERROR, Exit.NAN, Exit.INVALID, Exit.TIMEOUT, Exit.ERROR, Exit.OK)
+CLASSIFIED = (Exit.OOM, Exit.COMPILE_ERROR, Exit.NAN)
 
 
 class TrialFailure(Exception):
