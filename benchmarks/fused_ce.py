@@ -1,6 +1,6 @@
 """Peak memory and time of one forward+backward of the lm_head + cross-entropy, three ways (core/loss.py).
 
-    .venv/bin/python benchmarks/fused_ce.py [--n 4096 --v 32768 --d 256 --repeats 3 --rounds 2 --modes jit,pynative]
+    .venv/bin/python benchmarks/fused_ce.py [--n 4096 --v 32768 --d 256 --repeats 3 --rounds 3 --modes jit,pynative]
 
 All variants compute the same thing: loss = mean CE(hidden @ W^T, labels) and its gradients w.r.t. hidden (N, D)
 and W (V, D), W playing the lm_head / tied embedding:
@@ -12,10 +12,11 @@ Each variant runs in its own fresh process. Peak memory is the kernel's figure, 
 /proc/self/status minus the VmRSS just before the measured steps, after clearing VmHWM (writing 5 to
 /proc/self/clear_refs). MindSpore's CPU memory pool never hands memory back (RSS stays flat after `del` and
 runtime.empty_cache) and reuses it, so a full-size warm-up step would hide the step's memory (the rise reads 0),
-and even a one-chunk warm-up hides the fused version's chunk buffers: the warm-up runs at one chunk of tokens
-and V=64 instead (kernels, thread pools and oneDNN set up, all its buffers tiny; inputs resident before). Under jit the
-first full-size step also compiles its graph, and what compilation leaves resident is counted in the peak; the
-"graph" column measures that share with a twin process running the same graph (same N and chunk rows) at V=64,
+and even a one-chunk warm-up would hide the fused version's chunk buffers. So the warm-up runs one chunk of
+tokens at V=64 (kernels, thread pools and oneDNN set up, every buffer tiny), the inputs are made resident, and
+then the measured steps run. Under jit the first full-size step also compiles its graph, and what compilation
+leaves resident (it grows with the number of chunks, the loop being unrolled) is part of the peak; the "graph"
+column measures that share with a twin process running the same variant at the same N and chunk rows but V=64,
 where the data is negligible. Time: median over rounds of the median of `repeats` steps after the first (the
 first also pays page faults for the pool's new memory); rounds alternate the variants, because other jobs share
 this machine's cores and their load drifts.
@@ -119,7 +120,7 @@ def main() -> None:
     ap.add_argument("--v", type=int, default=32768, help="vocabulary")
     ap.add_argument("--d", type=int, default=256, help="hidden size")
     ap.add_argument("--repeats", type=int, default=3, help="timed steps after the first, per process")
-    ap.add_argument("--rounds", type=int, default=2, help="fresh processes per variant, alternating variants")
+    ap.add_argument("--rounds", type=int, default=3, help="fresh processes per variant, alternating variants")
     ap.add_argument("--chunk-size", type=int, default=None, help="rows per chunk (default: core.loss)")
     ap.add_argument("--modes", default="jit,pynative")
     ap.add_argument("--variants", default=",".join(VARIANTS))

@@ -6,7 +6,8 @@ NaN, when every token is ignored):
 - ``naive_cross_entropy(logits, labels)``: ``ops.log_softmax`` + gather, differentiated by MindSpore. Autodiff
   keeps the (N, V) log-probabilities for the backward; the reference the other two are measured against.
 - ``cross_entropy(logits, labels)``: one op with the hand-written backward ``(softmax - onehot) * g / n_valid``,
-  computed chunk by chunk of rows from the logits and two (N,) buffers saved by the forward.
+  computed chunk by chunk of rows from the logits and two small buffers the forward saves: (N, 2) indices
+  [row in chunk, target] and (N,) token weights (1 / n_valid, or 0 for ignored tokens).
 - ``linear_cross_entropy(hidden, weight, labels)``: the lm_head matmul fused in too, chunk by chunk over tokens,
   so the (N, V) logits never exist: the fused linear cross-entropy of Liger-Kernel (Hsu et al. 2024, "Liger
   Kernel: Efficient Triton Kernels for LLM Training"), which also computes the gradients during the forward
@@ -24,12 +25,13 @@ What MindSpore 2.10's CPU backend does, measured (fresh processes, fp32), and sh
 - ``ReduceMax`` (``ops.amax``) over V is ~10x slower than ``ArgMaxWithValue``, and the softmax kernel needs no
   workspace, so the logsumexp is read off the softmax: ``lse = max(x) - log(softmax(x)[argmax x])`` (that
   probability is >= 1/V, so its log is well conditioned).
-- Under jit, independent chunks are not run one after another: without ``Depend`` edges chaining chunk i+1 to
-  chunk i, the fused step peaked at 1108 MiB instead of 173 (N=4096, V=32768, 128-row chunks).
+- Under jit, independent chunks are not run one after another: without a ``Depend`` edge chaining chunk i+1 to
+  chunk i, the fused step peaked at 1117 MiB instead of 181 (N=4096, V=32768, D=256, 256-row chunks).
 - Graph mode has no in-place slice writes (``x[a:b] = y``, ``index_add``, ``copy_``: each copies the whole
   buffer), so ``cross_entropy`` assembles its (N, V) gradient with one ``Concat``: the chunk results and the
-  result are alive together, which puts it level with naive in memory (see benchmarks/fused_ce.py). Only the
-  fused version, which never forms (N, V), saves memory here.
+  result are alive together, which puts it level with naive in memory (see benchmarks/fused_ce.py). In PyNative,
+  ``index_add`` into a preallocated gradient is in place (964 MiB against naive's 1473), but the same code took
+  2419 MiB under jit, the training path. Only the fused version, which never forms (N, V), saves memory here.
 - float32 ``exp`` is approximate (relative error mean 1.4e-6, max 5.6e-6 against float64), so probabilities,
   hence gradients, carry that much element-wise error whatever the formula; tests bound gradients norm-wise.
 """
@@ -41,8 +43,9 @@ from mindspore import nn, ops
 
 IGNORE_INDEX = -100
 # Rows per chunk default to about this many fp32 logits (32 MiB; 256 rows at V = 32768): small next to the (N, V)
-# tensors avoided (512 MiB at N = 4096), big enough that the chunk matmuls run at full speed. 128-row chunks were
-# slower and, under jit, took more memory (more graph nodes to keep).
+# tensors avoided (512 MiB at N = 4096), big enough that the chunk matmuls run at full speed. Under jit the
+# unrolled graph keeps ~2 MiB per chunk once compiled, so 128-row chunks took no less memory (229 MiB against
+# 213 then) and 512-row ones more (290).
 CHUNK_ELEMENTS = 1 << 23
 
 # Under jit, a Python function that contains a branch (even `a if c else b`, as in ops.zeros_like or
@@ -100,15 +103,14 @@ def _fused_chunk(h, weight, index, token_weight, grad_weight):
     A function of its own so that in PyNative the (c, V) temporaries die on return, not when the next chunk
     rebinds their names."""
     p, nll = _chunk_loss(_matmul_nt(h, weight), index)                          # (c, V), (c,)
-    # Depend edges order the steps so that, under jit, the logits are gone before g is made, and g before the
-    # grad_weight update (measured: 215 -> ... MiB peak).
-    g = _minus_onehot(_depend(p, nll), index)                                   # (c, V)
+    g = _minus_onehot(p, index)                                                 # (c, V)
     # Token weights go on the (c, D) side: (w * G) @ W = w * (G @ W) and (w * G)^T @ h = G^T @ (w * h), so no
     # (c, V) tensor is scaled.
     w = ops.broadcast_to(token_weight.reshape(-1, 1), h.shape)                  # (c, D)
     grad_h = _matmul(g, weight) * w                                             # (c, D)
-    grad_weight_c = _matmul_tn(_depend(g, grad_h), h * w)                       # (V, D)
-    return (nll * token_weight).sum(), grad_h, _depend(grad_weight, grad_weight_c) + grad_weight_c
+    # grad_h first, then the (V, D) update: under jit this order peaked at 183 MiB, the reverse (or none) at 215.
+    hw = _depend(h * w, grad_h)
+    return (nll * token_weight).sum(), grad_h, grad_weight + _matmul_tn(g, hw)
 
 
 class _CrossEntropy(nn.Cell):
@@ -142,25 +144,25 @@ class _LinearCrossEntropy(nn.Cell):
 
     Why in the forward (Liger) rather than recomputing each chunk's logits in the backward: it does 3 chunk
     matmuls instead of 4, and the gradients it holds from forward to backward, (N, D) + (V, D), have the size of
-    the result anyway. Measured, N=4096, V=32768, D=256, jit: 0.72 s / 132 MiB against 1.26 s / 126 MiB for the
-    recomputing version. The cost: a forward without backward (evaluation) still computes the gradients, under
-    jit too, since the Depend chain that keeps one chunk alive at a time puts them on the loss's path: measured
-    forward-only 1.3-1.5 s against 0.8 s for naive's forward (which holds the (N, V) logits).
+    the result anyway. Measured side by side, N=4096, V=32768, D=256, jit: 1.26-1.30 s / 181 MiB against
+    1.62-1.68 s / 282 MiB for the recomputing version. The cost: a forward without backward (evaluation) still
+    computes the gradients, under jit too, since the Depend chain that keeps one chunk alive at a time puts them
+    on the loss's path: forward-only took 1.3-1.5 s against 0.8 s for naive's forward (which holds the (N, V)
+    logits).
     """
 
     def construct(self, hidden, weight, labels, ignore_index, c):
         index, token_weight = _prepare(labels, ignore_index, c)
         loss = ops.zeros((), ms.float32)
         grad_weight = ops.zeros(weight.shape, weight.dtype)                    # (V, D)
-        grad_hidden = [loss]
+        grad_hidden = []
         for s in range(0, hidden.shape[0], c):
-            # Chunk s waits for everything chunk s - 1 made, so that under jit only one chunk is alive.
-            h = _depend(_depend(hidden[s:s + c], grad_weight), grad_hidden[-1])    # (c, D)
+            h = _depend(hidden[s:s + c], grad_weight)                           # (c, D), one chunk at a time
             loss_c, grad_h, grad_weight = _fused_chunk(h, weight, index[s:s + c], token_weight[s:s + c],
                                                        grad_weight)
             loss = loss + loss_c
             grad_hidden.append(grad_h)
-        return loss, ops.concat(grad_hidden[1:], 0), grad_weight
+        return loss, ops.concat(grad_hidden, 0), grad_weight
 
     def bprop(self, hidden, weight, labels, ignore_index, c, out, dout):
         # The gradients of the loss were made in the forward pass; the chain rule only scales them.
@@ -199,3 +201,19 @@ def linear_cross_entropy(hidden, weight, labels, ignore_index: int = IGNORE_INDE
     chunk_size: tokens per chunk (default: about CHUNK_ELEMENTS logits per chunk)."""
     chunk = rows_per_chunk(hidden.shape[0], weight.shape[0], chunk_size)
     return _LINEAR_CROSS_ENTROPY(hidden, weight, labels, ignore_index, chunk)[0]
+
+
+def linear_cross_entropy_eval(hidden, weight, labels, ignore_index: int = IGNORE_INDEX,
+                              chunk_size: int | None = None):
+    """The loss of ``linear_cross_entropy`` for evaluation: chunked the same way, but no gradient is made.
+
+    ``linear_cross_entropy`` computes its gradients in the forward pass (they are its whole point in training),
+    which would double the cost of a validation pass that never calls backward."""
+    chunk = rows_per_chunk(hidden.shape[0], weight.shape[0], chunk_size)
+    index, token_weight = _prepare(labels, ignore_index, chunk)
+    loss = ops.zeros((), ms.float32)
+    for s in range(0, hidden.shape[0], chunk):
+        h = _depend(hidden[s:s + chunk], loss)                                  # one chunk at a time
+        _, nll = _chunk_loss(_matmul_nt(h, weight), index[s:s + chunk])         # (c,)
+        loss = loss + (nll * token_weight[s:s + chunk]).sum()
+    return loss

@@ -22,7 +22,7 @@ from mindspore import Tensor, ops
 from core import checkpoint, memory
 from core.config import ConfigError, TrainConfig, to_dict
 from core.data import TokenDataset, default_corpus
-from core.loss import linear_cross_entropy
+from core.loss import linear_cross_entropy, linear_cross_entropy_eval
 from core.model import GPT, flops_per_token
 from core.optim import build_optimizer, clip_grad_norm_jit, lr_at
 from core.parallel import init_distributed
@@ -67,7 +67,7 @@ class Trainer:
 
         grad_fn = ms.value_and_grad(self._loss, None, self.params)
         self.grad_fn = ms.jit(grad_fn) if cfg.training.mode == "jit" else grad_fn
-        self.eval_fn = ms.jit(self._loss) if cfg.training.mode == "jit" else self._loss
+        self.eval_fn = ms.jit(self._eval_loss) if cfg.training.mode == "jit" else self._eval_loss
         self.accumulate = ms.jit(_add_grads)
         self.all_reduce = (GradientAllReduce([tuple(p.shape) for p in self.params], self.dist.world_size)
                            if self.dist.world_size > 1 else None)
@@ -91,6 +91,11 @@ class Trainer:
         hidden = self.model(inputs)                                      # (B, S, D)
         B, S, D = hidden.shape
         return linear_cross_entropy(hidden.reshape(B * S, D), self.model.head_weight(), targets.reshape(B * S))
+
+    def _eval_loss(self, inputs, targets):
+        hidden = self.model(inputs)                                      # (B, S, D)
+        B, S, D = hidden.shape
+        return linear_cross_entropy_eval(hidden.reshape(B * S, D), self.model.head_weight(), targets.reshape(B * S))
 
     # ---- the loop ----------------------------------------------------------------------------------------
     def run(self) -> tuple[Exit, str]:

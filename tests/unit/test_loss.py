@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from mindspore import Parameter, Tensor, nn, ops
 
-from core.loss import cross_entropy, linear_cross_entropy, naive_cross_entropy, rows_per_chunk
+from core.loss import (cross_entropy, linear_cross_entropy, linear_cross_entropy_eval, naive_cross_entropy,
+                       rows_per_chunk)
 
 IGNORE = -100
 N, V, D = 37, 300, 16          # N = 37 is not a multiple of the chunk sizes used (8, 5)
@@ -209,3 +210,15 @@ def test_rows_per_chunk():
     assert rows_per_chunk(4096, 32768, 100) == 100
     with pytest.raises(ValueError):
         rows_per_chunk(10, 10, 0)
+
+
+@pytest.mark.parametrize("mode", ["pynative", "jit"])
+def test_eval_loss_matches_float64_without_gradients(mode):
+    hidden, weight, labels = make_inputs(seed=3)
+    def eval_loss(h, w, y):  # a def: jit cannot parse a lambda passed inline
+        return linear_cross_entropy_eval(h, w, y, chunk_size=CHUNK)
+
+    fn = maybe_jit(eval_loss, mode)
+    loss = float(fn(Tensor(hidden), Tensor(weight), Tensor(labels)).asnumpy())
+    ref_loss, _ = reference(hidden.astype(np.float64) @ weight.astype(np.float64).T, labels)
+    assert abs(loss - ref_loss) <= 1e-6 * abs(ref_loss)
