@@ -97,25 +97,31 @@ class FeasibilityMemory:
 
     def check(self, params: dict, estimated_bytes: float | None = None,
               limit_bytes: float | None = None) -> Optional[str]:
-        """A one-line reason to skip ``params`` without running it, or None to run it. Checked in order: an
-        exact repeat, OOM dominance, NaN dominance, and (when both are given) the memory model's prediction
-        for ``estimated_bytes`` against ``limit_bytes``."""
+        """A one-line reason to skip ``params`` without running it, or None to run it (see ``verdict``)."""
+        found = self.verdict(params, estimated_bytes, limit_bytes)
+        return found[1] if found else None
+
+    def verdict(self, params: dict, estimated_bytes: float | None = None,
+                limit_bytes: float | None = None) -> Optional[tuple[Optional[str], str]]:
+        """(failure kind it predicts or None, one-line reason) to skip ``params``, or None to run it. Checked in
+        order: an exact repeat, OOM dominance, NaN dominance, and (when both are given) the memory model's
+        prediction for ``estimated_bytes`` against ``limit_bytes``."""
         earlier = self._by_key.get(_key(params), [])
         failed = [o for o in earlier if o.status != "ok"]
         if failed:
             o = failed[0]
-            return f"same params as {o.label}, which ended {o.status}; not repeating a failure"
+            return o.status, f"same params as {o.label}, which ended {o.status}; not repeating a failure"
         if earlier:
-            return f"duplicate of {earlier[0].label} (ok); its result stands"
+            return None, f"duplicate of {earlier[0].label} (ok); its result stands"
         for kind in _DOMINANCE:
             for o in self.outcomes:
                 if o.status == kind and self.dominates(o.params, params, kind):
-                    return self._dominance_reason(o, kind)
+                    return kind, self._dominance_reason(o, kind)
         if estimated_bytes is not None and limit_bytes is not None:
             predicted = self.memory_model.predict(estimated_bytes)
             if predicted > limit_bytes:
-                return (f"predicted peak memory {_gib(predicted)} exceeds the limit {_gib(limit_bytes)} "
-                        f"({self.memory_model.describe()}); lower the micro-batch or enable recompute")
+                return "oom", (f"predicted peak memory {_gib(predicted)} exceeds the limit {_gib(limit_bytes)} "
+                               f"({self.memory_model.describe()}); lower the micro-batch or enable recompute")
         return None
 
     def dominates(self, failed: dict, proposal: dict, kind: str) -> bool:

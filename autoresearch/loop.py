@@ -7,7 +7,6 @@ and the study's sampler still sees it as one of its own trials.
 
 from __future__ import annotations
 
-import re
 import shlex
 import time
 from dataclasses import dataclass
@@ -154,9 +153,10 @@ class StudyLoop:
             return "rejected", "; ".join(problems), "space"
         if self.opts.learn:  # repeats of failures, OOM/NaN dominance, then the memory gate
             est, _ = self.predict_memory(params)
-            reason = self.memory.check(params, est, self.memory_limit_bytes(params))
-            if reason:
-                return "pruned", reason, _kind_of(reason)
+            found = self.memory.verdict(params, est, self.memory_limit_bytes(params))
+            if found:
+                kind, reason = found  # a repeat of an error or invalid trial is no failure kind to learn
+                return "pruned", reason, kind if kind in st.FAILURE_KINDS else None
         # Repeats of any recorded trial, pruned ones included (the memory only knows trials that ran).
         key = params_key(self.space.coerce(params))
         for t in study.get_trials(deepcopy=False):
@@ -311,11 +311,3 @@ class StudyLoop:
             print(f"  {k} = {v}")
         print("reproduce: " + shlex.join([*self.command, *self.space.overrides(best.params)]))
 
-
-def _kind_of(reason: str) -> str | None:
-    """The failure kind a feasibility-memory reason is about (``autoresearch.learn`` names it: "ended oom",
-    "dominated by NaN", "predicted peak memory ... exceeds the limit"), for the PRUNED trial's constraint."""
-    found = re.search(r"\b(oom|nan|compile_error|timeout)\b", reason, re.IGNORECASE)
-    if found:
-        return found.group(1).lower()
-    return "oom" if "predicted peak memory" in reason else None

@@ -226,3 +226,13 @@ def test_counts_and_describe(memory):
     memory.record(with_(optim__lr=0.02), "ok")
     assert memory.counts() == {"oom": 1, "ok": 1}
     assert memory.describe() == "outcomes: oom 1, ok 1\nmemory model: uncalibrated (using the analytic estimate as is)"
+
+
+def test_verdict_names_the_failure_kind_it_predicts(memory):
+    memory.record(BASE, "oom", trial=3)
+    assert memory.verdict(with_(training__micro_batch_size=12))[0] == "oom"
+    assert memory.verdict(BASE)[0] == "oom"                       # the very same params: its own status
+    memory.record(with_(training__micro_batch_size=2), "ok")
+    assert memory.verdict(with_(training__micro_batch_size=2)) == (None, "duplicate of an earlier trial (ok); "
+                                                                         "its result stands")
+    assert memory.verdict(with_(training__micro_batch_size=4)) is None
