@@ -215,15 +215,27 @@ def make_replay_loop(opts, proposer: str, best_key: tuple, budget: int, max_prop
     from autoresearch.proposers.base import params_key
 
     class ReplayLoop(StudyLoop):
+        ended = ""
+
         def stop_reason(self, study, start):
+            self.ended = self._why(study)
+            return self.ended
+
+        def _why(self, study):
             trials = study.get_trials(deepcopy=False)
             ran = [t for t in trials if t.state.is_finished() and t.user_attrs.get("status") in RAN]
             if any(params_key(t.params) == best_key for t in ran):
-                return "the best config of the table ran"
+                return "best"
             if len(ran) >= budget:
-                return f"budget of {budget} runs spent"
+                return "budget"
+            # Stuck: the agent's own check (StudyLoop.skip) would skip every config that has not run. Skipped
+            # proposals teach the feasibility memory nothing, so that holds for good: the real agent would only
+            # record pruned proposals until its --trials ran out.
+            done = {params_key(t.params) for t in ran}
+            if all(self.skip(study, p) for p in self.space.grid() if params_key(p) not in done):
+                return "stuck"
             if len(trials) >= max_proposals:
-                return f"{max_proposals} proposals without reaching the best"
+                return "proposal cap"
             return ""
 
     loop = ReplayLoop(opts, proposer)
@@ -248,6 +260,7 @@ def replay_once(table_path: Path, method: str, seed: int, budget: int, work: Pat
     loop, st = make_replay_loop(opts, proposer, best_key, budget, max_proposals)
     with contextlib.redirect_stdout(io.StringIO()) as out:  # the agent's per-trial lines and final table
         code = loop.run()
+    ended = loop.ended
     if code != 0:
         raise RuntimeError(f"replay {method} seed {seed} ended with {code}:\n{out.getvalue()[-2000:]}")
     url = st.default_storage(work, study)
@@ -265,7 +278,7 @@ def replay_once(table_path: Path, method: str, seed: int, budget: int, work: Pat
             skipped.append(t.user_attrs.get("reason", ""))
         else:
             raise RuntimeError(f"replay {method} seed {seed}: trial {t.number} ended {status}")
-    return {"method": method, "seed": seed, "runs": len(runs), "reached": reached,
+    return {"method": method, "seed": seed, "runs": len(runs), "reached": reached, "ended": ended,
             "failed": sum(s_ in FAILED for s_ in runs), "oom": runs.count("oom"), "nan": runs.count("nan"),
             "skipped": len(skipped), "skipped_dominated": sum(r.startswith("dominated") for r in skipped),
             "skipped_gate": sum(r.startswith("predicted peak") for r in skipped),
@@ -328,7 +341,8 @@ def summarize(results: list[dict], budget: int) -> list[dict]:
                     "oom": sum(r["oom"] for r in rs), "nan": sum(r["nan"] for r in rs),
                     "waste": failed / runs if runs else 0.0, "skipped": sum(r["skipped"] for r in rs) / len(rs),
                     "dominated": sum(r["skipped_dominated"] for r in rs) / len(rs),
-                    "gate": sum(r["skipped_gate"] for r in rs) / len(rs)})
+                    "gate": sum(r["skipped_gate"] for r in rs) / len(rs),
+                    "stuck": sum(r["ended"] == "stuck" for r in rs)})
     return out
 
 
@@ -359,18 +373,19 @@ def results_markdown(table: dict, summary: list[dict], args, best: dict, elapsed
         "`runs to best`: trials actually run up to and including the best (a replay that misses it within the "
         f"budget counts as {args.budget + 1}). `waste`: share of those runs that ended OOM or NaN, pooled over "
         "seeds. `skipped`: proposals per replay that the agent skipped for free (duplicates, dominated by a known "
-        "OOM/NaN, or over the memory gate).",
+        "OOM/NaN, or over the memory gate). `stuck`: replays that ended because the agent would skip every config "
+        "not yet run (its own check, `StudyLoop.skip`), the best among them, so it could never reach the best.",
         "",
         "| method | seeds | reached best | runs to best: median (q1–q3) | vs random | waste OOM+NaN (oom/nan runs) "
-        "| skipped per replay (dominated / gate) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| skipped per replay (dominated / gate) | stuck |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in summary:
         seeds = "1 (deterministic)" if s["method"] in SEEDLESS else str(s["seeds"])
         lines.append(f"| {s['method']} | {seeds} | {s['reached']}/{s['n']} | {_fmt(s['median'])} "
                      f"({_fmt(s['q1'])}–{_fmt(s['q3'])}) | {s['median'] / random_med:.2f}× | "
                      f"{100 * s['waste']:.1f}% ({s['oom']}/{s['nan']}) | {s['skipped']:.1f} "
-                     f"({s['dominated']:.1f} / {s['gate']:.1f}) |")
+                     f"({s['dominated']:.1f} / {s['gate']:.1f}) | {s['stuck']} |")
     tm = next(s for s in summary if s["method"] == "tpe+memory")
     ratio = tm["median"] / random_med
     met_speed, met_waste = ratio <= 0.5, tm["waste"] <= 0.10
@@ -418,7 +433,7 @@ def replay(args) -> int:
             for seed in range(1 if method in SEEDLESS else args.seeds):
                 r = replay_once(table_path, method, seed, args.budget, work, best_key, max_proposals=20 * n)
                 results.append(r)
-                print(f"{method:24s} seed {seed:2d}: {r['runs']:3d} runs, reached={r['reached']}, "
+                print(f"{method:24s} seed {seed:2d}: {r['runs']:3d} runs, ended {r['ended']:6s}, "
                       f"oom {r['oom']}, nan {r['nan']}, skipped {r['skipped']}: {' '.join(r['statuses'])}",
                       flush=True)
     finally:

@@ -33,8 +33,11 @@ VARIANTS = {
 
 def run(overrides: list[str], steps: int, out: Path) -> dict:
     subprocess.run([sys.executable, "-m", "core.train", *overrides, f"trial.max_steps={steps}", f"trial.dir={out}"],
-                   cwd=ROOT, check=True, capture_output=True)
-    return json.loads((out / "trial_summary.json").read_text())
+                   cwd=ROOT, capture_output=True)
+    summary = json.loads((out / "trial_summary.json").read_text())
+    if summary["status"] != "ok":
+        raise SystemExit(f"{overrides}: trial ended {summary['status']}: {summary['reason']}")
+    return summary
 
 
 def main() -> None:
@@ -46,7 +49,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
             for name, overrides in VARIANTS.items():
-                out = Path(tmp) / f"{name.replace(' ', '_')}_{r}"
+                out = Path(tmp) / f"v{list(VARIANTS).index(name)}_{r}"  # hydra overrides reject ( ) in values
                 results[name].append(run(overrides, args.steps, out))
                 print(f"  done: {name} #{r + 1}", file=sys.stderr)
 

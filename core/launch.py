@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from core.parallel import local_ranks
 from core.trial import CLASSIFIED, STATUS, Exit, TrialRecorder, write_json_atomic
 
 POLL_SEC = 0.1
@@ -204,11 +205,9 @@ class Supervisor:
 
 
 def _node_ranks(world_size: int) -> tuple[int, int]:
+    """(first rank, count) this node runs: all of them, or MSAR_NODE_RANKS=first:count on a multi-node run."""
     spec = os.environ.get("MSAR_NODE_RANKS")
-    if not spec:
-        return 0, world_size
-    first, count = (int(x) for x in spec.split(":"))
-    return first, count
+    return (0, world_size) if not spec else (int(spec.split(":")[0]), local_ranks(world_size))
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

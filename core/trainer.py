@@ -25,7 +25,7 @@ from core.data import TokenDataset, default_corpus
 from core.loss import linear_cross_entropy, linear_cross_entropy_eval
 from core.model import GPT, flops_per_token
 from core.optim import build_optimizer, clip_grad_norm_jit, lr_at
-from core.parallel import init_distributed
+from core.parallel import init_distributed, local_ranks
 from core.parallel.data_parallel import GradientAllReduce, all_reduce_mean_scalars
 from core.trial import Exit, NonFinite, OutOfMemory, TrialRecorder
 
@@ -44,6 +44,16 @@ def matmul_flops_per_sec(n: int = 1024, repeats: int = 5) -> float:
     return 2 * n**3 / float(np.median(times))
 
 
+def _share_cpu_cores(device: str, local_ranks: int) -> None:
+    """CPU workaround: MindSpore sizes each process's kernel thread pool for the whole machine, so ranks that
+    share a host oversubscribe it (measured: 2 ranks on 2 cores ran each step ~4x slower than one rank). Give
+    every rank its share of the cores. (On Ascend the kernels run on the device; nothing to do.)"""
+    import os
+
+    if device == "CPU" and local_ranks > 1:
+        ms.device_context.cpu.op_tuning.threads_num(max(1, (os.cpu_count() or 1) // local_ranks))
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, rec: TrialRecorder, limit_bytes: Optional[int] = None):
         self.cfg, self.rec, self.limit_bytes = cfg, rec, limit_bytes
@@ -55,6 +65,7 @@ class Trainer:
         ms.set_device(cfg.device)
         ms.set_seed(cfg.seed)
         self.dist = init_distributed()
+        _share_cpu_cores(cfg.device, local_ranks(self.dist.world_size))
         self.train_data, self.val_data = self._datasets()
         self.model = GPT(cfg.model, seed=cfg.seed)
         if cfg.memory.recompute == "full":

@@ -33,3 +33,9 @@ def init_distributed() -> RankInfo:
 
     init()
     return RankInfo(rank=get_rank(), world_size=get_group_size())
+
+
+def local_ranks(world_size: int) -> int:
+    """Ranks on this host: all of them, unless a multi-node supervisor was given MSAR_NODE_RANKS=first:count."""
+    spec = os.environ.get("MSAR_NODE_RANKS")
+    return int(spec.split(":")[1]) if spec else world_size
