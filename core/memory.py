@@ -70,18 +70,26 @@ def apply_device_memory_limit(limit_gb: float | None, device: str) -> bool:
     return True
 
 
+# What a rank holds before the model's own tensors: the framework's libraries, kernels, thread pools and graph
+# caches. On CPU this is resident host memory, measured 2026-11-29 with MindSpore 2.10: model=tiny peaks at
+# 730-790 MiB of which the components below account for ~32 MiB. Unknown for other devices (0): there the agent's
+# memory model learns the offset from measured peaks (autoresearch.learn.MemoryModel).
+RUNTIME_BASELINE_BYTES = {"CPU": 700 * 2**20}
+
+
 @dataclass
 class MemoryEstimate:
-    """Bytes per rank by component (fp32). Excludes the framework's own baseline (import, kernels, threads)."""
+    """Bytes per rank by component (fp32)."""
 
     params: int
     grads: int
     optimizer: int
     activations: int
+    runtime: int = 0
 
     @property
     def total(self) -> int:
-        return self.params + self.grads + self.optimizer + self.activations
+        return self.params + self.grads + self.optimizer + self.activations + self.runtime
 
 
 def _activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int) -> int:
@@ -107,7 +115,8 @@ def estimate_memory(cfg: TrainConfig) -> MemoryEstimate:
         layers = t.micro_batch_size * t.seq_len * m.d_model * 4 * m.n_layers + per_layer
     else:
         layers = per_layer * m.n_layers
-    return MemoryEstimate(params=4 * n, grads=4 * n, optimizer=4 * n * states, activations=layers)
+    return MemoryEstimate(params=4 * n, grads=4 * n, optimizer=4 * n * states, activations=layers,
+                          runtime=RUNTIME_BASELINE_BYTES.get(cfg.device, 0))
 
 
 def estimate_memory_bytes(cfg: TrainConfig) -> int:
