@@ -95,6 +95,7 @@ class StudyLoop:
         self._seen_usage = None
         self._estimates: dict[tuple, int | None] = {}
         self.errors_in_a_row = 0
+        self.explore = False  # the last proposal repeated a trial: the next one is an unseen random config
 
     # --- set-up ---
 
@@ -156,14 +157,16 @@ class StudyLoop:
             found = self.memory.verdict(params, est, self.memory_limit_bytes(params))
             if found:
                 kind, reason = found  # a repeat of an error or invalid trial is no failure kind to learn
-                return "pruned", reason, kind if kind in st.FAILURE_KINDS else None
+                return ("duplicate" if kind is None else "pruned"), reason, \
+                    kind if kind in st.FAILURE_KINDS else None
         # Repeats of any recorded trial, pruned ones included (the memory only knows trials that ran).
         key = params_key(self.space.coerce(params))
         for t in study.get_trials(deepcopy=False):
             if t.number != number and t.state.is_finished() and t.user_attrs.get("status") not in st.ABANDONED \
                     and params_key(t.params) == key:
-                return "pruned", f"duplicate of trial {t.number} ({t.user_attrs.get('status')})", \
-                    t.user_attrs.get("failure_kind")
+                kind = t.user_attrs.get("failure_kind")
+                return ("pruned" if kind else "duplicate"), \
+                    f"duplicate of trial {t.number} ({t.user_attrs.get('status')})", kind
         return None
 
     def skip_reason(self, study: optuna.Study, params: dict) -> str | None:
@@ -244,6 +247,9 @@ class StudyLoop:
         """Propose, check, run and tell one trial; returns a one-line account of it."""
         waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
         usage = None
+        if not waiting and self.explore:
+            self._enqueue_unseen(study)
+            waiting = True
         if not waiting and self.proposer is not None:  # a queued config (a reaped trial's rerun) goes first
             ctx = ProposalContext(self.space, st.trial_rows(study), lambda p: self.skip_reason(study, p))
             proposal = self.proposer.propose(study, ctx)
@@ -267,6 +273,8 @@ class StudyLoop:
                 trial.set_user_attr("estimated_memory_bytes", est)
                 trial.set_user_attr("predicted_memory_bytes", predicted)
         skipped = self.skip(study, params, number=trial.number)
+        # A sampler that repeats itself (TPE on a small discrete space does) gets one unseen config next round.
+        self.explore = bool(skipped) and skipped[0] == "duplicate"
         if skipped:
             status, reason, kind = skipped
             st.tell_skipped(study, trial, status, reason, kind)
@@ -288,6 +296,22 @@ class StudyLoop:
         self.errors_in_a_row = self.errors_in_a_row + 1 if state == TrialState.FAIL else 0
         value = "" if result.objective is None else f"{self.space.objective_metric}={result.objective:.5g} "
         return f"trial {trial.number:4d} {result.status:13s} {value}({result.wall_time:.1f}s) {result.reason[:120]}"
+
+    def _enqueue_unseen(self, study: optuna.Study) -> None:
+        """Enqueue a random config that would run (not a duplicate, not dominated), or end the search."""
+        import numpy as np
+
+        rng = np.random.default_rng([self.opts.seed or 0, len(study.trials)])
+        for _ in range(500):
+            try:
+                params = self.space.sample_random(rng)
+            except ValueError:
+                break
+            if self.skip(study, params) is None:
+                study.enqueue_trial(self.space.coerce(params), user_attrs={
+                    "proposer": f"random ({self.sampler_name} repeated a config)"})
+                return
+        raise SearchExhausted("no config left that is new and not dominated by a known failure")
 
     def _new_usage(self, proposal) -> dict | None:
         """LLM usage of this round, counted once. Claude's proposers expose ``last_usage``, which is also set

@@ -13,7 +13,8 @@ Everything lives in an ordinary Optuna study (SQLite by default, any SQLAlchemy 
 - User attributes: status, exit_code, reason, objective, metrics, wall_time_sec, trial_dir, proposer,
   rationale, llm_usage, predicted/estimated_memory_bytes, agent (host, pid) and heartbeat_at while running.
 - ``--trials N`` means: the study holds N COMPLETE or PRUNED trials, not counting points rejected by the
-  space's constraints. FAILed trials don't count; the config of a trial abandoned by its agent (``reaped``
+  space's constraints nor repeats of a config that ran ok (status ``duplicate``; the next proposal is then an
+  unseen random config, so a sampler stuck on one point cannot spend the budget). FAILed trials don't count; the config of a trial abandoned by its agent (``reaped``
   after a crash, ``interrupted`` by Ctrl-C) is enqueued again, once.
 """
 
@@ -197,7 +198,7 @@ def tell_result(study: optuna.Study, trial: Trial, result: TrialResult) -> Trial
 
 
 def tell_skipped(study: optuna.Study, trial: Trial, status: str, reason: str, kind: str | None) -> None:
-    """Record a proposal that did not run (status ``pruned`` or ``rejected``) with the constraint it broke."""
+    """Record a proposal that did not run (``pruned``, ``duplicate`` or ``rejected``) with the constraint it broke."""
     trial.set_user_attr("status", status)
     trial.set_user_attr("reason", reason)
     _constraints(trial, kind)
@@ -205,7 +206,8 @@ def tell_skipped(study: optuna.Study, trial: Trial, status: str, reason: str, ki
 
 
 def counts_toward_budget(t: FrozenTrial) -> bool:
-    return t.state in (TrialState.COMPLETE, TrialState.PRUNED) and t.user_attrs.get("status") != "rejected"
+    return t.state in (TrialState.COMPLETE, TrialState.PRUNED) \
+        and t.user_attrs.get("status") not in ("rejected", "duplicate")
 
 
 def finished_count(study: optuna.Study) -> int:

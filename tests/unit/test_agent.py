@@ -72,7 +72,7 @@ def test_tpe_study_records_every_trial(tmp_path, capsys, monkeypatch):
     assert storage.finished_count(study) == 8
     for t in study.trials:
         assert t.state in (TrialState.COMPLETE, TrialState.PRUNED)
-        assert t.user_attrs["proposer"] == "tpe" and t.user_attrs["status"]
+        assert t.user_attrs["proposer"] in ("tpe", "random (tpe repeated a config)") and t.user_attrs["status"]
         assert set(t.constraints) == set(storage.CONSTRAINT_KEYS)
         if t.state == TrialState.COMPLETE:
             assert Path(t.user_attrs["trial_dir"]).name == f"{t.number:04d}"
@@ -86,6 +86,17 @@ def test_tpe_study_records_every_trial(tmp_path, capsys, monkeypatch):
     assert sorted(csv["number"]) == [t.number for t in study.trials]
     best = storage.best_trial(study)
     assert best.user_attrs["status"] == "ok" and study.best_trial.number == best.number
+
+
+def test_repeats_do_not_spend_the_budget_and_the_search_ends_when_nothing_is_new(tmp_path, capsys):
+    space = space_file(tmp_path, params={MBS: {"type": "choice", "values": [8, 16]}})  # two configs in all
+    assert run_agent(tmp_path, space, "--trials", "5") == 0
+    assert "no config left that is new" in capsys.readouterr().out
+    study = load(tmp_path)
+    ran = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert sorted(t.params[MBS] for t in ran) == [8, 16]                   # each config ran exactly once
+    assert storage.finished_count(study) == 2                               # repeats were not counted
+    assert all(t.user_attrs["status"] == "duplicate" for t in study.trials if t.state == TrialState.PRUNED)
 
 
 def test_typed_failures_are_complete_and_infeasible_and_best_ignores_them(tmp_path):
@@ -144,8 +155,9 @@ def test_random_proposer_and_space_rejections_do_not_count(tmp_path):
     assert rejected, "random sampling over mbs 8..64 hits mbs > 16"
     assert all(t.state == TrialState.PRUNED and t.constraints["space"] == 1.0 for t in rejected)
     assert all("constraint violated" in t.user_attrs["reason"] for t in rejected)
-    assert storage.finished_count(study) == 6 == len(study.trials) - len(rejected)
-    assert {t.user_attrs["proposer"] for t in study.trials} == {"random"}
+    repeats = [t for t in study.trials if t.user_attrs["status"] == "duplicate"]
+    assert storage.finished_count(study) == 6 == len(study.trials) - len(rejected) - len(repeats)
+    assert {t.user_attrs["proposer"] for t in study.trials} <= {"random", "random (random repeated a config)"}
 
 
 def test_grid_resume_goes_on_and_stops_when_exhausted(tmp_path, capsys):
