@@ -98,15 +98,19 @@ class Trainer:
                                                       f"{ds.max_token()}); raise it or use a matching tokenizer")
         return train, val
 
-    def _loss(self, inputs, targets):
+    def _tokens(self, inputs, targets):
+        """(hidden (B*S, D), head weight (V, D), targets (B*S,)): what the fused loss takes."""
         hidden = self.model(inputs)                                      # (B, S, D)
         B, S, D = hidden.shape
-        return linear_cross_entropy(hidden.reshape(B * S, D), self.model.head_weight(), targets.reshape(B * S))
+        return hidden.reshape(B * S, D), self.model.head_weight(), targets.reshape(B * S)
+
+    def _loss(self, inputs, targets):
+        hidden, weight, labels = self._tokens(inputs, targets)
+        return linear_cross_entropy(hidden, weight, labels)
 
     def _eval_loss(self, inputs, targets):
-        hidden = self.model(inputs)                                      # (B, S, D)
-        B, S, D = hidden.shape
-        return linear_cross_entropy_eval(hidden.reshape(B * S, D), self.model.head_weight(), targets.reshape(B * S))
+        hidden, weight, labels = self._tokens(inputs, targets)
+        return linear_cross_entropy_eval(hidden, weight, labels)
 
     # ---- the loop ----------------------------------------------------------------------------------------
     def run(self) -> tuple[Exit, str]:
