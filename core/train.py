@@ -112,8 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.parallel import is_worker_process
 
     worker = is_worker_process()
-    rank, world = _rank_from_env()
-    _setup_logging(trial_dir, to_file=rank == 0 and not worker or world == 1)
+    _setup_logging(trial_dir, to_file=not worker)  # a worker's stdout is already its logs/rank_<r>.log
     if not worker:
         from omegaconf import OmegaConf
 
