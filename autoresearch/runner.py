@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from core.trial import STATUS
+
 DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-m", "core.train")
 
-# DESIGN §3.3: the exit codes a trial may end with, and what each means.
-EXIT_STATUS = {0: "ok", 1: "error", 2: "invalid", 10: "oom", 11: "compile_error", 12: "nan", 13: "timeout"}
+# DESIGN §3.3: the exit codes a trial may end with, and what each means (the core's own table; no MindSpore import).
+EXIT_STATUS = {int(code): name for code, name in STATUS.items()}
 
 # Used when the overrides give no wall budget: a trial bounded only by steps still must not hang forever.
 DEFAULT_WALL_SEC = 3600.0
