@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from core.parallel import local_ranks
+from core.parallel import node_ranks
 from core.trial import CLASSIFIED, STATUS, Exit, TrialRecorder, write_json_atomic
 
 POLL_SEC = 0.1
@@ -92,7 +92,7 @@ class Supervisor:
         logs.mkdir(parents=True, exist_ok=True)
         host = os.environ.get("MSAR_SCHED_HOST", "127.0.0.1")
         port = int(os.environ.get("MSAR_SCHED_PORT") or _free_port())
-        first, count = _node_ranks(self.world_size)
+        first, count = node_ranks(self.world_size)
         env = self._env(host, port)
         if first == 0:
             self.scheduler = subprocess.Popen(
@@ -202,12 +202,6 @@ class Supervisor:
         return [{"rank": r.rank, "exit_code": r.proc.returncode, "killed_by_supervisor": r.killed_by_us,
                  "status": (reports.get(r.rank) or {}).get("status"), "peak_memory_bytes": r.peak,
                  "log": f"logs/rank_{r.rank}.log"} for r in self.ranks]
-
-
-def _node_ranks(world_size: int) -> tuple[int, int]:
-    """(first rank, count) this node runs: all of them, or MSAR_NODE_RANKS=first:count on a multi-node run."""
-    spec = os.environ.get("MSAR_NODE_RANKS")
-    return (0, world_size) if not spec else (int(spec.split(":")[0]), local_ranks(world_size))
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

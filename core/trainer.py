@@ -25,7 +25,7 @@ from core.data import TokenDataset, default_corpus
 from core.loss import linear_cross_entropy, linear_cross_entropy_eval
 from core.model import GPT, flops_per_token
 from core.optim import build_optimizer, clip_grad_norm_jit, lr_at
-from core.parallel import init_distributed, local_ranks
+from core.parallel import init_distributed, node_ranks
 from core.parallel.data_parallel import GradientAllReduce, all_reduce_mean_scalars
 from core.trial import Exit, NonFinite, OutOfMemory, TrialRecorder
 
@@ -65,7 +65,7 @@ class Trainer:
         ms.set_device(cfg.device)
         ms.set_seed(cfg.seed)
         self.dist = init_distributed()
-        _share_cpu_cores(cfg.device, local_ranks(self.dist.world_size))
+        _share_cpu_cores(cfg.device, node_ranks(self.dist.world_size)[1])
         self.train_data, self.val_data = self._datasets()
         self.model = GPT(cfg.model, seed=cfg.seed)
         if cfg.memory.recompute == "full":

@@ -35,7 +35,10 @@ def init_distributed() -> RankInfo:
     return RankInfo(rank=get_rank(), world_size=get_group_size())
 
 
-def local_ranks(world_size: int) -> int:
-    """Ranks on this host: all of them, unless a multi-node supervisor was given MSAR_NODE_RANKS=first:count."""
+def node_ranks(world_size: int) -> tuple[int, int]:
+    """(first rank, count) on this host: all of them, or MSAR_NODE_RANKS=first:count on a multi-node run."""
     spec = os.environ.get("MSAR_NODE_RANKS")
-    return int(spec.split(":")[1]) if spec else world_size
+    if not spec:
+        return 0, world_size
+    first, count = spec.split(":")
+    return int(first), int(count)

@@ -55,3 +55,12 @@ def test_micro_batch_defaults_to_no_accumulation():
     assert load_config([]).training.micro_batch_size == 8
     cfg = load_config(["parallel.dp_replicate=2"])
     assert (cfg.training.micro_batch_size, cfg.grad_accum_steps) == (4, 1)
+
+
+def test_node_ranks_single_host_and_multi_node(monkeypatch):
+    from core.parallel import node_ranks
+
+    monkeypatch.delenv("MSAR_NODE_RANKS", raising=False)
+    assert node_ranks(4) == (0, 4)
+    monkeypatch.setenv("MSAR_NODE_RANKS", "2:2")           # the second node of a 2 x 2 run
+    assert node_ranks(4) == (2, 2)
