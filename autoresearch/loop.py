@@ -24,6 +24,9 @@ from autoresearch.space import load_space
 
 GiB = 1024**3
 RAN = ("ok", "error", "invalid") + st.FAILURE_KINDS  # statuses of trials that actually ran
+# The sampler may repeat a config this often in a row (a repeat costs no run and no budget: asking again keeps its
+# own preference) before the agent enqueues an unseen random config instead.
+REPEATS_BEFORE_RANDOM = 3
 
 
 @dataclass
@@ -95,7 +98,7 @@ class StudyLoop:
         self._seen_usage = None
         self._estimates: dict[tuple, int | None] = {}
         self.errors_in_a_row = 0
-        self.explore = False  # the last proposal repeated a trial: the next one is an unseen random config
+        self.repeats_in_a_row = 0  # proposals that repeated a config that ran ok, since the last new one
 
     # --- set-up ---
 
@@ -247,7 +250,7 @@ class StudyLoop:
         """Propose, check, run and tell one trial; returns a one-line account of it."""
         waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
         usage = None
-        if not waiting and self.explore:
+        if not waiting and self.repeats_in_a_row >= REPEATS_BEFORE_RANDOM:
             self._enqueue_unseen(study)
             waiting = True
         if not waiting and self.proposer is not None:  # a queued config (a reaped trial's rerun) goes first
@@ -273,8 +276,9 @@ class StudyLoop:
                 trial.set_user_attr("estimated_memory_bytes", est)
                 trial.set_user_attr("predicted_memory_bytes", predicted)
         skipped = self.skip(study, params, number=trial.number)
-        # A sampler that repeats itself (TPE on a small discrete space does) gets one unseen config next round.
-        self.explore = bool(skipped) and skipped[0] == "duplicate"
+        # A sampler that keeps repeating itself (TPE on a small discrete space does) gets an unseen config.
+        repeated = bool(skipped) and skipped[0] == "duplicate"
+        self.repeats_in_a_row = self.repeats_in_a_row + 1 if repeated else 0
         if skipped:
             status, reason, kind = skipped
             st.tell_skipped(study, trial, status, reason, kind)

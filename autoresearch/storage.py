@@ -13,8 +13,8 @@ Everything lives in an ordinary Optuna study (SQLite by default, any SQLAlchemy 
 - User attributes: status, exit_code, reason, objective, metrics, wall_time_sec, trial_dir, proposer,
   rationale, llm_usage, predicted/estimated_memory_bytes, agent (host, pid) and heartbeat_at while running.
 - ``--trials N`` means: the study holds N COMPLETE or PRUNED trials, not counting points rejected by the
-  space's constraints nor repeats of a config that ran ok (status ``duplicate``; the next proposal is then an
-  unseen random config, so a sampler stuck on one point cannot spend the budget). FAILed trials don't count; the config of a trial abandoned by its agent (``reaped``
+  space's constraints nor repeats of a config that ran ok (status ``duplicate``; after a few repeats in a row the
+  agent enqueues an unseen random config, so a sampler stuck on one point cannot spend the budget). FAILed trials don't count; the config of a trial abandoned by its agent (``reaped``
   after a crash, ``interrupted`` by Ctrl-C) is enqueued again, once.
 """
 

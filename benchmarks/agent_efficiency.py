@@ -275,7 +275,7 @@ def replay_once(table_path: Path, method: str, seed: int, budget: int, work: Pat
             runs.append(status)
             if params_key(t.params) == best_key:
                 reached = True
-        elif status in ("pruned", "rejected"):
+        elif status in ("pruned", "rejected", "duplicate"):
             skipped.append(t.user_attrs.get("reason", ""))
         else:
             raise RuntimeError(f"replay {method} seed {seed}: trial {t.number} ended {status}")
