@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from pathlib import Path
 from typing import Optional
@@ -48,8 +49,6 @@ def _share_cpu_cores(device: str, local_ranks: int) -> None:
     """CPU workaround: MindSpore sizes each process's kernel thread pool for the whole machine, so ranks that
     share a host oversubscribe it (measured: 2 ranks on 2 cores ran each step ~4x slower than one rank). Give
     every rank its share of the cores. (On Ascend the kernels run on the device; nothing to do.)"""
-    import os
-
     if device == "CPU" and local_ranks > 1:
         ms.device_context.cpu.op_tuning.threads_num(max(1, (os.cpu_count() or 1) // local_ranks))
 
