@@ -1,7 +1,8 @@
 """The autoresearch agent: propose a trial, check it, run it, learn from how it ended; repeat.
 
     python -m autoresearch.agent --space parallel.yaml [--proposer auto|claude|tpe|hybrid|random|grid]
-                                 [--trials N] [--timeout SEC] [--max-cost USD] [--patience K] [--study NAME]
+                                 [--trials N] [--workers K] [--timeout SEC] [--max-cost USD] [--patience K]
+                                 [--study NAME] [--storage URL]
 
 Each round: a proposer (Claude, the grid) may suggest params, which are validated and enqueued into the Optuna
 study; otherwise the study's sampler (TPE, random) picks them. Before anything runs, the proposal is checked
@@ -71,17 +72,18 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
     ap.add_argument("--no-learn", action="store_true", help="run every proposal: no feasibility memory, "
                     "no memory gate (duplicates and space violations are still skipped)")
     ap.add_argument("--max-errors", type=int, default=5, help="give up after this many errors in a row")
-    ap.add_argument("--workers", type=int, default=1, help="parallel trials; only 1 is supported for now")
+    ap.add_argument("--workers", type=int, default=1, help="trials at once, each on its own share of the "
+                    "cores (taskset) or devices; default 1 (several agents may also share one --storage)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     a = ap.parse_args(argv)
-    if a.workers != 1:
-        ap.error("--workers: only 1 is supported for now (several agents may share one --storage instead)")
+    if a.workers < 1:
+        ap.error(f"--workers must be at least 1 (got {a.workers})")
     return AgentOptions(
         space=a.space, proposer=a.proposer, study=a.study, storage=a.storage, trials=a.trials, timeout=a.timeout,
         max_cost=a.max_cost, patience=a.patience, seed=a.seed, model=a.model, claude_fraction=a.claude_fraction,
         trials_dir=a.trials_dir, command=shlex.split(a.command) if a.command else None,
         estimator=None if (a.estimator or "").lower() == "none" else a.estimator, learn=not a.no_learn,
-        resume=a.resume, max_errors=a.max_errors, progress=not a.no_progress)
+        resume=a.resume, max_errors=a.max_errors, workers=a.workers, progress=not a.no_progress)
 
 
 def _terminate(signum, frame):

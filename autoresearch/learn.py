@@ -6,7 +6,9 @@ failures say more than "this exact config failed":
 - **OOM** is monotone in memory: a config that needs at least as much memory as one that went out of memory,
   on the same layout, will too. The space says which way each param pushes memory (``memory: up|down|none``).
 - **NaN** is (roughly) monotone in step size: a learning rate at or above one that diverged, with the same
-  optimizer and batch, diverges too (``nan: up|down|none``).
+  optimizer and batch, diverges too (``nan: up|down|none``). A run that ended ok but whose loss rose well above
+  where it started (``diverged``) is the same blow-up caught before the numbers overflowed, and counts as NaN
+  evidence: a larger learning rate would only diverge faster, so it cannot be the best run either.
 
 So ``FeasibilityMemory.check`` skips exact repeats and *dominated* proposals without spending a trial, with a
 reason a person can act on. An unannotated param must be equal for a dominance comparison: we only skip what
@@ -36,6 +38,11 @@ IGNORED_STATUSES = ("pruned",)
 # Peaks from these statuses are real measurements; an OOM's peak is only where the run was cut off.
 _MEASURED_STATUSES = ("ok", "nan", "timeout")
 
+# A finite run "diverged" when its final loss is this many times its first: far beyond the step-to-step noise of a
+# run whose learning rate is merely too small to move the loss, and far below what a blown-up run shows (measured
+# on the tiny model: lr 1.0 ends at ~7x its first loss, lr 0.1 well below it).
+DIVERGENCE_RATIO = 1.5
+
 # kind -> (Param annotation, label in reasons, what dominance implies)
 _DOMINANCE = {
     "oom": ("memory", "OOM", "this proposal needs at least as much memory"),
@@ -55,6 +62,20 @@ class Outcome:
     @property
     def label(self) -> str:
         return f"trial {self.trial}" if self.trial is not None else "an earlier trial"
+
+    @property
+    def proves(self) -> Optional[str]:
+        """The failure kind this outcome is evidence of, for dominance: its status, or "nan" for a finite run
+        whose loss diverged."""
+        if self.status in _DOMINANCE:
+            return self.status
+        return "nan" if self.status in ("ok", "timeout") and diverged(self.metrics) else None
+
+
+def diverged(metrics: Optional[dict]) -> bool:
+    """Whether a run's loss rose to more than ``DIVERGENCE_RATIO`` times its first value."""
+    first, final = (metrics or {}).get("first_loss"), (metrics or {}).get("final_loss")
+    return _positive(first) and _positive(final) and final > DIVERGENCE_RATIO * first
 
 
 def _norm(v: Any) -> tuple:
@@ -115,7 +136,7 @@ class FeasibilityMemory:
             return None, f"duplicate of {earlier[0].label} (ok); its result stands"
         for kind in _DOMINANCE:
             for o in self.outcomes:
-                if o.status == kind and self.dominates(o.params, params, kind):
+                if o.proves == kind and self.dominates(o.params, params, kind):
                     return kind, self._dominance_reason(o, kind)
         if estimated_bytes is not None and limit_bytes is not None:
             predicted = self.memory_model.predict(estimated_bytes)
@@ -153,6 +174,9 @@ class FeasibilityMemory:
         drivers = [n for n, p in params.items() if getattr(p, attr) in ("up", "down")]
         same = [n for n, p in params.items() if getattr(p, attr) is None]
         at = ", ".join(f"{n}={scalar_text(o.params[n])}" for n in drivers)
+        if o.status != kind:  # evidence without the failure itself: a diverged loss
+            m = o.metrics or {}
+            label = f"divergence (loss {m['first_loss']:.4g} -> {m['final_loss']:.4g})"
         text = f"dominated by {label} in {o.label}" + (f" at {at}" if at else "")
         if same:
             shown = ", ".join(same[:4]) + (", ..." if len(same) > 4 else "")

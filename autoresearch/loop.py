@@ -1,14 +1,18 @@
 """One agent session over a study: the propose → check → run → tell loop and its stop conditions.
 
-The CLI is ``autoresearch.agent``; this module holds the loop so that each file stays readable. With one worker
-the loop is sequential: a proposal is enqueued and immediately asked back, so that it is this agent that runs it
-and the study's sampler still sees it as one of its own trials.
+The CLI is ``autoresearch.agent``; this module holds the loop so that each file stays readable. The main thread
+proposes, checks and tells; worker threads (``--workers``, one by default) only wait for their trial's process.
+A proposal is enqueued and immediately asked back, so that it is this agent that runs it and the study's sampler
+still sees it as one of its own trials.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
+import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +23,8 @@ from autoresearch import storage as st
 from autoresearch.learn import FeasibilityMemory
 from autoresearch.proposers.base import ProposalContext, SearchExhausted, params_key
 from autoresearch.proposers.samplers import make_sampler
-from autoresearch.runner import DEFAULT_COMMAND, run_trial
+from autoresearch.runner import DEFAULT_COMMAND, Interrupted, TrialResult, run_trial
+from autoresearch.slots import Slot, make_slots
 from autoresearch.space import load_space
 
 GiB = 1024**3
@@ -48,7 +53,17 @@ class AgentOptions:
     learn: bool = True  # feasibility memory and memory gate
     resume: bool = False  # insist that the study exists
     max_errors: int = 5  # consecutive errored trials before the agent gives up
+    workers: int = 1  # trials running at once, each in its own slot of cores or devices (autoresearch.slots)
     progress: bool = True
+
+
+@dataclass
+class Launch:
+    """A trial that passed every check and will run."""
+
+    trial: optuna.Trial
+    params: dict
+    trial_dir: Path
 
 
 def load_callable(spec: str):
@@ -97,6 +112,7 @@ class StudyLoop:
         self.memory = FeasibilityMemory(self.space)  # also holds the memory model, calibrated as trials end
         self._seen_usage = None
         self._estimates: dict[tuple, int | None] = {}
+        self.workers = opts.workers
         self.errors_in_a_row = 0
         self.repeats_in_a_row = 0  # proposals that repeated a config that ran ok, since the last new one
 
@@ -112,11 +128,12 @@ class StudyLoop:
             return None
 
     def open(self) -> optuna.Study:
-        url = self.opts.storage or st.default_storage(self.opts.trials_dir, self.study_name)
+        url = st.storage_url(self.opts.storage or st.default_storage(self.opts.trials_dir, self.study_name))
         if self.opts.resume and self.study_name not in optuna.get_all_study_names(storage=url):
             raise SystemExit(f"--resume: no study {self.study_name!r} in {url}")
         n_startup = max(3, min(10, self.trials // 4))  # short studies should not spend half their budget at random
-        sampler = make_sampler(self.sampler_name, self.opts.seed, n_startup_trials=n_startup)
+        sampler = make_sampler(self.sampler_name, self.opts.seed, n_startup_trials=n_startup,
+                               concurrent=self.workers > 1)
         study = st.open_study(self.space, self.study_name, url, sampler)
         for note in st.reap_stale(study):
             print(note, flush=True)
@@ -150,8 +167,9 @@ class StudyLoop:
         limit = params.get("memory.limit_gb", self.space.fixed.get("memory.limit_gb"))
         return float(limit) * GiB if isinstance(limit, (int, float)) and limit > 0 else None
 
-    def skip(self, study: optuna.Study, params: dict, number: int | None = None) -> tuple[str, str, str] | None:
-        """(status, reason, constraint kind) when ``params`` should not run, else None."""
+    def skip(self, study: optuna.Study, params: dict, recorded: dict | None = None) -> tuple[str, str, str] | None:
+        """(status, reason, constraint kind) when ``params`` should not run, else None. ``recorded``: the
+        study's finished trials by params key (``recorded_keys``), when the caller checks many proposals."""
         problems = self.space.check(params)
         if problems:
             return "rejected", "; ".join(problems), "space"
@@ -163,14 +181,22 @@ class StudyLoop:
                 return ("duplicate" if kind is None else "pruned"), reason, \
                     kind if kind in st.FAILURE_KINDS else None
         # Repeats of any recorded trial, pruned ones included (the memory only knows trials that ran).
-        key = params_key(self.space.coerce(params))
-        for t in study.get_trials(deepcopy=False):
-            if t.number != number and t.state.is_finished() and t.user_attrs.get("status") not in st.ABANDONED \
-                    and params_key(t.params) == key:
-                kind = t.user_attrs.get("failure_kind")
-                return ("pruned" if kind else "duplicate"), \
-                    f"duplicate of trial {t.number} ({t.user_attrs.get('status')})", kind
+        recorded = self.recorded_keys(study) if recorded is None else recorded
+        t = recorded.get(params_key(self.space.coerce(params)))
+        if t is not None:
+            kind = t.user_attrs.get("failure_kind")
+            reason = f"duplicate of trial {t.number} ({t.user_attrs.get('status')})"
+            return ("pruned" if kind else "duplicate"), reason, kind
         return None
+
+    @staticmethod
+    def recorded_keys(study: optuna.Study) -> dict:
+        """The first finished trial of each config, by params key (abandoned trials run again: not counted)."""
+        out: dict = {}
+        for t in study.get_trials(deepcopy=False):
+            if t.state.is_finished() and t.user_attrs.get("status") not in st.ABANDONED:
+                out.setdefault(params_key(t.params), t)
+        return out
 
     def skip_reason(self, study: optuna.Study, params: dict) -> str | None:
         """``ProposalContext.check``: why a proposal would be skipped, or None."""
@@ -183,39 +209,57 @@ class StudyLoop:
     # --- the loop ---
 
     def run(self) -> int:
+        """Fill every worker slot with a trial that should run, wait for one to end, tell it; until a stop
+        condition holds. Proposals that are skipped cost no slot and are recorded at once."""
         from tqdm import tqdm
 
         from autoresearch.report import render, study_table
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = self.open()
+        slots = make_slots(self.workers, str(self.space.fixed.get("device", "CPU")), self.space.world_size)
         start = time.monotonic()
         bar = tqdm(total=self.trials, initial=min(st.finished_count(study), self.trials), unit="trial",
                    desc=self.study_name, dynamic_ncols=True,
                    disable=None if self.opts.progress else True)  # None: shown on a terminal, not in logs
         code, why = 0, ""
+        stop = threading.Event()  # set on Ctrl-C / SIGTERM: worker threads end their trials
+        running: dict[Future, tuple[Launch, Slot]] = {}
+        free = list(reversed(slots))
+        pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="trial")
+        hard = ""  # a stop that no trial's end can undo: the search is exhausted, or too many errors
         try:
             while True:
-                why = self.stop_reason(study, start)
-                if why:
+                why = hard  # otherwise asked again: a running trial that errs does not count toward --trials
+                while free and not why:
+                    why = self.stop_reason(study, start, running=len(running))
+                    if why:
+                        break
+                    try:
+                        item = self.prepare(study)
+                    except SearchExhausted as exc:
+                        why = hard = str(exc)
+                        break
+                    if isinstance(item, str):  # skipped without running
+                        self._report(bar, study, item)
+                        continue
+                    slot = free.pop()
+                    running[pool.submit(self.execute, item, slot, stop)] = (item, slot)
+                if not running:
                     break
-                try:
-                    line = self.step(study)
-                except SearchExhausted as exc:
-                    why = str(exc)
-                    break
-                bar.n = min(st.finished_count(study), self.trials)
-                best = st.best_trial(study)
-                if best is not None:
-                    bar.set_postfix_str(f"best {self.space.objective_metric}={best.value:.5g} (#{best.number})")
-                bar.refresh()
-                tqdm.write(line)
-                if self.errors_in_a_row >= self.opts.max_errors:
-                    why, code = f"{self.errors_in_a_row} errors in a row: check the trial logs", 1
-                    break
+                done, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+                for future in done:
+                    item, slot = running.pop(future)
+                    free.append(slot)
+                    self._report(bar, study, self.finish(study, item, future.result(), slot))
+                if self.errors_in_a_row >= self.opts.max_errors and not hard:
+                    hard, code = f"{self.errors_in_a_row} errors in a row: check the trial logs", 1
         except KeyboardInterrupt:
             why, code = "interrupted", 130
+            stop.set()
+            self._abandon_running(study, running)
         finally:
+            pool.shutdown(wait=True)
             bar.close()
         df = study_table(study)
         self.study_dir.mkdir(parents=True, exist_ok=True)
@@ -227,10 +271,32 @@ class StudyLoop:
               f"{self.study_dir}")
         return code
 
-    def stop_reason(self, study: optuna.Study, start: float) -> str:
+    def _report(self, bar, study: optuna.Study, line: str) -> None:
+        from tqdm import tqdm
+
+        bar.n = min(st.finished_count(study), self.trials)
+        best = st.best_trial(study)
+        if best is not None:
+            bar.set_postfix_str(f"best {self.space.objective_metric}={best.value:.5g} (#{best.number})")
+        bar.refresh()
+        tqdm.write(line)
+
+    def _abandon_running(self, study: optuna.Study, running: dict) -> None:
+        """After Ctrl-C: each worker ends its trial; the config was not at fault, so it runs again later."""
+        for future, (item, _) in running.items():
+            try:
+                future.result()
+            except Interrupted:
+                pass
+            st.abandon(study, study.get_trials(deepcopy=False)[item.trial.number], "interrupted",
+                       "the agent was interrupted (Ctrl-C or SIGTERM) while this trial ran")
+
+    def stop_reason(self, study: optuna.Study, start: float, running: int = 0) -> str:
+        """Why no further trial should start ("" to go on); ``running`` trials will count once they end."""
         done = st.finished_count(study)
-        if done >= self.trials:
-            return f"the study holds {done} finished trials (--trials {self.trials})"
+        if done + running >= self.trials:
+            return f"the study holds {done} finished trials (--trials {self.trials})" + \
+                (f", {running} still running" if running else "")
         if self.timeout is not None and time.monotonic() - start >= self.timeout:
             return f"--timeout {self.timeout:g}s reached"
         if self.max_cost is not None and hasattr(self.proposer, "last_usage"):  # an LLM proposer
@@ -246,8 +312,8 @@ class StudyLoop:
                 return f"{len(since)} trials ran without improving the best (--patience {self.opts.patience})"
         return ""
 
-    def step(self, study: optuna.Study) -> str:
-        """Propose, check, run and tell one trial; returns a one-line account of it."""
+    def prepare(self, study: optuna.Study) -> Launch | str:
+        """Propose and check one trial: a Launch to run, or the one-line account of a proposal skipped."""
         waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
         usage = None
         if not waiting and self.repeats_in_a_row >= REPEATS_BEFORE_RANDOM:
@@ -275,7 +341,7 @@ class StudyLoop:
             if est is not None:
                 trial.set_user_attr("estimated_memory_bytes", est)
                 trial.set_user_attr("predicted_memory_bytes", predicted)
-        skipped = self.skip(study, params, number=trial.number)
+        skipped = self.skip(study, params)
         # A sampler that keeps repeating itself (TPE on a small discrete space does) gets an unseen config.
         repeated = bool(skipped) and skipped[0] == "duplicate"
         self.repeats_in_a_row = self.repeats_in_a_row + 1 if repeated else 0
@@ -285,33 +351,39 @@ class StudyLoop:
             return f"trial {trial.number:4d} {status:13s} {reason}"
         trial_dir = self.study_dir / f"{trial.number:04d}"
         trial.set_user_attr("trial_dir", str(trial_dir))
-        try:
-            result = run_trial(
-                self.space.overrides(params), trial_dir, command=self.command,
-                objective_metric=self.space.objective_metric,
-                on_start=lambda pid: trial.set_user_attr("trial_pid", st.identity(pid)),
-                on_poll=lambda: trial.set_user_attr("heartbeat_at", time.time()))
-        except KeyboardInterrupt:  # the runner ended the trial; the config was not at fault: run it again later
-            st.abandon(study, study.get_trials(deepcopy=False)[trial.number], "interrupted",
-                       "the agent was interrupted (Ctrl-C or SIGTERM) while this trial ran")
-            raise
-        state = st.tell_result(study, trial, result)
-        self._learn(trial.number, params, result.status, result.metrics)
+        return Launch(trial, params, trial_dir)
+
+    def execute(self, item: Launch, slot: Slot, stop: threading.Event) -> TrialResult:
+        """Run one trial in its slot (a worker thread); raises ``Interrupted`` once ``stop`` is set."""
+        trial = item.trial
+        return run_trial(
+            self.space.overrides(item.params), item.trial_dir, command=[*slot.prefix, *self.command],
+            env={**os.environ, **slot.env} if slot.env else None, objective_metric=self.space.objective_metric,
+            on_start=lambda pid: trial.set_user_attr("trial_pid", st.identity(pid)),
+            on_poll=lambda: trial.set_user_attr("heartbeat_at", time.time()), stop=stop)
+
+    def finish(self, study: optuna.Study, item: Launch, result: TrialResult, slot: Slot | None = None) -> str:
+        """Tell the study how a trial ended and learn from it; returns a one-line account of it."""
+        state = st.tell_result(study, item.trial, result)
+        self._learn(item.trial.number, item.params, result.status, result.metrics)
         self.errors_in_a_row = self.errors_in_a_row + 1 if state == TrialState.FAIL else 0
         value = "" if result.objective is None else f"{self.space.objective_metric}={result.objective:.5g} "
-        return f"trial {trial.number:4d} {result.status:13s} {value}({result.wall_time:.1f}s) {result.reason[:120]}"
+        where = f" [{slot.label}]" if slot is not None and slot.label else ""
+        return (f"trial {item.trial.number:4d} {result.status:13s} {value}({result.wall_time:.1f}s){where} "
+                f"{result.reason[:120]}")
 
     def _enqueue_unseen(self, study: optuna.Study) -> None:
         """Enqueue a random config that would run (not a duplicate, not dominated), or end the search."""
         import numpy as np
 
         rng = np.random.default_rng([self.opts.seed or 0, len(study.trials)])
+        recorded = self.recorded_keys(study)  # once: a draw is then checked without reading the study again
         for _ in range(500):
             try:
                 params = self.space.sample_random(rng)
             except ValueError:
                 break
-            if self.skip(study, params) is None:
+            if self.skip(study, params, recorded) is None:
                 study.enqueue_trial(self.space.coerce(params), user_attrs={
                     "proposer": f"random ({self.sampler_name} repeated a config)"})
                 return

@@ -21,7 +21,7 @@ from pathlib import Path
 import optuna
 import pandas as pd
 
-from autoresearch.storage import trial_rows
+from autoresearch.storage import storage_url, trial_rows
 
 MiB = 1024**2
 LEAD = ["number", "status", "exit_code"]
@@ -37,6 +37,7 @@ def load_study(path: str | Path | None = None, storage: str | None = None, study
         if not db.exists():
             raise SystemExit(f"{db} does not exist: is {path} a study directory written by autoresearch.agent?")
         storage = f"sqlite:///{db}"
+    storage = storage_url(storage)
     if study is None:
         names = optuna.get_all_study_names(storage=storage)
         if len(names) != 1:

@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +33,13 @@ EXIT_STATUS = {int(code): name for code, name in STATUS.items()}
 # Used when the overrides give no wall budget: a trial bounded only by steps still must not hang forever.
 DEFAULT_WALL_SEC = 3600.0
 DEFAULT_GRACE_SEC = 30.0  # core.config.TrialConfig.grace_sec
-KILL_WAIT_SEC = 5.0  # between SIGTERM and SIGKILL of the trial's process group
+KILL_WAIT_SEC = 5.0
+STOP_POLL_SEC = 0.2  # how soon a trial in a worker thread notices that the agent is stopping  # between SIGTERM and SIGKILL of the trial's process group
 STDERR_TAIL_CHARS = 2000
+
+
+class Interrupted(Exception):
+    """The agent is stopping (``stop`` was set): the trial was ended, its outcome says nothing of its config."""
 
 
 @dataclass
@@ -87,18 +93,20 @@ def run_trial(
     poll_sec: float = 30.0,
     env: dict | None = None,
     cwd: str | Path | None = None,
+    stop: threading.Event | None = None,
 ) -> TrialResult:
     """Run ``[*command, *overrides, trial.dir=<trial_dir>]`` and classify its end.
 
     ``timeout`` defaults to ``watchdog_seconds(overrides)``. ``on_start(pid)`` is called once the process exists
     (the agent records the pid so that a restarted agent can end an orphan); ``on_poll()`` every ``poll_sec``
-    while it runs (the agent's heartbeat).
+    while it runs (the agent's heartbeat). Once ``stop`` is set (the agent was interrupted while this runs in a
+    worker thread) the trial is ended and ``Interrupted`` raised.
     """
     trial_dir = Path(trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
     argv = [*command, *overrides, f"trial.dir={trial_dir}"]
     limit = watchdog_seconds(overrides) if timeout is None else timeout
-    start = time.monotonic()
+    start = polled = time.monotonic()
     killed = False
     with open(trial_dir / "stdout.log", "wb") as out, open(trial_dir / "stderr.log", "wb") as err:
         # A new session = a new process group: the watchdog can end the trial and every worker it started.
@@ -113,14 +121,17 @@ def run_trial(
                     kill_group(proc.pid, proc)
                     killed = True
                     break
+                if stop is not None and stop.is_set():
+                    raise Interrupted(f"trial in {trial_dir} ended: the agent is stopping")
                 try:
-                    proc.wait(timeout=min(poll_sec, remaining))
+                    proc.wait(timeout=min(poll_sec, remaining, STOP_POLL_SEC if stop is not None else poll_sec))
                     break
                 except subprocess.TimeoutExpired:
-                    if on_poll is not None:
+                    if on_poll is not None and time.monotonic() - polled >= poll_sec:
+                        polled = time.monotonic()
                         on_poll()
         except BaseException:
-            # The agent itself is being stopped (Ctrl-C): do not leave the trial running behind it.
+            # The agent itself is being stopped (Ctrl-C, ``stop``): do not leave the trial running behind it.
             kill_group(proc.pid, proc)
             raise
     wall = time.monotonic() - start

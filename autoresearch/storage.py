@@ -44,8 +44,32 @@ def default_storage(trials_dir: str | Path, study_name: str) -> str:
     return f"sqlite:///{path}"
 
 
+def storage_url(url: str) -> str:
+    """The SQLAlchemy URL to open. A PostgreSQL URL without a driver (``postgresql://``) means psycopg2 to
+    SQLAlchemy; the project ships psycopg 3, so such a URL is opened with ``postgresql+psycopg://``."""
+    scheme, sep, rest = url.partition("://")
+    return f"postgresql+psycopg://{rest}" if sep and scheme in ("postgresql", "postgres") else url
+
+
+def _rdb_storage(url: str, attempts: int = 5) -> optuna.storages.RDBStorage:
+    """Optuna creates its tables when it first opens a database. Agents started together on a fresh PostgreSQL
+    database race on that (measured: "duplicate key ... CREATE TYPE studydirection"); the loser tries again and
+    then finds the tables made."""
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url)
+        except (IntegrityError, ProgrammingError):
+            if attempt + 1 == attempts:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 def open_study(space, study_name: str, storage: str, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
     """Create the study or load it to resume; refuse to mix two spaces or directions in one study."""
+    storage = _rdb_storage(storage_url(storage))
     study = optuna.create_study(study_name=study_name, storage=storage, sampler=sampler,
                                 direction=space.direction, load_if_exists=True)
     known = study.user_attrs.get("space")

@@ -218,7 +218,7 @@ def make_replay_loop(opts, proposer: str, best_key: tuple, budget: int, max_prop
     class ReplayLoop(StudyLoop):
         ended = ""
 
-        def stop_reason(self, study, start):
+        def stop_reason(self, study, start, running=0):
             self.ended = self._why(study)
             return self.ended
 
@@ -232,8 +232,8 @@ def make_replay_loop(opts, proposer: str, best_key: tuple, budget: int, max_prop
             # Stuck: the agent's own check (StudyLoop.skip) would skip every config that has not run. Skipped
             # proposals teach the feasibility memory nothing, so that holds for good: the real agent would only
             # record pruned proposals until its --trials ran out.
-            done = {params_key(t.params) for t in ran}
-            if all(self.skip(study, p) for p in self.space.grid() if params_key(p) not in done):
+            done, recorded = {params_key(t.params) for t in ran}, self.recorded_keys(study)
+            if all(self.skip(study, p, recorded) for p in self.space.grid() if params_key(p) not in done):
                 return "stuck"
             if len(trials) >= max_proposals:
                 return "proposal cap"

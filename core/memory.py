@@ -70,26 +70,30 @@ def apply_device_memory_limit(limit_gb: float | None, device: str) -> bool:
     return True
 
 
-# What a rank holds before the model's own tensors: the framework's libraries, kernels, thread pools and graph
-# caches. On CPU this is resident host memory, measured 2026-11-29 with MindSpore 2.10: model=tiny peaks at
-# 730-790 MiB of which the components below account for ~32 MiB. Unknown for other devices (0): there the agent's
-# memory model learns the offset from measured peaks (autoresearch.learn.MemoryModel).
-RUNTIME_BASELINE_BYTES = {"CPU": 700 * 2**20}
+# ---- estimate ------------------------------------------------------------------------------------------------
+# The estimate is the textbook count of a step's tensors (``Terms``, device-independent) turned into bytes by a
+# ``RuntimeProfile``: how one device and execution mode really hold those tensors. Profiles are measured, not
+# guessed: ``python benchmarks/memory_model.py collect`` runs a sweep of configs (model size, batch, sequence,
+# optimizer, recompute, ranks) and ``fit`` fits the profile by least squares (results in benchmarks/RESULTS.md).
 
 
-@dataclass
-class MemoryEstimate:
-    """Bytes per rank by component (fp32)."""
+@dataclass(frozen=True)
+class Terms:
+    """Textbook bytes of one rank's training step (fp32), before any runtime overhead."""
 
     params: int
-    grads: int
+    grads: int          # accumulating over micro-batches: the old sum, the new gradient and the new sum
     optimizer: int
-    activations: int
-    runtime: int = 0
+    activations: int    # saved for backward by the blocks
+    recomputed: int | None  # with full recompute: block inputs + one block's activations; None without
+    logits: int         # (micro_batch * seq, vocab) floats of the output head
+    layers: int
+    muon_hidden: int    # bytes of the hidden matrices Muon orthogonalises (0 with AdamW)
+    ranks: int
 
     @property
-    def total(self) -> int:
-        return self.params + self.grads + self.optimizer + self.activations + self.runtime
+    def states(self) -> int:
+        return self.params + self.grads + self.optimizer
 
 
 def _activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int) -> int:
@@ -104,19 +108,99 @@ def _activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int) -> int:
     return 4 * batch * (seq * per_token + attention)
 
 
-def estimate_memory(cfg: TrainConfig) -> MemoryEstimate:
-    """Analytic per-rank estimate; the agent recalibrates it against measured peaks (autoresearch.learn)."""
+def terms(cfg: TrainConfig) -> Terms:
     m, t = cfg.model, cfg.training
-    n = _param_count(m)
-    states = 2 if cfg.optim.name == "adamw" else 1  # Muon keeps one momentum buffer (AdamW for a minority)
+    n, hidden = _param_count(m), _hidden_matrix_count(m)
+    muon = cfg.optim.name == "muon"
+    # AdamW keeps m and v; Muon one momentum buffer for the hidden matrices and AdamW's two for the rest.
+    states = 2 * n if not muon else hidden + 2 * (n - hidden)
     per_layer = _activation_bytes_per_layer(m, t.micro_batch_size, t.seq_len)
-    if cfg.memory.recompute == "full":
-        # Only each block's input survives; one block's activations are rebuilt at a time in backward.
-        layers = t.micro_batch_size * t.seq_len * m.d_model * 4 * m.n_layers + per_layer
-    else:
-        layers = per_layer * m.n_layers
-    return MemoryEstimate(params=4 * n, grads=4 * n, optimizer=4 * n * states, activations=layers,
-                          runtime=RUNTIME_BASELINE_BYTES.get(cfg.device, 0))
+    recomputed = None
+    if cfg.memory.recompute == "full":  # each block's input survives; one block is rebuilt at a time in backward
+        recomputed = t.micro_batch_size * t.seq_len * m.d_model * 4 * m.n_layers + per_layer
+    return Terms(params=4 * n, grads=4 * n * (3 if cfg.grad_accum_steps > 1 else 1), optimizer=4 * states,
+                 activations=per_layer * m.n_layers, recomputed=recomputed,
+                 logits=4 * t.micro_batch_size * t.seq_len * m.vocab_size, layers=m.n_layers,
+                 muon_hidden=4 * hidden if muon else 0, ranks=cfg.parallel.world_size)
+
+
+@dataclass(frozen=True)
+class RuntimeProfile:
+    """How a device and execution mode hold a step's tensors, relative to ``Terms`` (bytes are per rank)."""
+
+    baseline: int = 0                 # before the model: libraries, kernels, thread pools, allocator pools
+    per_layer: int = 0                # graph and kernel caches per block (jit compiles the unrolled model)
+    state_copies: float = 1.0         # params, grads and optimizer states as the runtime holds them
+    activation_copies: float = 1.0    # of the textbook saved-for-backward count
+    logits_copies: float = 1.0        # of the (tokens, vocab) logits
+    muon_graph: int = 0               # Muon's Newton-Schulz graph
+    muon_copies: float = 0.0          # of the hidden matrices, for Newton-Schulz temporaries
+    recompute_saves: bool = True      # False: recompute keeps the activations (and adds recompute_per_layer)
+    recompute_per_layer: int = 0
+    distributed: int = 0              # the collective runtime of a multi-rank trial ...
+    distributed_state_copies: float = 0.0  # ... and its buffers, as copies of the states
+
+
+MiB = 2**20
+# Fitted 2026-11-29 with MindSpore 2.10 on a 2-core AMD EPYC (benchmarks/data/memory_cpu.json, RESULTS.md):
+# over the sweep's 60 runs the estimate is off by 0.7% (median), 9.2% at worst. Under jit the CPU runtime keeps
+# ~6x the textbook activations and 8 copies of the logits (forward and backward temporaries, fp32, little reuse
+# by the memory pool), and recompute saves nothing: the recomputed graph is compiled on top.
+_PROFILES = {
+    ("CPU", "jit"): RuntimeProfile(baseline=506 * MiB, per_layer=26 * MiB, state_copies=1.65,
+                                   activation_copies=6.39, logits_copies=8.2, muon_graph=28 * MiB,
+                                   muon_copies=14.9, recompute_saves=False, recompute_per_layer=16 * MiB,
+                                   distributed=47 * MiB, distributed_state_copies=2.8),
+    ("CPU", "pynative"): RuntimeProfile(baseline=477 * MiB, per_layer=24 * MiB, state_copies=1.55,
+                                        activation_copies=1.65, logits_copies=0.22, muon_graph=0,
+                                        muon_copies=17.1, recompute_saves=True, distributed=56 * MiB,
+                                        distributed_state_copies=2.92),
+}
+
+
+def runtime_profile(device: str, mode: str) -> RuntimeProfile:
+    """The measured profile of ``device`` in ``mode``, or the textbook one (all copies 1, no overhead) where
+    nothing was measured: on Ascend the agent's memory model learns the offset from measured peaks
+    (autoresearch.learn.MemoryModel) until a profile is fitted there."""
+    return _PROFILES.get((device, mode), RuntimeProfile())
+
+
+@dataclass
+class MemoryEstimate:
+    """Bytes per rank by component: the textbook states and what the runtime profile adds."""
+
+    params: int
+    grads: int
+    optimizer: int
+    activations: int   # saved activations and logits as the runtime holds them
+    runtime: int = 0   # baseline, graphs, extra state copies, Newton-Schulz temporaries, collectives
+
+    @property
+    def total(self) -> int:
+        return self.params + self.grads + self.optimizer + self.activations + self.runtime
+
+
+def estimate_memory(cfg: TrainConfig) -> MemoryEstimate:
+    """Per-rank peak estimate: the textbook ``terms`` through the device's measured ``runtime_profile``. The
+    agent recalibrates it against measured peaks (autoresearch.learn)."""
+    return apply_profile(terms(cfg), runtime_profile(cfg.device, cfg.training.mode))
+
+
+def apply_profile(t: Terms, p: RuntimeProfile) -> MemoryEstimate:
+    saved = t.activations
+    runtime = p.baseline + p.per_layer * t.layers + (p.state_copies - 1.0) * t.states
+    if t.recomputed is not None:
+        if p.recompute_saves:
+            saved = t.recomputed
+        else:  # the activations stay and the recompute graph comes on top
+            runtime += p.recompute_per_layer * t.layers
+    if t.muon_hidden:
+        runtime += p.muon_graph + p.muon_copies * t.muon_hidden
+    if t.ranks > 1:
+        runtime += p.distributed + p.distributed_state_copies * t.states
+    activations = p.activation_copies * saved + p.logits_copies * t.logits
+    return MemoryEstimate(params=t.params, grads=t.grads, optimizer=t.optimizer, activations=int(activations),
+                          runtime=int(runtime))
 
 
 def estimate_memory_bytes(cfg: TrainConfig) -> int:
@@ -125,9 +209,12 @@ def estimate_memory_bytes(cfg: TrainConfig) -> int:
 
 def _param_count(m: ModelConfig) -> int:
     """Parameter count without building the model (the Llama block of core.model)."""
+    head = 0 if m.tie_embeddings else m.vocab_size * m.d_model
+    return m.vocab_size * m.d_model + _hidden_matrix_count(m) + m.n_layers * 2 * m.d_model + m.d_model + head
+
+
+def _hidden_matrix_count(m: ModelConfig) -> int:
+    """Elements of the blocks' 2-D weights (attention and MLP projections): what Muon orthogonalises."""
     hd = m.head_dim
     attn = 2 * m.d_model * m.n_heads * hd + 2 * m.d_model * m.n_kv_heads * hd
-    mlp = 3 * m.d_model * m.ffn_hidden
-    per_layer = attn + mlp + 2 * m.d_model  # two RMSNorm weights
-    head = 0 if m.tie_embeddings else m.vocab_size * m.d_model
-    return m.vocab_size * m.d_model + m.n_layers * per_layer + m.d_model + head
+    return m.n_layers * (attn + 3 * m.d_model * m.ffn_hidden)

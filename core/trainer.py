@@ -47,10 +47,14 @@ def matmul_flops_per_sec(n: int = 1024, repeats: int = 5) -> float:
 
 def _share_cpu_cores(device: str, local_ranks: int) -> None:
     """CPU workaround: MindSpore sizes each process's kernel thread pool for the whole machine, so ranks that
-    share a host oversubscribe it (measured: 2 ranks on 2 cores ran each step ~4x slower than one rank). Give
-    every rank its share of the cores. (On Ascend the kernels run on the device; nothing to do.)"""
-    if device == "CPU" and local_ranks > 1:
-        ms.device_context.cpu.op_tuning.threads_num(max(1, (os.cpu_count() or 1) // local_ranks))
+    share a host oversubscribe it (measured: 2 ranks on 2 cores ran each step ~4x slower than one rank), and so
+    does a trial pinned to a few cores (the agent's ``--workers`` runs trials under taskset). Give every rank its
+    share of the cores this process may use. (On Ascend the kernels run on the device; nothing to do.)"""
+    if device != "CPU":
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if local_ranks > 1 or cores < (os.cpu_count() or cores):
+        ms.device_context.cpu.op_tuning.threads_num(max(1, cores // local_ranks))
 
 
 class Trainer:

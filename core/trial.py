@@ -186,6 +186,7 @@ class TrialRecorder:
             "tokens_per_sec": tps,
             "step_time_ms_median": None if median is None else median * 1000,
             "mfu": mfu,
+            "first_loss": _finite_or_none(self.losses[0]) if self.losses else None,  # with final_loss: diverged?
             "final_loss": _finite_or_none(self.losses[-1]) if self.losses else None,
             "min_loss": min(finite) if finite else None,
             "val_loss": _finite_or_none(self.val_loss),

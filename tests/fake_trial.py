@@ -9,8 +9,8 @@ Outcomes follow fixed rules so that tests can reason about them:
 - an unknown key exits 2 (invalid), like the core.
 - ``fake.*`` keys steer the process itself: ``fake.sleep`` (seconds of "training"), ``fake.error=true`` (a
   traceback, exit 1), ``fake.compile_error=true`` (exit 11), ``fake.crash=true`` (SIGKILL itself, no summary),
-  ``fake.hang=true`` (ignore SIGTERM and never end), ``fake.marker=<path>`` (append "start <pid> <dir>" to a
-  file), ``fake.hold=<path>`` (wait while that file exists, within the wall budget).
+  ``fake.hang=true`` (ignore SIGTERM and never end), ``fake.marker=<path>`` (append "start <pid> <dir> cpus=<its
+  CPU affinity>" to a file), ``fake.hold=<path>`` (wait while that file exists, within the wall budget).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def outcome(cfg: dict) -> tuple[int, str, dict]:
     step_ms = (5.0 + 0.02 * mbs * seq / tp) * (1.33 if recompute else 1.0)
     loss = 3.0 + (math.log10(lr) + 2.5) ** 2
     metrics = {"tokens_per_sec": mbs * seq / step_ms * 1000.0, "step_time_ms_median": step_ms, "mfu": None,
-               "final_loss": loss, "min_loss": loss, "val_loss": loss + 0.05, "grad_norm_last": 1.0,
+               "first_loss": 6.0, "final_loss": loss, "min_loss": loss, "val_loss": loss + 0.05, "grad_norm_last": 1.0,
                "peak_memory_bytes": peak, "peak_memory_bytes_per_rank": [peak] * int(tp),
                "estimated_memory_bytes": estimate}
     if cfg.get("fake.error") == "true":
@@ -80,6 +80,10 @@ def outcome(cfg: dict) -> tuple[int, str, dict]:
     return 0, "reached max_steps", metrics
 
 
+METRICS = ("tokens_per_sec", "step_time_ms_median", "mfu", "first_loss", "final_loss", "min_loss", "val_loss",
+           "grad_norm_last", "peak_memory_bytes", "peak_memory_bytes_per_rank", "estimated_memory_bytes")
+
+
 def write_summary(trial_dir: Path, cfg: dict, argv: list[str], code: int, reason: str, metrics: dict,
                   wall: float) -> None:
     status = {0: "ok", 1: "error", 2: "invalid", 10: "oom", 11: "compile_error", 12: "nan", 13: "timeout"}[code]
@@ -89,9 +93,7 @@ def write_summary(trial_dir: Path, cfg: dict, argv: list[str], code: int, reason
         "reason": reason, "error": None if code == 0 else {"type": status, "message": reason, "rank": 0},
         "steps": steps, "max_steps": int(_num(cfg, "trial.max_steps", 20)), "tokens": steps * 256,
         "wall_time_sec": wall, "startup_sec": 0.01,
-        "metrics": {k: metrics.get(k) for k in ("tokens_per_sec", "step_time_ms_median", "mfu", "final_loss",
-                                                "min_loss", "val_loss", "grad_norm_last", "peak_memory_bytes",
-                                                "peak_memory_bytes_per_rank", "estimated_memory_bytes")},
+        "metrics": {k: metrics.get(k) for k in METRICS},
         "layout": {"world_size": int(_num(cfg, "parallel.tp", 1)), "dp_replicate": 1, "dp_shard": 1,
                    "tp": int(_num(cfg, "parallel.tp", 1)), "pp": 1, "cp": 1, "ep": 1},
         "config": cfg, "overrides": argv, "seed": int(_num(cfg, "seed", 0)),
@@ -110,7 +112,8 @@ def main(argv: list[str]) -> int:
     trial_dir.mkdir(parents=True, exist_ok=True)
     if cfg.get("fake.marker"):
         with open(cfg["fake.marker"], "a") as f:
-            f.write(f"start {os.getpid()} {trial_dir}\n")
+            cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+            f.write(f"start {os.getpid()} {trial_dir} cpus={cpus}\n")
     unknown = [k for k in cfg if not k.startswith(KNOWN_PREFIXES)]
     if unknown:
         write_summary(trial_dir, cfg, argv, 2, f"unknown key {unknown[0]!r}", {}, 0.0)

@@ -26,9 +26,11 @@ def tpe_gamma(n: int) -> int:
     return min(math.ceil(0.25 * n), 25)
 
 
-def make_sampler(name: str, seed: int | None = None, n_startup_trials: int = 10) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, seed: int | None = None, n_startup_trials: int = 10,
+                 concurrent: bool = False) -> optuna.samplers.BaseSampler:
     """The study's sampler for a proposer name. Grid and LLM proposals are enqueued; when an LLM proposer
-    declines a trial, TPE chooses it."""
+    declines a trial, TPE chooses it. ``concurrent``: trials run side by side, so TPE treats the running ones as
+    already bad (the "constant liar", Ginsbourger et al. 2010) instead of proposing the same point again."""
     if name in ("random", "grid"):  # grid: never consulted, every grid point is enqueued
         return optuna.samplers.RandomSampler(seed=seed)
     # Independent rather than Optuna 5's default multivariate TPE, and gamma 0.25: measured on the fake trial's
@@ -40,7 +42,7 @@ def make_sampler(name: str, seed: int | None = None, n_startup_trials: int = 10)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*`gamma` has been deprecated", category=FutureWarning)
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials, multivariate=False,
-                                          gamma=tpe_gamma)
+                                          gamma=tpe_gamma, constant_liar=concurrent)
 
 
 class GridProposer(Proposer):

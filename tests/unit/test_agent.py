@@ -57,7 +57,8 @@ def test_auto_proposer_says_which_and_why(monkeypatch):
     with pytest.raises(SystemExit, match="ANTHROPIC_API_KEY"):
         agent.resolve_proposer("claude", {})
     with pytest.raises(SystemExit):
-        agent.parse_args(["--space", "x.yaml", "--workers", "2"])
+        agent.parse_args(["--space", "x.yaml", "--workers", "0"])
+    assert agent.parse_args(["--space", "x.yaml", "--workers", "2"]).workers == 2
 
 
 def test_tpe_study_records_every_trial(tmp_path, capsys, monkeypatch):

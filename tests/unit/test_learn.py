@@ -142,6 +142,26 @@ def test_nan_dominance_both_directions(memory, change, skipped):
     assert (memory.check(proposal) is not None) == skipped
 
 
+@pytest.mark.parametrize("first, final, skipped", [
+    (5.5, 38.0, True),            # the loss blew up (lr 1.0 on the tiny model): evidence like a NaN
+    (5.5, 5.5 * 1.5 + 0.01, True),
+    (5.5, 5.5 * 1.5, False),      # at the ratio: not yet
+    (5.5, 5.6, False),            # an lr too small to move the loss, plus noise: no claim
+    (5.5, 3.2, False),            # it learned
+    (None, 38.0, False),          # a summary without the first loss proves nothing
+])
+def test_a_diverged_loss_dominates_like_a_nan(memory, first, final, skipped):
+    memory.record(BASE, "ok", {"first_loss": first, "final_loss": final}, trial=3)
+    reason = memory.check(with_(optim__lr=0.05))
+    assert (reason is not None) == skipped
+    if skipped:
+        assert reason.startswith(f"dominated by divergence (loss 5.5 -> {final:.4g}) in trial 3 at optim.lr=0.01")
+        kind, _ = memory.verdict(with_(optim__lr=0.05))
+        assert kind == "nan"
+    assert memory.check(with_(optim__lr=0.005)) is None            # a lower lr is never dominated
+    assert memory.check(with_(optim__lr=0.05, optim="muon")) is None  # nor another optimizer (unannotated)
+
+
 def test_nan_does_not_imply_oom_or_vice_versa(memory):
     memory.record(BASE, "nan")
     assert memory.check(with_(training__micro_batch_size=16, optim__lr=0.005)) is None

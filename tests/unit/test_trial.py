@@ -51,7 +51,7 @@ def test_summary_schema_and_metrics(tmp_path):
     assert m["step_time_ms_median"] == pytest.approx(200.0)        # median of the steps after the first
     assert m["tokens_per_sec"] == pytest.approx(100 / 0.2)
     assert m["mfu"] == pytest.approx(500 * 1e6 / 1e11)
-    assert (m["final_loss"], m["min_loss"], s["steps"], s["tokens"]) == (3.5, 3.5, 3, 300)
+    assert (m["first_loss"], m["final_loss"], m["min_loss"], s["steps"], s["tokens"]) == (5.0, 3.5, 3.5, 3, 300)
     assert m["val_loss"] is None                                  # not reached: null, never invented
     assert s["schema"] == SCHEMA and s["error"] is None
 

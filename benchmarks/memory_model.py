@@ -1,0 +1,194 @@
+"""Measure how this machine's runtime holds a training step, and fit core.memory's RuntimeProfile to it.
+
+    .venv/bin/python benchmarks/memory_model.py collect [--device CPU] [--only jit]   # ~15 min on 2 cores
+    .venv/bin/python benchmarks/memory_model.py fit [--data benchmarks/data/memory_cpu.json]
+
+``collect`` runs a sweep of short trials through the real CLI (3 steps, no memory limit) over model size, depth,
+width, micro-batch, sequence length, optimizer, recompute, ranks and gradient accumulation, in each execution
+mode, and keeps every measured per-rank peak beside the config's textbook terms (``core.memory.terms``).
+
+``fit`` fits one ``RuntimeProfile`` per mode by least squares: the peak of the plain single-rank runs as
+``baseline + per_layer * layers + state_copies * states + activation_copies * activations + logits_copies *
+logits + [muon] (muon_graph + muon_copies * hidden)``; then what ranks, recompute and accumulation add, from the
+residuals of their runs. It prints the profiles (to copy into ``core.memory._PROFILES``) and, per run, the peak
+against the estimate of the profiles core.memory ships now — the figure that matters: how wrong the agent's
+memory gate starts out before it has measured anything. ``tests/unit/test_memory.py`` holds the shipped profiles
+to this data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, fields
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DATA = ROOT / "benchmarks" / "data" / "memory_cpu.json"
+MiB = 2**20
+
+# (name, overrides): single-rank runs without recompute or accumulation first (they fit the profile), then the
+# runs whose extra cost is fitted from residuals.
+SWEEP = [
+    *[(f"tiny b{b}", ["model=tiny", f"training.global_batch_size={b}"]) for b in (1, 8, 16, 32, 64)],
+    *[(f"tiny seq128 b{b}", ["model=tiny", "training.seq_len=128", f"training.global_batch_size={b}"])
+      for b in (8, 32)],
+    *[(f"tiny 6 layers b{b}", ["model=tiny", "model.n_layers=6", f"training.global_batch_size={b}"]) for b in (1, 16)],
+    *[(f"tiny d256 b{b}", ["model=tiny", "model.d_model=256", f"training.global_batch_size={b}"]) for b in (1, 16)],
+    *[(f"tiny muon b{b}", ["model=tiny", "optim=muon", f"training.global_batch_size={b}"]) for b in (1, 8, 32)],
+    *[(f"small b{b}", ["model=small", f"training.global_batch_size={b}"]) for b in (1, 8, 16)],
+    ("small seq128 b8", ["model=small", "training.seq_len=128", "training.global_batch_size=8"]),
+    *[(f"small muon b{b}", ["model=small", "optim=muon", f"training.global_batch_size={b}"]) for b in (1, 8)],
+    *[(f"medium b{b}", ["model=medium", f"training.global_batch_size={b}"]) for b in (1, 4)],
+    *[(f"tiny recompute b{b}", ["model=tiny", "memory.recompute=full", f"training.global_batch_size={b}"])
+      for b in (8, 32)],
+    ("small recompute b8", ["model=small", "memory.recompute=full", "training.global_batch_size=8"]),
+    *[(f"tiny dp2 b{b}", ["model=tiny", "parallel.dp_replicate=2", f"training.global_batch_size={b}"]) for b in (2, 16)],
+    ("small dp2 b16", ["model=small", "parallel.dp_replicate=2", "training.global_batch_size=16"]),
+    ("tiny accum4 b8", ["model=tiny", "training.micro_batch_size=2", "training.global_batch_size=8"]),
+    ("small accum4 b8", ["model=small", "training.micro_batch_size=2", "training.global_batch_size=8"]),
+]
+MODES = ("jit", "pynative")
+
+
+def git_commit() -> str:
+    out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def collect(args) -> None:
+    from core.config import load_config
+    from core.memory import terms
+
+    rows, modes = [], [m for m in MODES if not args.only or m == args.only]
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in modes:
+            for i, (name, overrides) in enumerate(SWEEP):
+                ov = [*overrides, f"device={args.device}", f"training.mode={mode}", "trial.max_steps=3",
+                      "training.eval_batches=1"]
+                out = Path(tmp) / f"{mode}{i}"
+                subprocess.run([sys.executable, "-m", "core.train", *ov, f"trial.dir={out}"], cwd=ROOT,
+                               capture_output=True)
+                s = json.loads((out / "trial_summary.json").read_text())
+                if s["status"] != "ok":
+                    raise SystemExit(f"{name} ({mode}): trial ended {s['status']}: {s['reason']}")
+                peak = s["metrics"]["peak_memory_bytes"]
+                rows.append({"name": name, "mode": mode, "overrides": ov, "peak_bytes": peak,
+                             "terms": asdict(terms(load_config(ov)))})
+                print(f"{mode:8s} {name:20s} {peak / MiB:7.0f} MiB", file=sys.stderr)
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               "unknown CPU")
+    import mindspore
+
+    meta = {"date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "device": args.device, "machine": cpu,
+            "mindspore": mindspore.__version__}
+    Path(args.data).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    print(f"wrote {args.data} ({len(rows)} runs)", file=sys.stderr)
+
+
+def _terms(row):
+    from core.memory import Terms
+
+    return Terms(**row["terms"])
+
+
+def _plain(t) -> bool:
+    return t.ranks == 1 and t.recomputed is None and t.grads == t.params
+
+
+def fit_profile(rows: list[dict]):
+    """A RuntimeProfile from one mode's rows (see the module docstring)."""
+    from core.memory import RuntimeProfile, apply_profile
+
+    plain = [r for r in rows if _plain(_terms(r))]
+    cols = {  # name -> feature per row (bytes, or 1 for a constant)
+        "baseline": lambda t: 1.0, "per_layer": lambda t: t.layers, "state_copies": lambda t: t.states,
+        "activation_copies": lambda t: t.activations, "logits_copies": lambda t: t.logits,
+        "muon_graph": lambda t: 1.0 if t.muon_hidden else 0.0, "muon_copies": lambda t: t.muon_hidden,
+    }
+    X = np.array([[f(_terms(r)) for f in cols.values()] for r in plain], dtype=float)
+    y = np.array([r["peak_bytes"] for r in plain], dtype=float)
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    values = dict(zip(cols, coef))
+    # A state term with copies c is held as c * states; the profile keeps (c - 1) as runtime overhead.
+    prof = RuntimeProfile(**{k: (int(v) if k in ("baseline", "per_layer", "muon_graph") else float(v))
+                             for k, v in values.items()})
+
+    def residual(r, p):
+        return r["peak_bytes"] - apply_profile(_terms(r), p).total
+
+    # Recompute: does it save memory here? Compare both readings on the recompute runs.
+    rec = [r for r in rows if _terms(r).recomputed is not None]
+    if rec:
+        keeps = RuntimeProfile(**{**asdict(prof), "recompute_saves": False})
+        saves_err = sum(abs(residual(r, prof)) for r in rec)
+        keeps_err = sum(abs(residual(r, keeps)) for r in rec)
+        if keeps_err < saves_err:
+            per_layer = float(np.mean([residual(r, keeps) / _terms(r).layers for r in rec]))
+            prof = RuntimeProfile(**{**asdict(keeps), "recompute_per_layer": max(0, int(per_layer))})
+    # Ranks: the collective runtime, as a constant plus copies of the states (the flat all-reduce buffers).
+    dist = [r for r in rows if _terms(r).ranks > 1 and _terms(r).recomputed is None]
+    if dist:
+        res = np.array([residual(r, prof) for r in dist])
+        states = np.array([_terms(r).states for r in dist], dtype=float)
+        if len(set(states)) > 1:
+            (c1, c0), *_ = np.linalg.lstsq(np.stack([states, np.ones_like(states)], 1), res, rcond=None)
+        else:
+            c1, c0 = 0.0, float(res.mean())
+        prof = RuntimeProfile(**{**asdict(prof), "distributed": int(c0), "distributed_state_copies": float(c1)})
+    return prof
+
+
+def fit(args) -> None:
+    from core.config import load_config
+    from core.memory import estimate_memory_bytes
+
+    data = json.loads(Path(args.data).read_text())
+    meta, rows = data["meta"], data["rows"]
+    print(f"Data: `{Path(args.data).relative_to(ROOT)}`: {len(rows)} runs of 3 steps, {meta['date']}, commit "
+          f"{meta['commit']}, {meta['machine']}, MindSpore {meta['mindspore']}, device {meta['device']}.\n")
+    for mode in sorted({r["mode"] for r in rows}):
+        prof = fit_profile([r for r in rows if r["mode"] == mode])
+        shown = ", ".join(f"{f.name}={_fmt(getattr(prof, f.name))}" for f in fields(prof))
+        print(f"fitted ({meta['device']}, {mode}): RuntimeProfile({shown})\n")
+    print("| mode | run | measured MiB | core.memory estimate MiB | error |\n|---|---|---:|---:|---:|")
+    errors = []
+    for r in rows:
+        est = estimate_memory_bytes(load_config(r["overrides"]))
+        err = (est - r["peak_bytes"]) / r["peak_bytes"]
+        errors.append(abs(err))
+        print(f"| {r['mode']} | {r['name']} | {r['peak_bytes'] / MiB:.0f} | {est / MiB:.0f} | {100 * err:+.1f}% |")
+    print(f"\nThe estimate shipped in core.memory: median |error| {100 * np.median(errors):.1f}%, "
+          f"worst {100 * max(errors):.1f}% over {len(rows)} runs.")
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int):
+        return f"{round(v / MiB)} * MiB" if v else "0"
+    return f"{v:.3g}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect", help="run the sweep (real trials) and write the data file")
+    c.add_argument("--device", default="CPU")
+    c.add_argument("--only", choices=MODES, help="one execution mode")
+    c.add_argument("--data", default=str(DATA))
+    f = sub.add_parser("fit", help="fit a RuntimeProfile per mode and show the shipped estimate's errors")
+    f.add_argument("--data", default=str(DATA))
+    args = ap.parse_args()
+    collect(args) if args.cmd == "collect" else fit(args)
+
+
+if __name__ == "__main__":
+    main()
