@@ -293,28 +293,39 @@ def best_row(table: dict) -> dict:
 
 
 def soundness(table: dict) -> list[str]:
-    """Lines on whether the space's annotations hold on the table: every config that an OOM or NaN in the
-    table would prune (``FeasibilityMemory.dominates``) must have failed the same way."""
-    from autoresearch.learn import FeasibilityMemory
+    """Lines on whether the space's annotations hold on the table: every config that the table's evidence would
+    prune (``FeasibilityMemory.dominates``; for NaN the evidence includes ok runs whose loss diverged,
+    ``learn.Outcome.proves``) must have failed the same way, or diverged, never run ok."""
+    from autoresearch.learn import FeasibilityMemory, Outcome
     from autoresearch.space import load_space
 
     space = load_space(str(SPACE))
     memory = FeasibilityMemory(space)
+
+    def proves(r):
+        return Outcome(r["params"], r["status"], (r.get("summary") or {}).get("metrics")).proves
+
     lines, wrong = [], 0
     for kind in FAILED:
-        failed = [r for r in table["rows"] if r["status"] == kind]
+        evidence = [r for r in table["rows"] if proves(r) == kind]
         covered = [r for r in table["rows"] if any(memory.dominates(f["params"], r["params"], kind)
-                                                   for f in failed)]
-        other = [r for r in covered if r["status"] not in (kind, "ok")]
-        bad = [r for r in covered if r["status"] == "ok"]  # a prune would have skipped a config that works
+                                                   for f in evidence)]
+        same = [r for r in covered if proves(r) == kind]
+        bad = [r for r in covered if r["status"] == "ok" and proves(r) is None]  # a config that works
+        other = [r for r in covered if r not in same and r not in bad]
         wrong += len(bad)
-        lines.append(f"- {kind}: {len(failed)} configs ended {kind}; they dominate {len(covered)} configs: "
-                     f"{len(covered) - len(other) - len(bad)} ended {kind}, {len(other)} failed otherwise"
+        diverged = sum(r["status"] == "ok" for r in evidence)
+        lines.append(f"- {kind}: {len(evidence) - diverged} configs ended {kind}"
+                     + (f" and {diverged} ran ok with a diverged loss (final > 1.5x first)" if diverged else "")
+                     + f"; they dominate {len(covered)} configs: {len(same)} "
+                     + ("ended nan or diverged" if kind == "nan" else f"ended {kind}")
+                     + f", {len(other)} failed otherwise"
                      + "".join(f" (#{r['index']} {_params_text(r['params'])}: {r['status']})" for r in other)
-                     + f", {len(bad)} ended ok"
+                     + f", {len(bad)} ran ok"
                      + "".join(f" (#{r['index']} {_params_text(r['params'])})" for r in bad))
-    lines.append("- no dominance claim covers a config that ran ok: the annotations are sound on this table"
-                 if not wrong else f"- {wrong} configs that ran ok would be pruned: an annotation is wrong")
+    lines.append("- no dominance claim covers a config that ran ok (without diverging): the annotations are sound "
+                 "on this table" if not wrong else f"- {wrong} configs that ran ok would be pruned: an annotation "
+                 "is wrong")
     return lines
 
 
@@ -329,8 +340,8 @@ def waste_breakdown(results: list[dict], budget: int) -> list[str]:
     return [f"Where tpe+memory's waste comes from: {early} of its {early + late} OOM/NaN runs (over {len(rs)} "
             f"seeds) came in the first {startup} runs, TPE's random start-up (the agent sets n_startup_trials = "
             f"max(3, min(10, trials // 4)) from --trials {budget}), {late} after it. Dominance cannot prevent a "
-            "first OOM or NaN of each optimizer (the space leaves `optim` unannotated: a failure with one says "
-            "nothing about the other)."]
+            "first NaN of each optimizer (the space leaves `optim` unannotated: a failure with one says nothing "
+            "about the other) unless a diverged run at a smaller learning rate came first."]
 
 
 def gate_diagnosis(table: dict, best: dict) -> list[str]:
@@ -526,7 +537,7 @@ def demo(args) -> int:
     if study_dir.exists() and not args.reuse:
         raise SystemExit(f"{study_dir} exists: remove it, or pass --reuse to report on it as it is")
     agent_args = ["--space", str(SPACE.relative_to(ROOT)), "--proposer", "tpe", "--trials", str(args.trials),
-                  "--study", args.study, "--seed", str(args.seed)]
+                  "--study", args.study, "--seed", str(args.seed), *([] if args.gate else ["--estimator", "none"])]
     if not args.reuse:
         cmd = [sys.executable, "-m", "autoresearch.agent", *agent_args, "--trials-dir", args.trials_dir,
                "--no-progress"]
@@ -547,6 +558,10 @@ def demo(args) -> int:
              f"of the tiny GPT through `python -m core.train`, memory budget {space.fixed['memory.limit_gb']} GiB "
              f"per rank; then `python -m autoresearch.report {study_dir.relative_to(ROOT)} --format markdown` "
              f"(below). Date {_now()}, commit {_git_commit()}.", ""]
+    if not args.gate:
+        lines += ["The memory gate is off (`--estimator none`) so that an OOM can happen at all: with it, the estimate "
+                  "(`core.memory`, predicting batch 32 above the 1 GiB budget) keeps every OOM config of this space "
+                  "from running, and dominance has nothing to learn from.", ""]
     if not ooms:
         lines.append("No trial went out of memory in this study: nothing to show (try another --seed).")
     else:
@@ -605,7 +620,7 @@ def replay_sequence(args) -> list[tuple[dict, str]]:
 
     with tempfile.TemporaryDirectory(prefix="agent-efficiency-demo-") as work:
         opts = AgentOptions(space=str(SPACE), proposer="tpe", study=args.study, trials=args.trials, seed=args.seed,
-                            trials_dir=work, progress=False,
+                            trials_dir=work, progress=False, estimator=AgentOptions.estimator if args.gate else None,
                             command=[sys.executable, str(Path(__file__).resolve()), "trial", f"--table={TABLE}"])
         with contextlib.redirect_stdout(io.StringIO()):
             StudyLoop(opts, "tpe").run()
@@ -651,6 +666,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--study", default="demo-oom")
     d.add_argument("--trials-dir", default="trials", help="relative to the repository")
     d.add_argument("--reuse", action="store_true", help="report on an existing study without running the agent")
+    d.add_argument("--gate", action="store_true", help="keep the memory gate on (it then prevents the OOMs)")
     d.add_argument("--out", default=str(DATA / "oom_demo.md"))
     d.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)

@@ -11,6 +11,8 @@ import json
 import math
 from typing import Any
 
+from autoresearch.learn import DIVERGENCE_RATIO
+
 TOOL_NAME = "propose_trial"
 
 # DESIGN §3.3. The model learns most from failures, so each code says what it implies for the next proposal.
@@ -45,7 +47,8 @@ Guidance:
 offload needs at least as much memory and will fail again. Compare measured peak memory with the predicted \
 memory to judge how much headroom a layout has.
 - Avoid configurations dominated by a NaN: a learning rate at or above one that diverged, with the same optimizer \
-and batch, will diverge again.
+and batch, will diverge again. A run that ended ok but whose loss rose above {ratio:g}x its first value diverged \
+too (its objective is poor and pruned proposals cite it as "divergence").
 - A parameter marked "(memory: up)" needs at least as much memory at larger values (later values of a choice); \
 "(nan: up)" is at least as likely to diverge at larger values; "down" means the reverse.
 - Balance exploiting the best region with exploring parameters the table has not covered yet.
@@ -57,7 +60,7 @@ def exit_code_lines() -> str:
 
 
 def system_prompt() -> str:
-    return SYSTEM_PROMPT.format(tool=TOOL_NAME, codes=exit_code_lines())
+    return SYSTEM_PROMPT.format(tool=TOOL_NAME, codes=exit_code_lines(), ratio=DIVERGENCE_RATIO)
 
 
 def _mib(value: Any) -> str:

@@ -136,7 +136,7 @@ def test_prompt_carries_table_and_exit_codes(fake, ctx):
     user = body["messages"][0]["content"][0]["text"]
     for code, (status, _) in EXIT_CODES.items():
         assert f"- {code} ({status}):" in system
-    assert "dominated by an OOM" in system
+    assert "dominated by an OOM" in system and "loss rose above 1.5x its first value" in system
     assert toy_space().describe() in user
     assert "minimize `val_loss` (lower is better). Best so far: trial 0 with val_loss = 3.2145." in user
     # One row per trial: params, status, exit code, objective, measured and predicted MiB, reason.
