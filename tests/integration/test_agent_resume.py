@@ -2,58 +2,25 @@
 
 from __future__ import annotations
 
-import os
-import shlex
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import optuna
 import pytest
-import yaml
 from optuna.trial import TrialState
 
 from autoresearch import storage
+from tests.integration.agent_helpers import dead, held_space, start_agent, started, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-ROOT = Path(__file__).resolve().parents[2]
-FAKE = shlex.join([sys.executable, str(ROOT / "tests" / "fake_trial.py")])
-
-
-def wait_for(predicate, timeout=60.0, what=""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def dead(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state == "Z"
 
 
 def test_kill_9_mid_trial_then_resume(tmp_path):
-    hold, marker = tmp_path / "hold", tmp_path / "started"
-    space = tmp_path / "resume.yaml"
-    space.write_text(yaml.safe_dump({
-        "name": "resume", "objective": {"metric": "tokens_per_sec", "direction": "maximize"},
-        "fixed": {"training.seq_len": 64, "fake.hold": str(hold), "fake.marker": str(marker),
-                  "trial.max_wall_time_sec": 120},
-        "params": {"training.micro_batch_size": {"type": "choice", "values": [2, 4, 8, 16]},
-                   "optim.lr": {"type": "choice", "values": [0.001, 0.002, 0.004]}}}))
-    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
-    cmd = [sys.executable, "-m", "autoresearch.agent", "--space", str(space), "--trials-dir",
-           str(tmp_path / "trials"), "--command", FAKE, "--estimator", "none", "--proposer", "grid"]  # grid: a known order
-    agent = lambda n, **kw: subprocess.Popen([*cmd, "--trials", str(n)], cwd=ROOT, env=env, text=True,  # noqa: E731
-                                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
-    started = lambda: marker.read_text().splitlines() if marker.exists() else []  # noqa: E731
+    space, hold, marker = held_space(tmp_path, "resume", {"training.micro_batch_size": [2, 4, 8, 16],
+                                                         "optim.lr": [0.001, 0.002, 0.004]}, {"training.seq_len": 64})
+
+    def agent(n):
+        return start_agent(tmp_path, space, "--proposer", "grid", "--trials", str(n))  # grid: a known order
 
     first = agent(1)  # one finished trial before the crash
     out, _ = first.communicate(timeout=120)
@@ -61,8 +28,8 @@ def test_kill_9_mid_trial_then_resume(tmp_path):
 
     hold.touch()  # the next trial blocks until the file goes
     doomed = agent(3)
-    wait_for(lambda: len(started()) == 2, what="the second trial to start")
-    orphan = int(started()[1].split()[1])
+    wait_for(lambda: len(started(marker)) == 2, what="the second trial to start")
+    orphan = int(started(marker)[1].split()[1])
     doomed.send_signal(signal.SIGKILL)
     doomed.communicate(timeout=30)
     assert not dead(orphan), "the trial outlives its agent (its own process group)"
@@ -90,7 +57,7 @@ def test_kill_9_mid_trial_then_resume(tmp_path):
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL] + [TrialState.COMPLETE] * 2
     assert trials[3].params not in (trials[0].params, trials[1].params)  # the grid goes on where it was
     # Every trial dir was started once, under its own number; the reaped one's number is not reused.
-    dirs = [Path(line.split()[2]).name for line in started()]
+    dirs = [Path(line.split()[2]).name for line in started(marker)]
     assert dirs == ["0000", "0001", "0002", "0003"]
     assert not (tmp_path / "trials" / "resume" / "0001" / "trial_summary.json").exists()
     for t in trials:
@@ -99,17 +66,9 @@ def test_kill_9_mid_trial_then_resume(tmp_path):
 
 
 def test_sigterm_mid_trial_records_it_and_queues_it_again(tmp_path):
-    hold, marker = tmp_path / "hold", tmp_path / "started"
-    space = tmp_path / "term.yaml"
-    space.write_text(yaml.safe_dump({
-        "name": "term", "objective": {"metric": "tokens_per_sec", "direction": "maximize"},
-        "fixed": {"fake.hold": str(hold), "fake.marker": str(marker), "trial.max_wall_time_sec": 120},
-        "params": {"training.micro_batch_size": {"type": "choice", "values": [2, 4]}}}))
+    space, hold, marker = held_space(tmp_path, "term", {"training.micro_batch_size": [2, 4]})
     hold.touch()
-    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
-    proc = subprocess.Popen([sys.executable, "-m", "autoresearch.agent", "--space", str(space), "--trials-dir",
-                             str(tmp_path / "trials"), "--command", FAKE, "--estimator", "none", "--trials", "2"],
-                            cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = start_agent(tmp_path, space, "--trials", "2")
     wait_for(lambda: marker.exists() and marker.read_text().strip(), what="the trial to start")
     child = int(marker.read_text().split()[1])
     proc.send_signal(signal.SIGTERM)
