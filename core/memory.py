@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from core.config import ModelConfig, TrainConfig
 
-GiB = 1024**3
+GiB, MiB = 1024**3, 1024**2
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -109,6 +109,7 @@ def _activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int) -> int:
 
 
 def terms(cfg: TrainConfig) -> Terms:
+    """The textbook bytes of one rank's step for ``cfg`` (no MindSpore: the agent calls this on proposals)."""
     m, t = cfg.model, cfg.training
     n, hidden = _param_count(m), _hidden_matrix_count(m)
     muon = cfg.optim.name == "muon"
@@ -141,7 +142,6 @@ class RuntimeProfile:
     distributed_state_copies: float = 0.0  # ... and its buffers, as copies of the states
 
 
-MiB = 2**20
 # Fitted 2026-11-29 with MindSpore 2.10 on a 2-core AMD EPYC (benchmarks/data/memory_cpu.json, RESULTS.md):
 # over the sweep's 60 runs the estimate is off by 0.7% (median), 9.2% at worst. Under jit the CPU runtime keeps
 # ~6x the textbook activations and 8 copies of the logits (forward and backward temporaries, fp32, little reuse
