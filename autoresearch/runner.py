@@ -33,8 +33,8 @@ EXIT_STATUS = {int(code): name for code, name in STATUS.items()}
 # Used when the overrides give no wall budget: a trial bounded only by steps still must not hang forever.
 DEFAULT_WALL_SEC = 3600.0
 DEFAULT_GRACE_SEC = 30.0  # core.config.TrialConfig.grace_sec
-KILL_WAIT_SEC = 5.0
-STOP_POLL_SEC = 0.2  # how soon a trial in a worker thread notices that the agent is stopping  # between SIGTERM and SIGKILL of the trial's process group
+KILL_WAIT_SEC = 5.0  # between SIGTERM and SIGKILL of the trial's process group
+STOP_POLL_SEC = 0.2  # how soon a trial in a worker thread notices that the agent is stopping
 STDERR_TAIL_CHARS = 2000
 
 
