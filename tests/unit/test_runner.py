@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,16 @@ def test_callbacks_get_pid_and_polls(tmp_path):
     assert r.status == "ok"
     assert len(pids) == 1 and pids[0] > 0
     assert len(polls) >= 1
+
+
+def test_stop_ends_the_trial_and_raises_interrupted(tmp_path):
+    stop, marker = threading.Event(), tmp_path / "marker"
+    threading.Timer(0.5, stop.set).start()
+    with pytest.raises(runner.Interrupted):
+        run(tmp_path, "fake.sleep=30", f"fake.marker={marker}", stop=stop)
+    pid = int(marker.read_text().split()[1])
+    assert not Path(f"/proc/{pid}").exists()  # ended with its group and reaped
+    assert not (tmp_path / "t" / "trial_summary.json").exists()  # it never reached the end of its 30 s
 
 
 def test_watchdog_budget_from_overrides():
