@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autoresearch.learn import FeasibilityMemory, MemoryModel
@@ -258,3 +260,22 @@ def test_verdict_names_the_failure_kind_it_predicts(memory):
     assert memory.verdict(with_(training__micro_batch_size=2)) == (None, "duplicate of an earlier trial (ok); "
                                                                          "its result stands")
     assert memory.verdict(with_(training__micro_batch_size=4)) is None
+
+
+def test_the_core_estimate_gates_an_oom_before_any_trial_ran():
+    """benchmarks/spaces/tabular.yaml under its 1 GiB budget: measured, batch 32 goes out of memory (1117 MiB with
+    AdamW, 1201 with Muon) and batch 16 fits (857 / 942 MiB). With nothing measured yet, the memory gate must
+    already skip the first and run the second."""
+    from autoresearch.runner import estimate_with_core
+
+    space = load_space(str(Path(__file__).resolve().parents[2] / "benchmarks" / "spaces" / "tabular.yaml"))
+    memory = FeasibilityMemory(space)
+    limit = space.fixed["memory.limit_gb"] * 2**30
+    for opt in ("adamw", "muon"):
+        def verdict(batch):
+            params = {"optim.lr": 0.01, "training.global_batch_size": batch, "optim": opt}
+            return memory.verdict(params, estimate_with_core(space.overrides(params)), limit)
+
+        kind, reason = verdict(32)
+        assert kind == "oom" and reason.startswith("predicted peak memory") and "uncalibrated" in reason
+        assert verdict(16) is None and verdict(8) is None
