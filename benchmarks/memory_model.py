@@ -52,6 +52,10 @@ SWEEP = [
     ("small recompute b8", ["model=small", "memory.recompute=full", "training.global_batch_size=8"]),
     *[(f"tiny dp2 b{b}", ["model=tiny", "parallel.dp_replicate=2", f"training.global_batch_size={b}"]) for b in (2, 16)],
     ("small dp2 b16", ["model=small", "parallel.dp_replicate=2", "training.global_batch_size=16"]),
+    ("small dp2 accum4 b8", ["model=small", "parallel.dp_replicate=2", "training.micro_batch_size=1",
+                             "training.global_batch_size=8"]),
+    ("small dp2 recompute b8", ["model=small", "parallel.dp_replicate=2", "memory.recompute=full",
+                                "training.global_batch_size=8"]),
     ("tiny accum4 b8", ["model=tiny", "training.micro_batch_size=2", "training.global_batch_size=8"]),
     ("small accum4 b8", ["model=small", "training.micro_batch_size=2", "training.global_batch_size=8"]),
 ]
@@ -133,16 +137,16 @@ def fit_profile(rows: list[dict]):
         if keeps_err < saves_err:
             per_layer = float(np.mean([residual(r, keeps) / _terms(r).layers for r in rec]))
             prof = RuntimeProfile(**{**asdict(keeps), "recompute_per_layer": max(0, int(per_layer))})
-    # Ranks: the collective runtime, as a constant plus copies of the states (the flat all-reduce buffers).
+    # Ranks: the collective runtime, as a constant plus copies of the parameters (the flat all-reduce buffers).
     dist = [r for r in rows if _terms(r).ranks > 1 and _terms(r).recomputed is None]
     if dist:
         res = np.array([residual(r, prof) for r in dist])
-        states = np.array([_terms(r).states for r in dist], dtype=float)
-        if len(set(states)) > 1:
-            (c1, c0), *_ = np.linalg.lstsq(np.stack([states, np.ones_like(states)], 1), res, rcond=None)
+        params = np.array([_terms(r).params for r in dist], dtype=float)
+        if len(set(params)) > 1:
+            (c1, c0), *_ = np.linalg.lstsq(np.stack([params, np.ones_like(params)], 1), res, rcond=None)
         else:
             c1, c0 = 0.0, float(res.mean())
-        prof = RuntimeProfile(**{**asdict(prof), "distributed": int(c0), "distributed_state_copies": float(c1)})
+        prof = RuntimeProfile(**{**asdict(prof), "distributed": int(c0), "distributed_param_copies": float(c1)})
     return prof
 
 

@@ -139,7 +139,7 @@ class RuntimeProfile:
     recompute_saves: bool = True      # False: recompute keeps the activations (and adds recompute_per_layer)
     recompute_per_layer: int = 0
     distributed: int = 0              # the collective runtime of a multi-rank trial ...
-    distributed_state_copies: float = 0.0  # ... and its buffers, as copies of the states
+    distributed_param_copies: float = 0.0  # ... and its buffers, as copies of the parameters
 
 
 # Fitted 2026-11-29 with MindSpore 2.10 on a 2-core AMD EPYC (benchmarks/data/memory_cpu.json, RESULTS.md):
@@ -150,11 +150,11 @@ _PROFILES = {
     ("CPU", "jit"): RuntimeProfile(baseline=506 * MiB, per_layer=26 * MiB, state_copies=1.65,
                                    activation_copies=6.39, logits_copies=8.2, muon_graph=28 * MiB,
                                    muon_copies=14.9, recompute_saves=False, recompute_per_layer=16 * MiB,
-                                   distributed=47 * MiB, distributed_state_copies=2.8),
+                                   distributed=47 * MiB, distributed_param_copies=11.2),
     ("CPU", "pynative"): RuntimeProfile(baseline=477 * MiB, per_layer=24 * MiB, state_copies=1.55,
                                         activation_copies=1.65, logits_copies=0.22, muon_graph=0,
                                         muon_copies=17.1, recompute_saves=True, distributed=56 * MiB,
-                                        distributed_state_copies=2.92),
+                                        distributed_param_copies=11.7),
 }
 
 
@@ -197,7 +197,7 @@ def apply_profile(t: Terms, p: RuntimeProfile) -> MemoryEstimate:
     if t.muon_hidden:
         runtime += p.muon_graph + p.muon_copies * t.muon_hidden
     if t.ranks > 1:
-        runtime += p.distributed + p.distributed_state_copies * t.states
+        runtime += p.distributed + p.distributed_param_copies * t.params
     activations = p.activation_copies * saved + p.logits_copies * t.logits
     return MemoryEstimate(params=t.params, grads=t.grads, optimizer=t.optimizer, activations=int(activations),
                           runtime=int(runtime))
