@@ -128,8 +128,8 @@ def fit_profile(rows: list[dict]):
     def residual(r, p):
         return r["peak_bytes"] - apply_profile(_terms(r), p).total
 
-    # Recompute: does it save memory here? Compare both readings on the recompute runs.
-    rec = [r for r in rows if _terms(r).recomputed is not None]
+    # Recompute: does it save memory here? Compare both readings on the single-rank recompute runs.
+    rec = [r for r in rows if _terms(r).recomputed is not None and _terms(r).ranks == 1]
     if rec:
         keeps = RuntimeProfile(**{**asdict(prof), "recompute_saves": False})
         saves_err = sum(abs(residual(r, prof)) for r in rec)
@@ -137,8 +137,9 @@ def fit_profile(rows: list[dict]):
         if keeps_err < saves_err:
             per_layer = float(np.mean([residual(r, keeps) / _terms(r).layers for r in rec]))
             prof = RuntimeProfile(**{**asdict(keeps), "recompute_per_layer": max(0, int(per_layer))})
-    # Ranks: the collective runtime, as a constant plus copies of the parameters (the flat all-reduce buffers).
-    dist = [r for r in rows if _terms(r).ranks > 1 and _terms(r).recomputed is None]
+    # Ranks: the collective runtime, as a constant plus copies of the parameters (the flat all-reduce buffers),
+    # from what is left of the multi-rank runs once everything above is accounted for.
+    dist = [r for r in rows if _terms(r).ranks > 1]
     if dist:
         res = np.array([residual(r, prof) for r in dist])
         params = np.array([_terms(r).params for r in dist], dtype=float)

@@ -143,18 +143,18 @@ class RuntimeProfile:
 
 
 # Fitted 2026-11-29 with MindSpore 2.10 on a 2-core AMD EPYC (benchmarks/data/memory_cpu.json, RESULTS.md):
-# over the sweep's 60 runs the estimate is off by 0.7% (median), 9.2% at worst. Under jit the CPU runtime keeps
+# over the sweep's 64 runs the estimate is off by 0.9% (median), 9.3% at worst. Under jit the CPU runtime keeps
 # ~6x the textbook activations and 8 copies of the logits (forward and backward temporaries, fp32, little reuse
 # by the memory pool), and recompute saves nothing: the recomputed graph is compiled on top.
 _PROFILES = {
-    ("CPU", "jit"): RuntimeProfile(baseline=506 * MiB, per_layer=26 * MiB, state_copies=1.65,
-                                   activation_copies=6.39, logits_copies=8.2, muon_graph=28 * MiB,
+    ("CPU", "jit"): RuntimeProfile(baseline=506 * MiB, per_layer=26 * MiB, state_copies=1.66,
+                                   activation_copies=6.39, logits_copies=8.16, muon_graph=28 * MiB,
                                    muon_copies=14.9, recompute_saves=False, recompute_per_layer=16 * MiB,
-                                   distributed=47 * MiB, distributed_param_copies=11.2),
-    ("CPU", "pynative"): RuntimeProfile(baseline=477 * MiB, per_layer=24 * MiB, state_copies=1.55,
-                                        activation_copies=1.65, logits_copies=0.22, muon_graph=0,
-                                        muon_copies=17.1, recompute_saves=True, distributed=56 * MiB,
-                                        distributed_param_copies=11.7),
+                                   distributed=48 * MiB, distributed_param_copies=10.9),
+    ("CPU", "pynative"): RuntimeProfile(baseline=479 * MiB, per_layer=24 * MiB, state_copies=1.53,
+                                        activation_copies=1.64, logits_copies=0.32, muon_graph=3 * MiB,
+                                        muon_copies=16.6, recompute_saves=True, distributed=53 * MiB,
+                                        distributed_param_copies=13.0),
 }
 
 
