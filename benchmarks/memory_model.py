@@ -1,6 +1,6 @@
 """Measure how this machine's runtime holds a training step, and fit core.memory's RuntimeProfile to it.
 
-    .venv/bin/python benchmarks/memory_model.py collect [--device CPU] [--only jit]   # ~15 min on 2 cores
+    .venv/bin/python benchmarks/memory_model.py collect [--device CPU] [--only jit]   # 64 runs, ~17 min on 2 cores
     .venv/bin/python benchmarks/memory_model.py fit [--data benchmarks/data/memory_cpu.json]
 
 ``collect`` runs a sweep of short trials through the real CLI (3 steps, no memory limit) over model size, depth,
