@@ -22,6 +22,8 @@ from pathlib import Path
 
 import optuna
 
+from provenance import git_commit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -59,8 +61,7 @@ def main() -> None:
             walls[w].append(wall)
             trial_walls[w].extend(per_trial)
             print(f"  --workers {w} #{r + 1}: {wall:.1f} s", file=sys.stderr)
-    commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = git_commit()
     base = statistics.median(walls[1])
     print(f"{time.strftime('%Y-%m-%d')}, commit {commit}, {os.cpu_count()} cores: `--space {args.space} "
           f"--proposer grid --trials {args.trials}`, {args.repeats} runs each, alternating.\n")

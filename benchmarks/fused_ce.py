@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import git_commit
+
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = ("naive", "chunked", "fused")
 TWIN_V = 64
@@ -106,14 +108,6 @@ def worker(variant: str, mode: str, n: int, v: int, d: int, repeats: int, chunk_
             "first_s": times[0], "loss": loss}
 
 
-def _git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "uncommitted"
-    except OSError:
-        return "uncommitted"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=4096, help="tokens")
@@ -170,7 +164,7 @@ def main() -> None:
 
     print(f"\n### Fused cross-entropy: N={args.n} tokens, V={args.v}, D={args.d}, fp32, CPU "
           f"({os.cpu_count()} cores), forward+backward w.r.t. hidden and W\n")
-    print(f"date {datetime.date.today().isoformat()}, commit {_git_commit()}, {chunk} rows per chunk, "
+    print(f"date {datetime.date.today().isoformat()}, commit {git_commit()}, {chunk} rows per chunk, "
           f"time = median over {args.rounds} rounds of the median of {args.repeats} steps\n")
     print("| mode | variant | peak rise (MiB) | vs naive | of which graph (MiB) | time (s) | vs naive | "
           "time per round (s) | loss |")

@@ -62,14 +62,10 @@ SWEEP = [
 MODES = ("jit", "pynative")
 
 
-def git_commit() -> str:
-    out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
-
-
 def collect(args) -> None:
     from core.config import load_config
     from core.memory import terms
+    from provenance import git_commit
 
     rows, modes = [], [m for m in MODES if not args.only or m == args.only]
     with tempfile.TemporaryDirectory() as tmp:

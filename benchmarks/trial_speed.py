@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import git_commit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 VARIANTS = {
@@ -57,8 +59,7 @@ def main() -> None:
         values = [(s["metrics"] if metrics else s)[key] for s in results[name]]
         return statistics.median(v for v in values if v is not None)
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip() or "uncommitted"
+    commit = git_commit()
     print(f"\n### Trial speed — {time.strftime('%Y-%m-%d')}, commit {commit}, "
           f"{args.repeats} alternating repeats of {args.steps} steps\n")
     print("| variant | step median (ms) | tokens/s | MFU vs MindSpore fp32 matmul | matmul GFLOP/s | startup to "
