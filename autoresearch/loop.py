@@ -272,14 +272,12 @@ class StudyLoop:
         return code
 
     def _report(self, bar, study: optuna.Study, line: str) -> None:
-        from tqdm import tqdm
-
         bar.n = min(st.finished_count(study), self.trials)
         best = st.best_trial(study)
         if best is not None:
             bar.set_postfix_str(f"best {self.space.objective_metric}={best.value:.5g} (#{best.number})")
         bar.refresh()
-        tqdm.write(line)
+        bar.write(line)
 
     def _abandon_running(self, study: optuna.Study, running: dict) -> None:
         """After Ctrl-C: each worker ends its trial; the config was not at fault, so it runs again later."""
@@ -362,13 +360,13 @@ class StudyLoop:
             on_start=lambda pid: trial.set_user_attr("trial_pid", st.identity(pid)),
             on_poll=lambda: trial.set_user_attr("heartbeat_at", time.time()), stop=stop)
 
-    def finish(self, study: optuna.Study, item: Launch, result: TrialResult, slot: Slot | None = None) -> str:
+    def finish(self, study: optuna.Study, item: Launch, result: TrialResult, slot: Slot) -> str:
         """Tell the study how a trial ended and learn from it; returns a one-line account of it."""
         state = st.tell_result(study, item.trial, result)
         self._learn(item.trial.number, item.params, result.status, result.metrics)
         self.errors_in_a_row = self.errors_in_a_row + 1 if state == TrialState.FAIL else 0
         value = "" if result.objective is None else f"{self.space.objective_metric}={result.objective:.5g} "
-        where = f" [{slot.label}]" if slot is not None and slot.label else ""
+        where = f" [{slot.label}]" if slot.label else ""
         return (f"trial {item.trial.number:4d} {result.status:13s} {value}({result.wall_time:.1f}s){where} "
                 f"{result.reason[:120]}")
 
