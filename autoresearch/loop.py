@@ -312,25 +312,30 @@ class StudyLoop:
 
     def prepare(self, study: optuna.Study) -> Launch | str:
         """Propose and check one trial: a Launch to run, or the one-line account of a proposal skipped."""
-        waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-        usage = None
-        if not waiting and self.repeats_in_a_row >= REPEATS_BEFORE_RANDOM:
-            self._enqueue_unseen(study)
-            waiting = True
-        if not waiting and self.proposer is not None:  # a queued config (a reaped trial's rerun) goes first
+        # Who chooses, in order: a queued config (a reaped trial's rerun); the proposer (on a hybrid, only on
+        # Claude's turns); the repeat policy's unseen random config; the study's sampler. The trial's "proposer"
+        # names who chose; a proposer that was asked and declined is named in "fallback_from", beside its usage.
+        waiting = bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        usage = declined = None
+        if not waiting and self.proposer is not None:
             ctx = ProposalContext(self.space, st.trial_rows(study), lambda p: self.skip_reason(study, p))
             proposal = self.proposer.propose(study, ctx)
             usage = self._new_usage(proposal)
-            if proposal is not None:
-                problems = self.space.check(proposal.params)
-                if problems:  # a proposer's output is data: it never runs unchecked
-                    print(f"{proposal.proposer} proposal ignored ({'; '.join(problems)}); "
-                          f"{self.sampler_name} chooses this trial", flush=True)
-                else:
-                    study.enqueue_trial(self.space.coerce(proposal.params), user_attrs={
-                        "proposer": proposal.proposer, "rationale": proposal.rationale})
+            problems = self.space.check(proposal.params) if proposal is not None else []
+            if problems:  # a proposer's output is data: it never runs unchecked
+                print(f"{proposal.proposer} proposal ignored ({'; '.join(problems)}); another chooser takes "
+                      "this trial", flush=True)
+            if proposal is not None and not problems:
+                study.enqueue_trial(self.space.coerce(proposal.params), user_attrs={
+                    "proposer": proposal.proposer, "rationale": proposal.rationale})
+                waiting = True
+            elif usage is not None:  # Claude (the one LLM proposer) was asked, spent tokens, and declined
+                declined = "claude"
+        if not waiting and self.repeats_in_a_row >= REPEATS_BEFORE_RANDOM:
+            self._enqueue_unseen(study)
         trial = study.ask(self.space.distributions())
-        st.mark_running(trial, **({"llm_usage": usage} if usage else {}))
+        st.mark_running(trial, **({"llm_usage": usage} if usage else {}),
+                        **({"fallback_from": declined} if declined else {}))
         if "proposer" not in trial.user_attrs:
             trial.set_user_attr("proposer", self.sampler_name)
         params = dict(trial.params)

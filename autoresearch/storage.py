@@ -10,8 +10,9 @@ Everything lives in an ordinary Optuna study (SQLite by default, any SQLAlchemy 
   that explains it. Errors (exit 1), core-rejected configs (exit 2) and reaped trials are FAIL.
 - Constraints are set with ``Trial.set_constraint`` (Optuna 5's replacement for ``constraints_func``), one key
   per failure kind plus ``space`` for a sampler's point that breaks the space's own constraints; >0 = violated.
-- User attributes: status, exit_code, reason, objective, metrics, wall_time_sec, trial_dir, proposer,
-  rationale, llm_usage, predicted/estimated_memory_bytes, agent (host, pid) and heartbeat_at while running.
+- User attributes: status, exit_code, reason, objective, metrics, wall_time_sec, trial_dir, proposer (who
+  chose the config), fallback_from (``claude`` when Claude was asked, spent ``llm_usage`` and declined), rationale,
+  llm_usage, predicted/estimated_memory_bytes, agent (host, pid) and heartbeat_at while running.
 - ``--trials N`` means: the study holds N COMPLETE or PRUNED trials, not counting points rejected by the
   space's constraints nor repeats of a config that ran ok (status ``duplicate``; after a few repeats in a row the
   agent enqueues an unseen random config, so a sampler stuck on one point cannot spend the budget). FAILed trials don't count; the config of a trial abandoned by its agent (``reaped``

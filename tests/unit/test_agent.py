@@ -297,6 +297,7 @@ def test_reap_only_trials_whose_agent_is_gone(tmp_path):
 
 
 def test_hybrid_through_the_sdk_enqueues_claude_and_records_every_call(tmp_path, capsys, monkeypatch):
+    from autoresearch.proposers.hybrid import is_claude_turn
     from tests.fake_anthropic import FakeAnthropic
 
     proposal = {MBS: 16, REC: "none", "optim.lr": 0.001, "rationale": "largest micro-batch that fits"}
@@ -307,18 +308,26 @@ def test_hybrid_through_the_sdk_enqueues_claude_and_records_every_call(tmp_path,
         assert run_agent(tmp_path, space_file(tmp_path), "--trials", "6", "--claude-fraction", "0.5") == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("proposer: hybrid (ANTHROPIC_API_KEY is set")
     trials = load(tmp_path).trials
-    claude_turns = [t for t in trials if t.number % 2 == 1]  # fraction 0.5: trials 1, 3, 5
+    # Which configs TPE repeats (each repeat is a skipped trial with a number of its own) depends on the CPU's
+    # floating point (numpy's AVX-512 and AVX2 kernels differ in the last bits), so the test asserts what holds
+    # for every turn rather than a sequence of trials.
+    claude_turns = [t for t in trials if is_claude_turn(t.number, 0.5)]  # the odd numbers
+    assert len(claude_turns) >= 3 and claude_turns[0].number == 1
     assert trials[1].user_attrs["proposer"] == "claude" and trials[1].params == \
         {k: v for k, v in proposal.items() if k != "rationale"}
     assert trials[1].user_attrs["rationale"] == "largest micro-batch that fits"
-    # Later turns repeat trial 1: Claude is told so, gives up after its retries, and TPE takes the trial,
-    # but the tokens spent are still on the record.
-    assert all(t.user_attrs["proposer"] == "tpe" for t in claude_turns[1:])
-    assert [t.user_attrs["llm_usage"]["calls"] for t in claude_turns] == [1, 3, 3]
-    assert all("llm_usage" not in t.user_attrs for t in trials if t.number % 2 == 0)
+    # Every later Claude turn repeats trial 1: Claude is told so, gives up after its retries, and another chooser
+    # (TPE, or the repeat policy's unseen random config) takes the trial, named as what chose it; the decline and
+    # the tokens spent are still on the record.
+    for t in claude_turns[1:]:
+        assert t.user_attrs["proposer"] in ("tpe", "random (tpe repeated a config)")
+        assert t.user_attrs["fallback_from"] == "claude" and t.user_attrs["llm_usage"]["calls"] == 3
+    assert claude_turns[0].user_attrs["llm_usage"]["calls"] == 1
+    others = [t for t in trials if not is_claude_turn(t.number, 0.5)]
+    assert all("llm_usage" not in t.user_attrs and "fallback_from" not in t.user_attrs for t in others)
     total = sum(t.user_attrs["llm_usage"]["cost_usd"] for t in claude_turns)
     assert total > 0 and storage.llm_cost(load(tmp_path)) == pytest.approx(total)
-    assert len(fake.messages_requests) == 7
+    assert len(fake.messages_requests) == 1 + 3 * (len(claude_turns) - 1)
 
 
 def test_timeout_stops_before_the_next_trial(tmp_path, capsys):
