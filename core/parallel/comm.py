@@ -1,0 +1,404 @@
+"""Collectives on named process groups, each paired with its backward (Megatron-LM's ``mappings.py``).
+
+Two layers:
+
+- **Raw collectives** (``all_reduce``, ``all_reduce_max``, ``all_gather``, ``reduce_scatter``, ``broadcast``,
+  ``all_to_all``): Cells with no gradient of their own, usable in PyNative, inside ``mindspore.jit`` graphs and
+  inside the ``bprop`` of other Cells. A factory returns an identity Cell for a group of one rank, so callers
+  never branch on a degree.
+- **Differentiable collectives**: bprop-Cells (the form whose gradients survive ``mindspore.jit``,
+  MINDSPORE_CPU.md), named for what their forward does:
+
+      CopyTo          identity          | all-reduce         (Megatron's f: enter a tensor-parallel region)
+      ReduceFrom      all-reduce        | identity           (Megatron's g: leave it)
+      GatherFrom      all-gather        | reduce-scatter     (SP/CP/FSDP: a shard becomes the whole)
+      ReduceScatterTo reduce-scatter    | all-gather         (SP: leave a row-parallel linear)
+      ScatterTo       keep own chunk    | all-gather
+      AllToAll        all-to-all        | the inverse all-to-all
+      BroadcastFrom   broadcast         | all-reduce, kept on the source
+
+  The gradient convention is Megatron's: the objective is the sum of what every rank computes from values that
+  differ between ranks, and a computation that every rank of the group repeats on identical values (after
+  ``ReduceFrom``) counts once.
+
+Devices: on Ascend (and GPU) the native kernels run. MindSpore 2.10's CPU collective library has AllReduce(sum)
+on any group, AllGather and Broadcast only on the world group, and no ReduceScatter or AlltoAll (its
+ReduceScatter returns success without writing its output). So on CPU every collective is composed from
+AllReduce(sum): all-gather places the local block in a zero buffer and sums (n x the traffic of a native
+all-gather); reduce-scatter sums and keeps the local block (2x); all-to-all all-gathers and selects. The choice is
+made in one place, ``_compose_from_all_reduce``.
+
+Point-to-point ``send``/``recv`` (pipeline stages) run outside graphs, through ``mindspore.mint.distributed``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mindspore as ms
+from mindspore import mint, nn, ops
+
+_GROUPS: dict[tuple[int, ...], "Group"] = {}
+
+
+def _compose_from_all_reduce() -> bool:
+    """CPU workaround: compose every collective from AllReduce(sum) (module docstring says why)."""
+    return ms.get_context("device_target") == "CPU"
+
+
+@dataclass(frozen=True)
+class Group:
+    """A process group: its MindSpore name, its global ranks in group order, and this rank's index in it."""
+
+    name: str
+    ranks: tuple[int, ...]
+    index: int
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def src_rank(self) -> int:
+        return self.ranks[0]
+
+
+def new_group(ranks: tuple[int, ...], rank: int, world_size: int, label: str = "g") -> Group:
+    """The group over ``ranks`` (global ranks, in group order) for this ``rank``, created once per process.
+
+    Every member rank must call this for the group (MindSpore's ``create_group`` rendezvous), in the same order
+    relative to other groups it belongs to: ``ParallelDims``-driven callers iterate one fixed list of axes.
+    """
+    ranks = tuple(int(r) for r in ranks)
+    if rank not in ranks:
+        raise ValueError(f"rank {rank} is not in group {ranks}")
+    if ranks in _GROUPS:
+        return _GROUPS[ranks]
+    if len(ranks) == 1:
+        name = f"self_{rank}"
+    elif ranks == tuple(range(world_size)):
+        from mindspore.communication import GlobalComm
+
+        name = GlobalComm.WORLD_COMM_GROUP
+    else:
+        from mindspore.communication import create_group
+
+        name = f"{label}_" + "_".join(map(str, ranks))
+        create_group(name, list(ranks))
+    group = Group(name, ranks, ranks.index(rank))
+    _GROUPS[ranks] = group
+    return group
+
+
+# ---- raw collectives -----------------------------------------------------------------------------------------
+
+
+class _Identity(nn.Cell):
+    def construct(self, x):
+        return x
+
+
+class _AllReduce(nn.Cell):
+    def __init__(self, group: Group):
+        super().__init__()
+        self.op = ops.AllReduce(group=group.name)
+
+    def construct(self, x):
+        return self.op(x)
+
+
+class _AllReduceMax(nn.Cell):
+    def __init__(self, group: Group):
+        super().__init__()
+        self.composed = _compose_from_all_reduce()
+        if self.composed:
+            self.gather = _AllGather(group, 0)
+        else:
+            self.op = ops.AllReduce(op=ops.ReduceOp.MAX, group=group.name)
+
+    def construct(self, x):
+        if self.composed:  # (n, ...) of every rank's x, then the element-wise max
+            return ops.amax(self.gather(x.expand_dims(0)), 0)
+        return self.op(x)
+
+
+class _AllGather(nn.Cell):
+    """Concatenate every rank's x along ``dim`` in group order (same shape on every rank)."""
+
+    def __init__(self, group: Group, dim: int):
+        super().__init__()
+        self.dim, self.n, self.index = dim, group.size, group.index
+        self.composed = _compose_from_all_reduce()
+        if self.composed:
+            self.op = ops.AllReduce(group=group.name)
+        else:
+            self.op = ops.AllGather(group=group.name)
+
+    def construct(self, x):
+        d = self.dim
+        if self.composed:  # the local block at its offset in a zero buffer, summed over ranks
+            shape = x.shape
+            parts = []
+            if self.index > 0:
+                parts.append(ops.zeros(shape[:d] + (self.index * shape[d],) + shape[d + 1:], x.dtype))
+            parts.append(x)
+            if self.index < self.n - 1:
+                parts.append(ops.zeros(shape[:d] + ((self.n - 1 - self.index) * shape[d],) + shape[d + 1:],
+                                       x.dtype))
+            return self.op(ops.concat(parts, d))
+        if d == 0:
+            return self.op(x)
+        return mint.movedim(self.op(mint.movedim(x, d, 0)), 0, d)
+
+
+class _ReduceScatter(nn.Cell):
+    """Sum over ranks, then keep this rank's block of ``dim`` (which must divide by the group size)."""
+
+    def __init__(self, group: Group, dim: int):
+        super().__init__()
+        self.dim, self.n, self.index = dim, group.size, group.index
+        self.composed = _compose_from_all_reduce()
+        if self.composed:
+            self.op = ops.AllReduce(group=group.name)
+        else:
+            self.op = ops.ReduceScatter(group=group.name)
+
+    def construct(self, x):
+        d = self.dim
+        if self.composed:
+            return mint.narrow(self.op(x), d, self.index * (x.shape[d] // self.n), x.shape[d] // self.n)
+        if d == 0:
+            return self.op(x)
+        return mint.movedim(self.op(mint.movedim(x, d, 0)), 0, d)
+
+
+class _Chunk(nn.Cell):
+    """This rank's block of ``dim`` (no communication)."""
+
+    def __init__(self, group: Group, dim: int):
+        super().__init__()
+        self.dim, self.n, self.index = dim, group.size, group.index
+
+    def construct(self, x):
+        n = x.shape[self.dim] // self.n
+        return mint.narrow(x, self.dim, self.index * n, n)
+
+
+class _Broadcast(nn.Cell):
+    """Every rank gets the x of group index ``src``."""
+
+    def __init__(self, group: Group, src: int = 0):
+        super().__init__()
+        self.is_src = group.index == src
+        self.composed = _compose_from_all_reduce()
+        if self.composed:
+            self.op = ops.AllReduce(group=group.name)
+        else:
+            self.op = ops.Broadcast(root_rank=group.ranks[src], group=group.name)
+
+    def construct(self, x):
+        if self.composed:
+            return self.op(x if self.is_src else ops.zeros(x.shape, x.dtype))
+        return self.op((x,))[0]
+
+
+class _AllToAll(nn.Cell):
+    """Rank i splits x into n blocks along ``split_dim`` and sends block j to rank j; each rank concatenates the
+    blocks it receives along ``concat_dim`` in group order."""
+
+    def __init__(self, group: Group, split_dim: int, concat_dim: int):
+        super().__init__()
+        self.split_dim, self.concat_dim, self.n, self.index = split_dim, concat_dim, group.size, group.index
+        self.composed = _compose_from_all_reduce()
+        if self.composed:
+            self.gather = _AllGather(group, 0)
+        else:
+            self.op = ops.AlltoAll(split_count=group.size, split_dim=split_dim, concat_dim=concat_dim,
+                                   group=group.name)
+
+    def construct(self, x):
+        if not self.composed:
+            return self.op(x)
+        every = self.gather(x.expand_dims(0))                       # (n, *x.shape): every rank's x
+        size = x.shape[self.split_dim] // self.n
+        blocks = [mint.narrow(every[src], self.split_dim, self.index * size, size) for src in range(self.n)]
+        return ops.concat(blocks, self.concat_dim)
+
+
+def all_reduce(group: Group) -> nn.Cell:
+    """Sum over the group."""
+    return _Identity() if group.size == 1 else _AllReduce(group)
+
+
+def all_reduce_max(group: Group) -> nn.Cell:
+    """Element-wise max over the group."""
+    return _Identity() if group.size == 1 else _AllReduceMax(group)
+
+
+def all_gather(group: Group, dim: int = 0) -> nn.Cell:
+    return _Identity() if group.size == 1 else _AllGather(group, dim)
+
+
+def reduce_scatter(group: Group, dim: int = 0) -> nn.Cell:
+    return _Identity() if group.size == 1 else _ReduceScatter(group, dim)
+
+
+def broadcast(group: Group, src: int = 0) -> nn.Cell:
+    return _Identity() if group.size == 1 else _Broadcast(group, src)
+
+
+def all_to_all(group: Group, split_dim: int, concat_dim: int) -> nn.Cell:
+    return _Identity() if group.size == 1 else _AllToAll(group, split_dim, concat_dim)
+
+
+def chunk(group: Group, dim: int) -> nn.Cell:
+    return _Identity() if group.size == 1 else _Chunk(group, dim)
+
+
+# ---- differentiable collectives ---------------------------------------------------------------------------------
+# Forward and backward get separate raw Cells: under jit, a helper called from both a bprop-Cell's construct and
+# its bprop can fail to compile (core/loss.py).
+
+
+class CopyTo(nn.Cell):
+    """Forward: identity. Backward: all-reduce (Megatron's f)."""
+
+    def __init__(self, group: Group):
+        super().__init__()
+        self.bwd = all_reduce(group)
+
+    def construct(self, x):
+        return x * 1.0
+
+    def bprop(self, x, out, dout):
+        return (self.bwd(dout),)
+
+
+class ReduceFrom(nn.Cell):
+    """Forward: all-reduce. Backward: identity (Megatron's g)."""
+
+    def __init__(self, group: Group):
+        super().__init__()
+        self.fwd = all_reduce(group)
+
+    def construct(self, x):
+        return self.fwd(x)
+
+    def bprop(self, x, out, dout):
+        return (dout,)
+
+
+class GatherFrom(nn.Cell):
+    """Forward: all-gather along ``dim``. Backward: reduce-scatter along ``dim``."""
+
+    def __init__(self, group: Group, dim: int):
+        super().__init__()
+        self.fwd, self.bwd = all_gather(group, dim), reduce_scatter(group, dim)
+
+    def construct(self, x):
+        return self.fwd(x)
+
+    def bprop(self, x, out, dout):
+        return (self.bwd(dout),)
+
+
+class ReduceScatterTo(nn.Cell):
+    """Forward: reduce-scatter along ``dim``. Backward: all-gather along ``dim``."""
+
+    def __init__(self, group: Group, dim: int):
+        super().__init__()
+        self.fwd, self.bwd = reduce_scatter(group, dim), all_gather(group, dim)
+
+    def construct(self, x):
+        return self.fwd(x)
+
+    def bprop(self, x, out, dout):
+        return (self.bwd(dout),)
+
+
+class ScatterTo(nn.Cell):
+    """Forward: keep this rank's block of ``dim``. Backward: all-gather along ``dim``."""
+
+    def __init__(self, group: Group, dim: int):
+        super().__init__()
+        self.fwd, self.bwd = chunk(group, dim), all_gather(group, dim)
+
+    def construct(self, x):
+        return self.fwd(x)
+
+    def bprop(self, x, out, dout):
+        return (self.bwd(dout),)
+
+
+class AllToAll(nn.Cell):
+    """Forward: all-to-all (split ``split_dim``, concatenate ``concat_dim``). Backward: the inverse all-to-all."""
+
+    def __init__(self, group: Group, split_dim: int, concat_dim: int):
+        super().__init__()
+        self.fwd = all_to_all(group, split_dim, concat_dim)
+        self.bwd = all_to_all(group, concat_dim, split_dim)
+
+    def construct(self, x):
+        return self.fwd(x)
+
+    def bprop(self, x, out, dout):
+        return (self.bwd(dout),)
+
+
+class BroadcastFrom(nn.Cell):
+    """Forward: every rank gets group index ``src``'s x. Backward: the sum of every rank's gradient, on ``src``;
+    zero elsewhere (their x did not reach the output)."""
+
+    def __init__(self, group: Group, src: int = 0):
+        super().__init__()
+        self.fwd, self.bwd = broadcast(group, src), all_reduce(group)
+        self.is_src = group.index == src
+
+    def construct(self, x):
+        return self.fwd(x)
+
+    def bprop(self, x, out, dout):
+        total = self.bwd(dout)
+        return (total if self.is_src else total * 0.0,)
+
+
+# ---- point to point (outside graphs: pipeline stages) -------------------------------------------------------------
+
+_P2P_READY = False
+
+
+def _enable_p2p() -> None:
+    """CPU workaround: ``mint.distributed.send``/``recv`` look up a group named "hccl_world_group", which the CPU
+    backend never creates (MINDSPORE_CPU.md); creating it over every rank makes them work. Ascend has it."""
+    global _P2P_READY
+    if _P2P_READY:
+        return
+    if _compose_from_all_reduce():
+        from mindspore.communication import create_group, get_group_size
+
+        create_group("hccl_world_group", list(range(get_group_size())))
+    _P2P_READY = True
+
+
+def send(x: ms.Tensor, dst: int) -> None:
+    """Send ``x`` to global rank ``dst`` (blocking). The receiver should post its ``recv`` first."""
+    _enable_p2p()
+    mint.distributed.send(x, dst)
+
+
+def recv(shape: tuple[int, ...], dtype, src: int) -> ms.Tensor:
+    """Receive a tensor of ``shape``/``dtype`` from global rank ``src`` (blocking)."""
+    _enable_p2p()
+    out = ops.zeros(shape, dtype)
+    mint.distributed.recv(out, src)
+    return out
+
+
+def mesh_groups(dims, names=("tp", "cp", "dp_shard", "dp_replicate", "pp", "batch", "fsdp", "loss", "shard")) -> dict:
+    """{axis or view: Group} for this rank, created in one fixed order on every rank (so rendezvous match)."""
+    import mindspore.communication as comm
+
+    world = dims.world_size
+    if world > 1 and comm.get_group_size() != world:
+        raise RuntimeError(f"cluster of {comm.get_group_size()} ranks for a mesh of {world}")
+    return {n: new_group(dims.group_ranks(n), dims.rank, world, label=n) for n in names}

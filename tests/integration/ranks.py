@@ -1,0 +1,44 @@
+"""Run a Python script on N ranks of a MindSpore CPU cluster (scheduler + workers, the environment msrun sets),
+for tests of the parallel building blocks below the trial level. ``core.launch`` does the same for trials."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(n: int, script: Path, *args: str, log_dir: Path, timeout: float = 600) -> list[tuple[int, str]]:
+    """(exit code, log) of each rank of ``python script args`` on ``n`` ranks."""
+    env = dict(os.environ, MS_WORKER_NUM=str(n), MS_SCHED_HOST="127.0.0.1", MS_SCHED_PORT=str(_free_port()),
+               GLOG_v="3", PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    sched = subprocess.Popen([sys.executable, "-c", "from mindspore.communication import init; init()"],
+                             env={**env, "MS_ROLE": "MS_SCHED"}, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, cwd=ROOT)
+    procs = []
+    for r in range(n):
+        log = open(log_dir / f"rank_{r}.log", "w")
+        procs.append(subprocess.Popen([sys.executable, str(script), *args], cwd=ROOT, stdout=log,
+                                      stderr=subprocess.STDOUT,
+                                      env={**env, "MS_ROLE": "MS_WORKER", "MS_NODE_ID": str(r), "RANK_ID": str(r),
+                                           "RANK_SIZE": str(n)}))
+    try:
+        codes = [p.wait(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        sched.kill()
+        sched.wait()
+    return [(c, (log_dir / f"rank_{r}.log").read_text()) for r, c in enumerate(codes)]
