@@ -173,7 +173,7 @@ def list_checkpoints(dir: str | Path) -> list[Path]:
     found = []
     for entry in root.iterdir():
         m = _STEP_DIR.match(entry.name)
-        if m and (entry / FILENAME).is_file():
+        if m and ((entry / FILENAME).is_file() or (entry / "index.json").is_file()):  # full, or sharded
             found.append((int(m.group(1)), entry))
     return [path for _, path in sorted(found)]
 
@@ -194,9 +194,13 @@ def _file_of(path: str | Path) -> Path:
 
 
 def read_meta(path: str | Path) -> dict:
-    """Only the metadata (reads the header, not the tensors)."""
+    """Only the metadata (reads the header or the sharded index, not the tensors)."""
     from safetensors import safe_open
 
+    from core import sharded_checkpoint
+
+    if sharded_checkpoint.is_sharded(path):
+        return sharded_checkpoint.read_index(path)["meta"]
     file = _file_of(path)
     with safe_open(str(file), framework="np") as f:
         header = f.metadata() or {}
@@ -206,10 +210,15 @@ def read_meta(path: str | Path) -> dict:
 
 
 def load_checkpoint(path: str | Path, verify: bool = True) -> tuple[dict[str, np.ndarray], dict]:
-    """(tensors, meta) from a step directory or its safetensors file; ``verify`` checks the CRC."""
+    """(tensors, meta) from a step directory or its safetensors file; ``verify`` checks the CRC. A sharded
+    checkpoint (core.sharded_checkpoint) comes back consolidated: the full tensors of the 1-process layout."""
     from safetensors import SafetensorError
     from safetensors import safe_open
 
+    from core import sharded_checkpoint
+
+    if sharded_checkpoint.is_sharded(path):
+        return sharded_checkpoint.consolidate(path, verify=verify)
     file = _file_of(path)
     try:
         with safe_open(str(file), framework="np") as f:

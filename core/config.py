@@ -102,29 +102,32 @@ class OptimConfig:
 
 @dataclass
 class ParallelConfig:
-    """Degrees of the device mesh; their product is the world size."""
+    """Degrees of the device mesh (``core.parallel.dims``); their product is the world size.
 
-    dp_replicate: int = 1          # data parallel, gradients all-reduced
-    dp_shard: int = 1              # FSDP / HSDP shard degree
-    tp: int = 1                    # tensor parallel
-    pp: int = 1                    # pipeline stages
-    cp: int = 1                    # context parallel
-    ep: int = 1                    # expert parallel (borrows from dp_shard * cp * tp)
-    sp: bool = False               # sequence parallel (with tp)
+    torchtitan's names: ``dp_replicate`` replicas (gradients all-reduced) of ``dp_shard`` ranks over which
+    parameters, gradients and optimizer states are sharded (FSDP; both > 1: HSDP); ``cp`` splits the sequence
+    (its ranks share the FSDP shards too), ``tp`` splits heads, FFN width and vocabulary (Megatron), ``sp`` adds
+    sequence parallelism to the norm/residual regions of ``tp``.
+    """
+
+    dp_replicate: int = 1          # data-parallel replicas; gradients all-reduced between them
+    dp_shard: int = 1              # FSDP degree: parameters, gradients, optimizer states sharded (HSDP with dp_replicate)
+    tp: int = 1                    # tensor parallel: heads, KV heads, FFN width and vocabulary split
+    pp: int = 1                    # pipeline stages (validated; run by the pipeline schedules, not yet)
+    cp: int = 1                    # context parallel: the sequence split into 2*cp load-balanced chunks
+    ep: int = 1                    # expert parallel, borrows from dp_shard * cp * tp (needs an MoE model, not yet)
+    sp: bool = False               # sequence parallel in the norm/residual regions (with tp > 1)
     pp_schedule: str = "1f1b"      # 1f1b | gpipe
-
-    # Layouts the core can run today. A layout outside this set is refused up front (exit 2), not half-run.
-    SUPPORTED = ("dp_replicate",)
 
     def __post_init__(self):
         _positive("parallel", self, "dp_replicate", "dp_shard", "tp", "pp", "cp", "ep")
         _require(self.pp_schedule in ("1f1b", "gpipe"), "parallel.pp_schedule",
                  f"must be 1f1b or gpipe (got {self.pp_schedule!r})")
-        for name in ("dp_shard", "tp", "pp", "cp", "ep"):
-            _require(getattr(self, name) == 1, f"parallel.{name}",
-                     f"degree {getattr(self, name)} is not supported by this core yet; set parallel.{name}=1 "
-                     "and use parallel.dp_replicate for data parallelism")
-        _require(not self.sp, "parallel.sp", "sequence parallelism needs parallel.tp > 1, which is not supported yet")
+        _require(not self.sp or self.tp > 1, "parallel.sp",
+                 "sequence parallelism splits the tensor-parallel group's work; it needs parallel.tp > 1")
+        _require(self.ep == 1 or (self.dp_shard * self.cp * self.tp) % self.ep == 0, "parallel.ep",
+                 f"{self.ep} must divide dp_shard * cp * tp = {self.dp_shard * self.cp * self.tp} (experts borrow "
+                 "those ranks)")
 
     @property
     def world_size(self) -> int:
@@ -132,7 +135,7 @@ class ParallelConfig:
 
     @property
     def dp(self) -> int:
-        """Ranks that see different data."""
+        """Ranks that see different rows of the batch."""
         return self.dp_replicate * self.dp_shard
 
 
@@ -226,6 +229,7 @@ class TrainConfig:
         t, p = self.training, self.parallel
         _require(t.seq_len <= self.model.max_seq_len, "training.seq_len",
                  f"{t.seq_len} exceeds model.max_seq_len={self.model.max_seq_len}; lower it or raise model.max_seq_len")
+        _check_layout(self.model, t, p)
         _require(t.global_batch_size % p.dp == 0, "training.global_batch_size",
                  f"{t.global_batch_size} must be a multiple of the data-parallel degree {p.dp} "
                  "(parallel.dp_replicate * parallel.dp_shard)")
@@ -242,6 +246,30 @@ class TrainConfig:
     @property
     def grad_accum_steps(self) -> int:
         return self.training.global_batch_size // (self.training.micro_batch_size * self.parallel.dp)
+
+
+def _check_layout(m: ModelConfig, t: TrainingConfig, p: ParallelConfig) -> None:
+    """Every degree must split the model and the sequence evenly; the message names the field and the fix."""
+    for name, value in (("n_heads", m.n_heads), ("n_kv_heads", m.n_kv_heads), ("vocab_size", m.vocab_size),
+                        ("ffn_hidden", m.ffn_hidden)):
+        _require(value % p.tp == 0, "parallel.tp",
+                 f"{p.tp} does not divide model.{name}={value}; choose a tp that divides n_heads, n_kv_heads, "
+                 "vocab_size and ffn_hidden")
+    if p.cp > 1:
+        _require(t.seq_len % (2 * p.cp) == 0, "parallel.cp",
+                 f"training.seq_len={t.seq_len} must split into 2*cp = {2 * p.cp} equal chunks (each rank holds a "
+                 "chunk and its mirror, for causal load balance); choose cp or seq_len accordingly")
+    if p.sp:
+        local = t.seq_len // p.cp
+        _require(local % p.tp == 0, "parallel.sp",
+                 f"each rank's sequence ({t.seq_len} / cp = {local}) must split into tp={p.tp} equal parts; "
+                 "choose seq_len, cp and tp accordingly or set parallel.sp=false")
+    _require(m.n_layers % p.pp == 0, "parallel.pp",
+             f"{p.pp} stages do not divide model.n_layers={m.n_layers}; choose a pp that divides it")
+    _require(p.pp == 1, "parallel.pp",
+             f"pipeline parallelism (pp={p.pp}) is not run by this core yet; set parallel.pp=1")
+    _require(p.ep == 1, "parallel.ep", f"expert parallelism (ep={p.ep}) needs an MoE model, which this core does not "
+                                       "have yet; set parallel.ep=1")
 
 
 def compose(overrides: list[str] | tuple[str, ...] = ()) -> Any:

@@ -201,6 +201,7 @@ class Supervisor:
     def _rank_table(self, reports: dict) -> list[dict]:
         return [{"rank": r.rank, "exit_code": r.proc.returncode, "killed_by_supervisor": r.killed_by_us,
                  "status": (reports.get(r.rank) or {}).get("status"), "peak_memory_bytes": r.peak,
+                 "state_bytes": ((reports.get(r.rank) or {}).get("metrics") or {}).get("state_bytes"),
                  "log": f"logs/rank_{r.rank}.log"} for r in self.ranks]
 
 

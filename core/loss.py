@@ -217,3 +217,23 @@ def linear_cross_entropy_eval(hidden, weight, labels, ignore_index: int = IGNORE
         _, nll = _chunk_loss(_matmul_nt(h, weight), index[s:s + chunk])         # (c,)
         loss = loss + (nll * token_weight[s:s + chunk]).sum()
     return loss
+
+
+class LinearCrossEntropyLoss(nn.Cell):
+    """The trainer's loss head as an op: (hidden (B, S, D), weight (V, D), labels (B, S)) -> mean NLL.
+
+    ``train=True``: ``linear_cross_entropy`` (gradients made in the forward pass); ``False``: the evaluation loss.
+    A Cell that takes the head weight as an input, so that tensor parallelism can swap it for the vocab-parallel
+    loss and FSDP can wrap it to gather a sharded weight, like every other weight's op (core.model.layers).
+    """
+
+    def __init__(self, train: bool = True):
+        super().__init__()
+        self.train = train
+
+    def construct(self, hidden, weight, labels):
+        h = hidden.reshape(-1, hidden.shape[-1])                                 # (B*S, D)
+        y = labels.reshape(-1)                                                   # (B*S,)
+        if self.train:
+            return linear_cross_entropy(h, weight, y)
+        return linear_cross_entropy_eval(h, weight, y)

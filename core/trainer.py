@@ -1,9 +1,14 @@
-"""The training loop of one rank: data -> GPT -> fused linear cross-entropy -> grads -> (all-reduce) -> clip ->
+"""The training loop of one rank: data -> GPT -> fused linear cross-entropy -> grads -> sync and clip ->
 optimizer, with the trial's budgets, NaN checks, validation and checkpoints.
 
+Parallelism is set up in one call, ``parallelize(model, dims, cfg)``; the loop never branches on a degree. It
+asks the ``Parallelized`` model for this rank's tokens, a ``GradientAccumulation`` schedule for the loss and
+gradients of a step, and ``GradientSync`` for the gradients of the global mean loss, clipped.
+
 Determinism: the batch of step k is a pure function of (seed, k) and the weights of the seed, so the same seed
-gives the same losses, a resumed run continues exactly, and data-parallel ranks together see the single-process
-global batch (each takes its rows; gradients are averaged).
+gives the same losses, a resumed run continues exactly (on any layout: checkpoints consolidate), and the ranks
+of every layout together see the single-process global batch (rows by batch-axis rank, sequence positions by
+context-parallel rank).
 """
 
 from __future__ import annotations
@@ -20,14 +25,16 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, ops
 
-from core import checkpoint, memory
+from core import checkpoint, memory, sharded_checkpoint
 from core.config import ConfigError, TrainConfig, to_dict
 from core.data import TokenDataset, default_corpus
-from core.loss import linear_cross_entropy, linear_cross_entropy_eval
 from core.model import GPT, flops_per_token
-from core.optim import build_optimizer, clip_grad_norm_jit, lr_at
+from core.optim import build_optimizer, lr_at
 from core.parallel import init_distributed, node_ranks
-from core.parallel.data_parallel import GradientAllReduce, all_reduce_mean_scalars
+from core.parallel.dims import ParallelDims
+from core.parallel.grads import GradientSync
+from core.parallel.parallelize import parallelize
+from core.parallel.schedule import GradientAccumulation
 from core.trial import Exit, NonFinite, OutOfMemory, TrialRecorder
 
 log = logging.getLogger("core.train")
@@ -68,23 +75,33 @@ class Trainer:
         ms.set_device(cfg.device)
         ms.set_seed(cfg.seed)
         self.dist = init_distributed()
+        self.dims = ParallelDims.from_config(cfg.parallel, self.dist.rank, self.dist.world_size)
         _share_cpu_cores(cfg.device, node_ranks(self.dist.world_size)[1])
         self.train_data, self.val_data = self._datasets()
-        self.model = GPT(cfg.model, seed=cfg.seed)
-        if cfg.memory.recompute == "full":
-            for block in self.model.layers:
-                block.recompute()
+        self.par = parallelize(GPT(cfg.model, seed=cfg.seed), self.dims, cfg)
+        self.model = self.par.model
+        self.positions = Tensor(self.par.positions)
         self.params = list(self.model.trainable_params())
-        self.optimizer = build_optimizer([(p.name, p) for p in self.params], cfg.optim)
+        names = [p.name for p in self.params]
+        self.optimizer = build_optimizer([(p.name, p) for p in self.params], cfg.optim,
+                                         placements=self.par.placements, group=self.par.groups["shard"])
         self.rec.flops_per_token = flops_per_token(cfg.model, cfg.training.seq_len)
         self.rec.estimated_memory_bytes = memory.estimate_memory_bytes(cfg)
 
         grad_fn = ms.value_and_grad(self._loss, None, self.params)
-        self.grad_fn = ms.jit(grad_fn) if cfg.training.mode == "jit" else grad_fn
+        grad_fn = ms.jit(grad_fn) if cfg.training.mode == "jit" else grad_fn
         self.eval_fn = ms.jit(self._eval_loss) if cfg.training.mode == "jit" else self._eval_loss
-        self.accumulate = ms.jit(_add_grads)
-        self.all_reduce = (GradientAllReduce([tuple(p.shape) for p in self.params], self.dist.world_size)
-                           if self.dist.world_size > 1 else None)
+        self.schedule = GradientAccumulation(grad_fn, cfg.training.micro_batch_size)
+        self.sync = GradientSync(names, [tuple(p.shape) for p in self.params], self.par.placements, self.dims,
+                                 self.par.groups, cfg.grad_accum_steps, cfg.optim.grad_clip)
+        self.rec.state_bytes = self._state_bytes()
+
+    def _state_bytes(self) -> dict:
+        """Bytes this rank holds for parameters, their gradients and the optimizer states (counted, not measured:
+        what sharding divides)."""
+        params = sum(p.size * p.itemsize for p in self.params)
+        optim = sum(v.nbytes for k, v in self.optimizer.state_dict().items())
+        return {"params": int(params), "grads": int(params), "optimizer": int(optim)}
 
     def _datasets(self) -> tuple[TokenDataset, TokenDataset]:
         d = self.cfg.data
@@ -101,19 +118,13 @@ class Trainer:
                                                       f"{ds.max_token()}); raise it or use a matching tokenizer")
         return train, val
 
-    def _tokens(self, inputs, targets):
-        """(hidden (B*S, D), head weight (V, D), targets (B*S,)): what the fused loss takes."""
-        hidden = self.model(inputs)                                      # (B, S, D)
-        B, S, D = hidden.shape
-        return hidden.reshape(B * S, D), self.model.head_weight(), targets.reshape(B * S)
+    def _loss(self, inputs, targets, positions):
+        hidden = self.model(inputs, positions)                           # (B, S, D)
+        return self.par.loss(hidden, self.model.head_weight(), targets)
 
-    def _loss(self, inputs, targets):
-        hidden, weight, labels = self._tokens(inputs, targets)
-        return linear_cross_entropy(hidden, weight, labels)
-
-    def _eval_loss(self, inputs, targets):
-        hidden, weight, labels = self._tokens(inputs, targets)
-        return linear_cross_entropy_eval(hidden, weight, labels)
+    def _eval_loss(self, inputs, targets, positions):
+        hidden = self.model(inputs, positions)
+        return self.par.eval_loss(hidden, self.model.head_weight(), targets)
 
     # ---- the loop ----------------------------------------------------------------------------------------
     def run(self) -> tuple[Exit, str]:
@@ -151,33 +162,20 @@ class Trainer:
             if cfg.checkpoint.at_end and not already_saved:
                 self._save(step)
             self.rec.matmul_flops_per_sec = matmul_flops_per_sec()
-            if self.dist.world_size > 1:
-                all_reduce_mean_scalars([0.0], self.dist.world_size)  # barrier: nobody leaves a peer mid-collective
+            self._barrier()  # nobody leaves a peer mid-collective
         finally:
             if metrics_file:
                 metrics_file.close()
         return Exit.OK, f"ok: {step} steps, final loss {self.rec.losses[-1]:.4f}" if self.rec.losses else "ok"
 
     def _train_step(self, step: int) -> tuple[float, float, float]:
-        cfg, t, dist = self.cfg, self.cfg.training, self.dist
-        rows = self.train_data.batch(step, t.global_batch_size, t.seq_len, cfg.seed, rank=dist.rank,
-                                     world_size=dist.world_size)                 # (G / world, S + 1)
-        accum = cfg.grad_accum_steps
-        grads, loss_sum = None, 0.0
-        for i in range(accum):
-            mb = rows[i * t.micro_batch_size:(i + 1) * t.micro_batch_size]   # (m, S + 1)
-            loss, g = self.grad_fn(Tensor(mb[:, :-1]), Tensor(mb[:, 1:]))
-            loss_sum += float(loss.asnumpy())
-            grads = g if grads is None else self.accumulate(ms.mutable(grads), ms.mutable(g))
-        if accum > 1:
-            grads = _scale_grads(ms.mutable(grads), 1.0 / accum)
-        if self.all_reduce is not None:
-            grads = self.all_reduce(grads)
-        # mutable: a jit function given a plain tuple of Tensors treats it as a constant and recompiles each step
-        grads, norm = clip_grad_norm_jit(ms.mutable(tuple(grads)), cfg.optim.grad_clip)
-        loss_value = loss_sum / accum
-        if dist.world_size > 1:  # every rank must take the same decision on NaN
-            loss_value = all_reduce_mean_scalars([loss_value], dist.world_size)[0]
+        cfg, t, dims = self.cfg, self.cfg.training, self.dims
+        rows = self.train_data.batch(step, t.global_batch_size, t.seq_len, cfg.seed, rank=dims.index("batch"),
+                                     world_size=dims.size("batch"))            # (G / batch ranks, S + 1)
+        loss_value, grads = self.schedule.run(*self.par.local_tokens(rows), self.positions)
+        grads, norm = self.sync(grads)
+        if self.dist.world_size > 1:  # every rank must take the same decision on NaN
+            loss_value = self._mean_over_ranks([loss_value])[0]
         norm_value = float(norm.asnumpy())
         if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
             raise NonFinite(f"nan: loss {loss_value} / grad norm {norm_value} at step {step + 1}; lower optim.lr "
@@ -185,6 +183,18 @@ class Trainer:
         lr = lr_at(step, cfg.optim, cfg.trial.max_steps)
         self.optimizer.step(grads, lr)
         return loss_value, norm_value, lr
+
+    def _mean_over_ranks(self, values: list[float]) -> list[float]:
+        """Host scalars averaged over every rank. Ranks that repeat a value (tensor-parallel peers) repeat it
+        equally often, so the mean over the world is the mean over the loss ranks."""
+        if self.dist.world_size == 1:
+            return values
+        t = Tensor(np.asarray(values, np.float32))
+        return [float(v) for v in (ops.AllReduce()(t) / self.dist.world_size).asnumpy()]
+
+    def _barrier(self) -> None:
+        if self.dist.world_size > 1:
+            self._mean_over_ranks([0.0])
 
     def _check_memory(self) -> None:
         """A peak that came and went between two watchdog polls still counts (VmHWM is a high-water mark)."""
@@ -196,15 +206,15 @@ class Trainer:
 
     def _evaluate(self, step: int, metrics_file) -> None:
         """Mean loss over fixed validation windows: eval_batches global batches, whatever the layout, so that
-        runs with different data-parallel degrees or micro-batch sizes report comparable numbers."""
-        t, dist = self.cfg.training, self.dist
-        rows = self.val_data.eval_batches(t.eval_batches, t.global_batch_size, t.seq_len, rank=dist.rank,
-                                          world_size=dist.world_size).reshape(-1, t.seq_len + 1)  # (n*G/world, S+1)
-        losses = [float(self.eval_fn(Tensor(mb[:, :-1]), Tensor(mb[:, 1:])).asnumpy())
-                  for mb in np.split(rows, len(rows) // t.micro_batch_size)]  # equal-sized micro-batches
-        value = float(np.mean(losses))
-        if dist.world_size > 1:
-            value = all_reduce_mean_scalars([value], dist.world_size)[0]
+        runs with different layouts or micro-batch sizes report comparable numbers."""
+        t, dims = self.cfg.training, self.dims
+        rows = self.val_data.eval_batches(t.eval_batches, t.global_batch_size, t.seq_len, rank=dims.index("batch"),
+                                          world_size=dims.size("batch")).reshape(-1, t.seq_len + 1)
+        inputs, targets = self.par.local_tokens(rows)                    # (n * G / batch ranks, S / cp)
+        m = t.micro_batch_size
+        losses = [float(self.eval_fn(Tensor(inputs[s:s + m]), Tensor(targets[s:s + m]), self.positions).asnumpy())
+                  for s in range(0, len(inputs), m)]                     # equal-sized micro-batches
+        value = self._mean_over_ranks([float(np.mean(losses))])[0]
         self.rec.val_loss = value
         if metrics_file:
             self._log(metrics_file, {"step": step, "val_loss": value})
@@ -221,18 +231,33 @@ class Trainer:
 
     # ---- checkpoints -------------------------------------------------------------------------------------
     def _save(self, step: int) -> None:
-        if self.dist.rank != 0:  # replicas hold identical weights and optimizer state
-            return
-        tensors = {f"model.{p.name}": p.asnumpy() for p in self.params}
-        tensors.update({f"optim.{k}": v for k, v in self.optimizer.state_dict().items()})
+        """A full checkpoint from one process; from several, each rank of the first replica writes its shards
+        (core.sharded_checkpoint), which consolidate into the full one."""
         meta = {"step": step, "data_position": step, "seed": self.cfg.seed, "tokens": self.rec.tokens,
                 "rng": {"data": "numpy default_rng([seed, step])", "init": "numpy default_rng([seed, name])"},
-                "config": to_dict(self.cfg)}
-        path = checkpoint.save_checkpoint(self.trial_dir / "checkpoints", step, tensors, meta,
-                                          keep=self.cfg.checkpoint.keep)
-        log.info("checkpoint: %s", path)
+                "config": to_dict(self.cfg), "layout": self.dims.describe()}
+        root = self.trial_dir / "checkpoints"
+        writes = self.dims.coords()["dp_replicate"] == 0  # replicas hold identical shards
+        if writes:
+            tensors = {f"model.{p.name}": p.asnumpy() for p in self.params}
+            tensors.update({f"optim.{k}": v for k, v in self.optimizer.state_dict().items()})
+            if self.dist.world_size == 1:
+                path = checkpoint.save_checkpoint(root, step, tensors, meta, keep=self.cfg.checkpoint.keep)
+                log.info("checkpoint: %s", path)
+                return
+            placements = {k: sharded_checkpoint.placement_of(k, self.par.placements, v.shape)
+                          for k, v in tensors.items()}
+            sharded_checkpoint.write_shard(root, step, self.dist.rank, tensors, placements)
+        self._barrier()
+        if self.dist.rank == 0:
+            writers = [r for r in range(self.dist.world_size) if self.dims.coords(r)["dp_replicate"] == 0]
+            path = sharded_checkpoint.publish(root, step, writers, meta, keep=self.cfg.checkpoint.keep)
+            log.info("checkpoint: %s (%d shards)", path, len(writers))
+        self._barrier()
 
     def _maybe_resume(self) -> int:
+        """Resume from a checkpoint of any layout: it is read as the full arrays of the 1-process layout and
+        this rank cuts its own shards from them."""
         resume = self.cfg.checkpoint.resume
         if resume is None:
             return 0
@@ -241,22 +266,16 @@ class Trainer:
             log.info("checkpoint.resume=auto: no checkpoint in %s yet, starting from step 0", self.trial_dir)
             return 0
         tensors, meta = checkpoint.load_checkpoint(path)
+        placements = self.par.placements
         for p in self.params:
             key = f"model.{p.name}"
-            if key not in tensors or tuple(tensors[key].shape) != tuple(p.shape):
+            if key not in tensors or tuple(tensors[key].shape) != tuple(placements[p.name].full_shape):
                 raise ConfigError("checkpoint.resume", f"{path} does not match this model at {p.name}; resume "
                                                        "with the model config it was written with")
-            ops.assign(p, Tensor(tensors[key]))  # not set_data: that would detach p from a compiled graph
-        self.optimizer.load_state_dict({k[len("optim."):]: v for k, v in tensors.items() if k.startswith("optim.")})
+            ops.assign(p, Tensor(placements[p.name].shard(tensors[key])))  # not set_data: compiled graphs keep p
+        state = {k[len("optim."):]: sharded_checkpoint.placement_of(k, placements, v.shape).shard(v)
+                 for k, v in tensors.items() if k.startswith("optim.")}
+        self.optimizer.load_state_dict(state)
         self.rec.steps, self.rec.tokens = meta["step"], meta.get("tokens", 0)
-        log.info("resumed from %s at step %d", path, meta["step"])
+        log.info("resumed from %s at step %d (written by %s)", path, meta["step"], meta.get("layout", "?"))
         return int(meta["step"])
-
-
-def _add_grads(acc, grads):
-    return tuple(a + g for a, g in zip(acc, grads))
-
-
-@ms.jit
-def _scale_grads(grads, factor):
-    return tuple(g * factor for g in grads)

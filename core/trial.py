@@ -158,6 +158,7 @@ class TrialRecorder:
     estimated_memory_bytes: Optional[int] = None
     matmul_flops_per_sec: Optional[float] = None
     flops_per_token: Optional[float] = None
+    state_bytes: Optional[dict] = None   # {params, grads, optimizer} bytes this rank holds (what sharding divides)
     started_at: str = field(default_factory=utc_now)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _written: bool = False
@@ -195,6 +196,7 @@ class TrialRecorder:
             "peak_memory_bytes_per_rank": [peak],
             "estimated_memory_bytes": self.estimated_memory_bytes,
             "matmul_flops_per_sec": self.matmul_flops_per_sec,
+            "state_bytes": self.state_bytes,
         }
 
     def summary(self, code: Exit, reason: str, error: Optional[dict] = None) -> dict:

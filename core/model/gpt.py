@@ -16,7 +16,7 @@ import zlib
 
 import mindspore as ms
 import numpy as np
-from mindspore import Tensor, nn
+from mindspore import Tensor, nn, ops
 
 from core.config import ModelConfig
 from core.model.layers import Block, Embedding, Linear, RMSNorm, linear, rope_tables
@@ -41,13 +41,11 @@ class GPT(nn.Cell):
         if not cfg.tie_embeddings:
             self.lm_head = Linear(cfg.d_model, cfg.vocab_size, cfg.init_std, dtype)
 
-        # Constants, not Parameters: built once for max_seq_len and sliced to the batch's S in construct.
+        # Constants, not Parameters: built once for max_seq_len and read at the batch's token positions.
         cos, sin = rope_tables(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
         self.rope_cos = Tensor(cos, dtype)  # (max_S, E/2)
         self.rope_sin = Tensor(sin, dtype)  # (max_S, E/2)
-        # Additive causal mask: 0 where key <= query, -inf above the diagonal (every row keeps its diagonal, so
-        # softmax never sees an all -inf row). max_S^2 elements: 256 KiB at 256, 16 MiB at 2048 in float32.
-        self.causal_mask = Tensor(np.triu(np.full((cfg.max_seq_len,) * 2, -np.inf), k=1), dtype)  # (max_S, max_S)
+        self.arange = Tensor(np.arange(cfg.max_seq_len, dtype=np.int32))  # default positions 0..S-1
 
         self.init_weights(seed)
 
@@ -61,13 +59,16 @@ class GPT(nn.Cell):
         """The (V, D) output-head Parameter: the embedding table when tied, else lm_head.weight."""
         return self.embed.weight if self.tie_embeddings else self.lm_head.weight
 
-    def construct(self, tokens):
-        S = tokens.shape[1]
-        cos, sin = self.rope_cos[:S], self.rope_sin[:S]  # (S, E/2)
-        mask = self.causal_mask[:S, :S]                  # (S, S)
+    def construct(self, tokens, positions=None):
+        """tokens (B, S) int32 at ``positions`` (S,) int32 in the sequence (default 0..S-1; context parallelism
+        gives each rank its chunks' positions) -> hidden (B, S, D)."""
+        if positions is None:
+            positions = self.arange[:tokens.shape[1]]
+        cos = ops.gather(self.rope_cos, positions, 0)    # (S, E/2)
+        sin = ops.gather(self.rope_sin, positions, 0)    # (S, E/2)
         h = self.embed(tokens)                           # (B, S, D)
         for block in self.layers:
-            h = block(h, cos, sin, mask)
+            h = block(h, cos, sin, positions)
         return self.norm(h)                              # (B, S, D)
 
     def logits(self, tokens):

@@ -5,6 +5,13 @@ embedding, rms_norm and attention kernels are Ascend-only, so the gather, the no
 out here. Every leaf layer owns its init rule (`reset_parameters(rng)`); `GPT.init_weights` hands each one a
 generator seeded from (seed, the layer's name), so weights do not depend on construction order.
 
+Seams for parallelism (the layers know nothing of ranks; ``core.parallel.parallelize`` uses these):
+- every layer with a weight applies it through an op Cell, ``self.op(x, self.weight)``, that takes the weight
+  as an input: tensor parallelism wraps the op (column/row-parallel, vocab-parallel), FSDP wraps it again to
+  gather a sharded weight (the bprop-Cell form that carries gradients under ``mindspore.jit``);
+- attention calls one ``self.sdpa(q, k, v, positions)``, which context parallelism replaces;
+- RoPE and the causal mask come from token positions, not from an assumed ``[:S]`` start.
+
 Shape letters: B batch, S sequence, D model width, H query heads, K key/value heads, E head dim, F ffn width.
 """
 
@@ -38,6 +45,13 @@ def linear(x, w):
     return _matmul_nt(x.reshape(-1, x.shape[-1]), w).reshape(x.shape[:-1] + (-1,))
 
 
+class MatMul(nn.Cell):
+    """The op of a Linear: (x (..., in), w (out, in)) -> x @ w^T (..., out)."""
+
+    def construct(self, x, w):
+        return linear(x, w)
+
+
 class Linear(nn.Cell):
     """y = x W^T without bias; W is stored (out_features, in_features) as in torch/Megatron checkpoints."""
 
@@ -45,27 +59,50 @@ class Linear(nn.Cell):
         super().__init__()
         self.init_std = init_std
         self.weight = _param((out_features, in_features), dtype)
+        self.op = MatMul()
 
     def reset_parameters(self, rng: np.random.Generator):
         self.weight.set_data(_normal(rng, self.weight.shape, self.init_std, self.weight.dtype))
 
     def construct(self, x):
-        return linear(x, self.weight)  # (..., in) -> (..., out)
+        return self.op(x, self.weight)  # (..., in) -> (..., out)
+
+
+class Lookup(nn.Cell):
+    """The op of an Embedding: (tokens (B, S) int32, table (V, D)) -> rows (B, S, D), a gather (mint's embedding
+    kernel is missing on CPU; ops.gather and its gradient work)."""
+
+    def construct(self, tokens, table):
+        return ops.gather(table, tokens, 0)
 
 
 class Embedding(nn.Cell):
-    """Token lookup as a row gather (mint's embedding kernel is missing on CPU; ops.gather and its grad work)."""
+    """Token embedding table (vocab_size, dim)."""
 
     def __init__(self, vocab_size: int, dim: int, init_std: float, dtype=ms.float32):
         super().__init__()
         self.init_std = init_std
         self.weight = _param((vocab_size, dim), dtype)
+        self.op = Lookup()
 
     def reset_parameters(self, rng: np.random.Generator):
         self.weight.set_data(_normal(rng, self.weight.shape, self.init_std, self.weight.dtype))
 
     def construct(self, tokens):
-        return ops.gather(self.weight, tokens, 0)  # (B, S) int32 -> (B, S, D)
+        return self.op(tokens, self.weight)  # (B, S) int32 -> (B, S, D)
+
+
+class RMSNormOp(nn.Cell):
+    """The op of an RMSNorm: (x (..., D), w (D,)) -> x / sqrt(mean(x^2) + eps) * w, statistics in float32."""
+
+    def __init__(self, eps: float):
+        super().__init__()
+        self.eps = eps
+
+    def construct(self, x, w):
+        x32 = x.astype(ms.float32)
+        inv_rms = mint.rsqrt(mint.mean(x32 * x32, dim=-1, keepdim=True) + self.eps)  # (..., 1)
+        return (x32 * inv_rms).astype(x.dtype) * w
 
 
 class RMSNorm(nn.Cell):
@@ -76,16 +113,54 @@ class RMSNorm(nn.Cell):
 
     def __init__(self, dim: int, eps: float, dtype=ms.float32):
         super().__init__()
-        self.eps = eps
         self.weight = _param((dim,), dtype)
+        self.op = RMSNormOp(eps)
 
     def reset_parameters(self, rng: np.random.Generator):
         self.weight.set_data(Tensor(np.ones(self.weight.shape, np.float32)).astype(self.weight.dtype))
 
     def construct(self, x):
-        x32 = x.astype(ms.float32)
-        inv_rms = mint.rsqrt(mint.mean(x32 * x32, dim=-1, keepdim=True) + self.eps)  # (..., 1)
-        return (x32 * inv_rms).astype(x.dtype) * self.weight
+        return self.op(x, self.weight)
+
+
+def causal_mask(q_positions, k_positions, dtype):
+    """Additive mask (Sq, Sk): 0 where the key's position <= the query's, -inf above. Every query sees its own
+    position among the keys, so no row is all -inf (softmax stays defined)."""
+    allowed = k_positions.reshape(1, -1) <= q_positions.reshape(-1, 1)                  # (Sq, Sk) bool
+    return ops.select(allowed, ops.zeros(allowed.shape, dtype), ops.fill(dtype, allowed.shape, -np.inf))
+
+
+class CausalAttention(nn.Cell):
+    """Scaled dot-product attention with a causal mask from positions (Vaswani et al. 2017): q (B, H, Sq, E),
+    k and v (B, K, Sk, E) with their positions, K dividing H (GQA: each KV head serves H / K query heads); by
+    hand, as the fused kernels are Ascend-only."""
+
+    def __init__(self, head_dim: int):
+        super().__init__()
+        self.scale = 1.0 / math.sqrt(head_dim)
+
+    def construct(self, q, k, v, q_positions, k_positions):
+        n_rep = q.shape[1] // k.shape[1]
+        if n_rep > 1:
+            k = repeat_kv(k, n_rep)                                                  # (B, H, Sk, E)
+            v = repeat_kv(v, n_rep)
+        mask = causal_mask(q_positions, k_positions, ms.float32)                      # (Sq, Sk)
+        scores = mint.matmul(q, mint.permute(k, (0, 1, 3, 2))) * self.scale + mask  # (B, H, Sq, Sk)
+        # Softmax in float32: exp of low-precision logits loses the small probabilities.
+        probs = mint.softmax(scores.astype(ms.float32), dim=-1).astype(v.dtype)
+        return mint.matmul(probs, v)                                                # (B, H, Sq, E)
+
+
+class SDPA(nn.Cell):
+    """``sdpa(q, k, v, positions)``: causal attention among this rank's tokens, q (B, H, S, E), k/v (B, K, S, E)
+    at ``positions`` (S,). The seam that context parallelism replaces (``core.parallel.context_parallel``)."""
+
+    def __init__(self, head_dim: int):
+        super().__init__()
+        self.attend = CausalAttention(head_dim)
+
+    def construct(self, q, k, v, positions):
+        return self.attend(q, k, v, positions, positions)
 
 
 def rope_tables(head_dim: int, max_seq_len: int, theta: float):
@@ -112,38 +187,33 @@ class Attention(nn.Cell):
     """Causal grouped-query self-attention (Ainslie et al. 2023, GQA) with RoPE on q and k.
 
     n_kv_heads key/value heads are shared by groups of n_heads / n_kv_heads query heads; query head h reads
-    KV head h // group. Head counts are read from the projections' output widths at run time, so a tensor-
-    parallel wrapper may shard wq/wk/wv/wo by heads without touching this code.
+    KV head h // group. Head counts and the sequence length are read from the projections' outputs at run time,
+    so a tensor-parallel wrapper may shard wq/wk/wv/wo by heads, and sequence parallelism may hand in a slice of
+    the sequence that the projections gather, without touching this code.
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, init_std: float, out_std: float,
                  dtype=ms.float32):
         super().__init__()
         self.head_dim = d_model // n_heads
-        self.n_rep = n_heads // n_kv_heads
-        self.scale = 1.0 / math.sqrt(self.head_dim)
         self.wq = Linear(d_model, n_heads * self.head_dim, init_std, dtype)
         self.wk = Linear(d_model, n_kv_heads * self.head_dim, init_std, dtype)
         self.wv = Linear(d_model, n_kv_heads * self.head_dim, init_std, dtype)
         self.wo = Linear(n_heads * self.head_dim, d_model, out_std, dtype)
+        self.sdpa = SDPA(self.head_dim)
 
-    def construct(self, x, cos, sin, mask):
-        B, S, _ = x.shape
+    def construct(self, x, cos, sin, positions):
         E = self.head_dim
-        q = mint.permute(self.wq(x).reshape(B, S, -1, E), (0, 2, 1, 3))  # (B, H, S, E)
-        k = mint.permute(self.wk(x).reshape(B, S, -1, E), (0, 2, 1, 3))  # (B, K, S, E)
-        v = mint.permute(self.wv(x).reshape(B, S, -1, E), (0, 2, 1, 3))  # (B, K, S, E)
+        q, k, v = self.wq(x), self.wk(x), self.wv(x)                    # (B, S, H*E), (B, S, K*E) x 2
+        B, S = q.shape[0], q.shape[1]
+        q = mint.permute(q.reshape(B, S, -1, E), (0, 2, 1, 3))          # (B, H, S, E)
+        k = mint.permute(k.reshape(B, S, -1, E), (0, 2, 1, 3))          # (B, K, S, E)
+        v = mint.permute(v.reshape(B, S, -1, E), (0, 2, 1, 3))          # (B, K, S, E)
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
-        if self.n_rep > 1:
-            k = repeat_kv(k, self.n_rep)  # (B, H, S, E)
-            v = repeat_kv(v, self.n_rep)
-        scores = mint.matmul(q, mint.permute(k, (0, 1, 3, 2))) * self.scale + mask  # (B, H, S, S)
-        # Softmax in float32: exp of low-precision logits loses the small probabilities.
-        probs = mint.softmax(scores.astype(ms.float32), dim=-1).astype(v.dtype)
-        out = mint.matmul(probs, v)                                  # (B, H, S, E)
-        out = mint.permute(out, (0, 2, 1, 3)).reshape(B, S, -1)      # (B, S, H*E)
-        return self.wo(out)                                          # (B, S, D)
+        out = self.sdpa(q, k, v, positions)                              # (B, H, S, E)
+        out = mint.permute(out, (0, 2, 1, 3)).reshape(B, S, -1)          # (B, S, H*E)
+        return self.wo(out)                                              # (B, S, D)
 
 
 def repeat_kv(x, n_rep: int):
@@ -181,6 +251,6 @@ class Block(nn.Cell):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
         self.mlp = MLP(cfg.d_model, cfg.ffn_hidden, cfg.init_std, out_std, dtype)
 
-    def construct(self, x, cos, sin, mask):
-        x = x + self.attn(self.attn_norm(x), cos, sin, mask)  # (B, S, D)
+    def construct(self, x, cos, sin, positions):
+        x = x + self.attn(self.attn_norm(x), cos, sin, positions)  # (B, S, D)
         return x + self.mlp(self.mlp_norm(x))

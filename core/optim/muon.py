@@ -63,15 +63,24 @@ def newton_schulz(g, steps: int):
     return x.T if transposed else x
 
 
+def muon_lookahead(g, buf, momentum: float):
+    """Momentum (updated in place in ``buf``) and the Nesterov look-ahead g + mu * buf that Newton–Schulz takes."""
+    buf_new = buf * momentum + g
+    ops.assign(buf, buf_new)
+    return g + buf_new * momentum
+
+
+def muon_apply(p, orth, lr, wd: float, scale: float) -> None:
+    """p <- p * (1 - lr * wd) - lr * scale * orth, in place (``wd=0.0``: no decay)."""
+    if wd > 0.0:
+        ops.assign(p, p * (1.0 - lr * wd) - (lr * scale) * orth)
+    else:
+        ops.assign(p, p - (lr * scale) * orth)
+
+
 def muon_update(p, g, buf, lr, momentum: float, wd: float, scale: float, ns_steps: int) -> None:
     """Update ``p`` and its momentum ``buf`` in place (``ops.assign``); traceable by ``mindspore.jit``.
 
     ``lr`` is a scalar float32 Tensor; ``scale`` is ``rms_match_scale(p.shape)``; ``wd=0.0`` disables decay.
     """
-    buf_new = buf * momentum + g
-    ops.assign(buf, buf_new)
-    update = newton_schulz(g + buf_new * momentum, ns_steps)
-    if wd > 0.0:
-        ops.assign(p, p * (1.0 - lr * wd) - (lr * scale) * update)
-    else:
-        ops.assign(p, p - (lr * scale) * update)
+    muon_apply(p, newton_schulz(muon_lookahead(g, buf, momentum), ns_steps), lr, wd, scale)

@@ -8,6 +8,10 @@ Muon ~0.2-0.7 s per step under jit vs ~1.2-3 s in PyNative; AdamW (one fused ker
 either way, noise dominating. Muon's cost is the ~21 GFLOP of Newton–Schulz matmuls per step, independent of the
 batch size. ``jit=False`` keeps the PyNative path for debugging. Call ``step`` from Python, not inside another
 ``mindspore.jit`` function (it builds host scalars).
+
+Sharded parameters (FSDP, TP): each rank updates its shards and their states. AdamW is element-wise and needs
+nothing more; Muon needs whole matrices (``core.optim.sharded_muon``). Which rule and decay a parameter gets is
+decided from its full, 1-process shape (``placements``), never from the shape of a flat shard.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 
 from core.config import OptimConfig
 from core.optim.adamw import adamw_update, decays, fold_bias_correction
-from core.optim.muon import muon_update, rms_match_scale, uses_muon
+from core.optim.muon import muon_apply, muon_lookahead, muon_update, rms_match_scale, uses_muon
 
 STEP_KEY = "step"  # state_dict key of the number of updates taken so far (0-d int64 array)
 
@@ -30,29 +34,40 @@ class _UpdateCell(nn.Cell):
 
     Everything that differs between parameters (which rule, decay or not, Muon's RMS scale, which states) is a
     Python constant here, so the loop in ``construct`` unrolls at trace time into straight-line graph code.
+    ``sharded_ns``: Muon's Newton–Schulz over sharded matrices (all of them at once), or None.
     """
 
     def __init__(self, params: list[Parameter], kinds: list[str], states: list[Parameter],
-                 slots: list[tuple[int, ...]], cfg: OptimConfig):
+                 slots: list[tuple[int, ...]], full_shapes: list[tuple[int, ...]], cfg: OptimConfig,
+                 sharded_ns: nn.Cell | None = None):
         super().__init__()
         self.params = ParameterTuple(params)
         self.states = ParameterTuple(states)
         self.kinds = tuple(kinds)
         self.slots = tuple(slots)
-        self.decays = tuple(decays(p.shape) for p in params)
+        self.decays = tuple(decays(s) for s in full_shapes)
         self.muon_wd = cfg.weight_decay
-        self.scales = tuple(rms_match_scale(p.shape) if k == "muon" else 1.0 for p, k in zip(params, kinds))
+        self.scales = tuple(rms_match_scale(s) if k == "muon" else 1.0 for s, k in zip(full_shapes, kinds))
+        self.muon = tuple(i for i, k in enumerate(kinds) if k == "muon")
         self.beta1, self.beta2 = cfg.beta1, cfg.beta2
         self.momentum, self.ns_steps = cfg.momentum, cfg.ns_steps
+        self.sharded_ns = sharded_ns
 
     def construct(self, grads, lr, adam_lr, adam_eps, adam_decay):
         no_decay = adam_decay * 0.0  # the kernel takes its decay as a float32 Tensor
+        if self.sharded_ns is not None and self.muon:
+            looks = tuple(muon_lookahead(grads[i], self.states[self.slots[i][0]], self.momentum) for i in self.muon)
+            orth = self.sharded_ns(looks)
+            for j in range(len(self.muon)):
+                i = self.muon[j]
+                muon_apply(self.params[i], orth[j], lr, self.muon_wd if self.decays[i] else 0.0, self.scales[i])
         for i in range(len(self.params)):
             slot = self.slots[i]
             if self.kinds[i] == "muon":
-                wd = self.muon_wd if self.decays[i] else 0.0
-                muon_update(self.params[i], grads[i], self.states[slot[0]], lr, self.momentum, wd,
-                            self.scales[i], self.ns_steps)
+                if self.sharded_ns is None:
+                    wd = self.muon_wd if self.decays[i] else 0.0
+                    muon_update(self.params[i], grads[i], self.states[slot[0]], lr, self.momentum, wd,
+                                self.scales[i], self.ns_steps)
             else:
                 decay = adam_decay if self.decays[i] else no_decay
                 adamw_update(self.params[i], grads[i], self.states[slot[0]], self.states[slot[1]], adam_lr,
@@ -67,7 +82,10 @@ class Optimizer:
     ``adamw.m.<param>``, ``adamw.v.<param>``, ``muon.momentum.<param>``; ``state_dict()`` adds ``step``.
     """
 
-    def __init__(self, named_params: Sequence[tuple[str, Parameter]], cfg: OptimConfig, jit: bool = True):
+    def __init__(self, named_params: Sequence[tuple[str, Parameter]], cfg: OptimConfig, jit: bool = True,
+                 placements: dict | None = None, group=None):
+        """``placements``: name -> ``core.parallel.placement.Placement`` of sharded parameters (their full shapes
+        decide the rule); ``group``: the ranks that hold one copy of the model, over which Muon gathers."""
         seen: set[int] = set()
         for name, p in named_params:
             if id(p) in seen:  # a tied weight listed twice would be updated twice per step
@@ -76,9 +94,17 @@ class Optimizer:
         self.cfg = cfg
         self.names = [name for name, _ in named_params]
         params = [p for _, p in named_params]
-        self.route = {name: ("muon" if cfg.name == "muon" and uses_muon(name, tuple(p.shape)) else "adamw")
-                      for name, p in named_params}
+        full = [tuple(placements[name].full_shape) if placements and name in placements else tuple(p.shape)
+                for name, p in named_params]
+        self.route = {name: ("muon" if cfg.name == "muon" and uses_muon(name, shape) else "adamw")
+                      for (name, _), shape in zip(named_params, full)}
         kinds = [self.route[name] for name in self.names]
+        sharded_ns = None
+        if group is not None and group.size > 1 and "muon" in kinds:
+            from core.optim.sharded_muon import ShardedNewtonSchulz
+
+            sharded_ns = ShardedNewtonSchulz([placements[n] for n, k in zip(self.names, kinds) if k == "muon"],
+                                             group, cfg.ns_steps)
 
         self._state_names: list[str] = []
         states: list[Parameter] = []
@@ -91,7 +117,7 @@ class Optimizer:
                 self._state_names.append(key)
                 states.append(Parameter(Tensor(np.zeros(p.shape, np.float32)), name=key, requires_grad=False))
         self._states = states
-        self._cell = _UpdateCell(params, kinds, states, slots, cfg)
+        self._cell = _UpdateCell(params, kinds, states, slots, full, cfg, sharded_ns)
         self._update = ms.jit(self._cell.construct) if jit else self._cell.construct
         self.step_count = 0
 
@@ -129,9 +155,10 @@ class Optimizer:
         self.step_count = int(np.asarray(d[STEP_KEY]))
 
 
-def build_optimizer(named_params: Sequence[tuple[str, Parameter]], cfg: OptimConfig, jit: bool = True) -> Optimizer:
+def build_optimizer(named_params: Sequence[tuple[str, Parameter]], cfg: OptimConfig, jit: bool = True,
+                    placements: dict | None = None, group=None) -> Optimizer:
     """The optimizer ``cfg.name`` asks for over ``named_params`` (see ``Optimizer``)."""
-    return Optimizer(named_params, cfg, jit=jit)
+    return Optimizer(named_params, cfg, jit=jit, placements=placements, group=group)
 
 
 __all__ = ["Optimizer", "build_optimizer", "STEP_KEY"]

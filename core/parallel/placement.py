@@ -82,7 +82,13 @@ class Placement:
         full = np.asarray(full)
         if tuple(full.shape) != tuple(self.full_shape):
             raise ValueError(f"expected shape {self.full_shape}, got {full.shape}")
-        block = np.ascontiguousarray(self.tp_block(full))
+        return self.fsdp_shard(self.tp_block(full))
+
+    def fsdp_shard(self, block: np.ndarray) -> np.ndarray:
+        """This rank's flat FSDP shard of its TP block (the block itself without FSDP)."""
+        block = np.ascontiguousarray(block)
+        if tuple(block.shape) != tuple(self.local_shape):
+            raise ValueError(f"expected a block of shape {self.local_shape}, got {block.shape}")
         if self.fsdp_size == 1:
             return block
         flat = np.zeros(self.shard_len * self.fsdp_size, block.dtype)

@@ -1,0 +1,131 @@
+"""Fully sharded data parallelism (ZeRO-3, Rajbhandari et al. 2020; PyTorch FSDP, Zhao et al. 2023) over the
+``fsdp`` ranks (dp_shard * cp), with replicas over ``dp_replicate`` making it HSDP.
+
+Every weight is stored as this rank's flat 1-D shard (``Placement``: padded to a multiple of the degree), and
+so are its gradient and optimizer states: each of the three is 1/fsdp of the model per rank. A layer's op is
+wrapped so that
+
+    forward:  the full weight is all-gathered just before the op and dropped after it;
+    backward: the weight is all-gathered again, the op's vector-Jacobian product computed with it, and the
+              weight's gradient reduce-scattered back to shards (summed over the group).
+
+Re-gathering in backward (as FSDP does with ``reshard_after_forward``) is what keeps a full weight from living
+between the forward and the backward pass; with autodiff through a plain all-gather, every gathered weight would
+be saved for backward, which is the memory of an unsharded model. It costs one more all-gather per op. The
+wrapper is a bprop-Cell whose weight arrives as an input (the form whose gradients survive ``mindspore.jit``,
+MINDSPORE_CPU.md); its bprop differentiates the wrapped op with ``GradOperation``, so it composes with whatever
+the op is (tensor-parallel, vocab-parallel, the loss).
+
+The gradient leaves the bprop summed over the fsdp ranks; ``GradientSync`` then sums over ``dp_replicate`` and
+divides by the number of ranks whose losses average into the global loss.
+"""
+
+from __future__ import annotations
+
+from mindspore import Parameter, Tensor, nn, ops
+
+from core.parallel import comm
+from core.parallel.placement import Placement, replicated
+
+
+class _Unshard(nn.Cell):
+    """flat shard (n,) -> the weight this rank's op uses (the TP block, ``placement.local_shape``)."""
+
+    def __init__(self, group: comm.Group, placement: Placement):
+        super().__init__()
+        self.gather = comm.all_gather(group, 0)
+        self.numel, self.shape = placement.local_numel, placement.local_shape
+        self.padded = placement.shard_len * placement.fsdp_size != placement.local_numel
+
+    def construct(self, shard):
+        flat = self.gather(shard)                                                # (fsdp * n,)
+        if self.padded:
+            flat = flat[:self.numel]
+        return flat.reshape(self.shape)
+
+
+class _ShardGrad(nn.Cell):
+    """gradient of the full (TP-block) weight -> this rank's flat shard of its sum over the group."""
+
+    def __init__(self, group: comm.Group, placement: Placement):
+        super().__init__()
+        self.scatter = comm.reduce_scatter(group, 0)
+        self.pad = placement.shard_len * placement.fsdp_size - placement.local_numel
+
+    def construct(self, grad):
+        flat = grad.reshape(-1)
+        if self.pad:
+            flat = ops.concat((flat, ops.zeros((self.pad,), flat.dtype)))
+        return self.scatter(flat)                                                # (n,)
+
+
+class ShardedOp(nn.Cell):
+    """FSDP around ``op(x, w)``: takes ``w`` as this rank's shard (see the module docstring)."""
+
+    def __init__(self, op: nn.Cell, group: comm.Group, placement: Placement):
+        super().__init__()
+        self.op = op
+        self.unshard, self.unshard_again = _Unshard(group, placement), _Unshard(group, placement)
+        self.shard_grad = _ShardGrad(group, placement)
+        self.grad = ops.GradOperation(get_all=True, sens_param=True)
+
+    def construct(self, x, shard):
+        return self.op(x, self.unshard(shard))
+
+    def bprop(self, x, shard, out, dout):
+        dx, dw = self.grad(self.op)(x, self.unshard_again(shard), dout)
+        return dx, self.shard_grad(dw)
+
+
+class _GatherShard(nn.Cell):
+    """flat shard -> the full (TP-block) weight; backward: the gradient reduce-scattered back to the shard."""
+
+    def __init__(self, group: comm.Group, placement: Placement):
+        super().__init__()
+        self.unshard, self.shard_grad = _Unshard(group, placement), _ShardGrad(group, placement)
+
+    def construct(self, shard):
+        return self.unshard(shard)
+
+    def bprop(self, shard, out, dout):
+        return (self.shard_grad(dout),)
+
+
+class ShardedLoss(nn.Cell):
+    """FSDP around the loss op ``loss(hidden, head_weight, labels)``.
+
+    No re-gather here: the fused cross-entropy makes its weight gradient in the forward pass (core.loss), so the
+    gathered head weight and its gradient both exist once per step whatever is done; re-running the loss in a
+    bprop would redo the whole forward for nothing (and MindSpore's graph compiler refuses a helper with a branch
+    called from both a construct and a bprop, MINDSPORE_CPU.md)."""
+
+    def __init__(self, loss: nn.Cell, group: comm.Group, placement: Placement):
+        super().__init__()
+        self.loss, self.gather = loss, _GatherShard(group, placement)
+
+    def construct(self, hidden, shard, labels):
+        return self.loss(hidden, self.gather(shard), labels)
+
+
+def _shard_parameter(cell: nn.Cell, group: comm.Group, placements: dict) -> Placement:
+    old = cell.weight
+    placement = placements.get(old.name, replicated(old.shape)).with_fsdp(group.size, group.index)
+    flat = placement.fsdp_shard(old.asnumpy())  # old: the TP block, or the whole weight
+    cell.weight = Parameter(Tensor(flat), name=old.name, requires_grad=old.requires_grad)
+    placements[old.name] = placement
+    return placement
+
+
+def apply_fsdp(model: nn.Cell, group: comm.Group, placements: dict, loss: nn.Cell,
+               eval_loss: nn.Cell) -> tuple[nn.Cell, nn.Cell]:
+    """Shard every weight of ``model`` over ``group`` and wrap its op; returns the wrapped (train, eval) loss ops,
+    which gather the head weight (the tied embedding or lm_head) the same way."""
+    seen: dict[int, Placement] = {}
+    for _, cell in model.cells_and_names():
+        if isinstance(getattr(cell, "weight", None), Parameter) and hasattr(cell, "op"):
+            if id(cell.weight) not in seen:
+                seen[id(cell.weight)] = _shard_parameter(cell, group, placements)
+            cell.op = ShardedOp(cell.op, group, seen[id(cell.weight)])
+    head = model.head_weight()
+    placement = placements[head.name]
+    return ShardedLoss(loss, group, placement), ShardedLoss(eval_loss, group, placement)

@@ -1,0 +1,92 @@
+"""After backward: each gradient summed over the ranks that computed a part of it, scaled into the gradient of the
+global mean loss, and clipped by the global norm — one compiled graph.
+
+Who holds a part of which gradient:
+- FSDP-sharded weights leave backward already summed over the fsdp ranks (their reduce-scatter, ``fsdp.py``);
+- every weight is summed over ``dp_replicate`` (one flat all-reduce: on CPU a collective costs milliseconds
+  whatever its size, MINDSPORE_CPU.md, so one big one beats one per weight);
+- with sequence parallelism, weights that tensor parallelism does not split (the norm gains) saw 1/tp of the
+  tokens each, so they are summed over ``tp`` too.
+Then the sum is divided by the ranks whose losses average into the global loss (dp_replicate * dp_shard * cp)
+and by the micro-batches.
+
+The global norm (Pascanu et al. 2013, as PyTorch's ``clip_grad_norm_``): squares summed over this rank's
+gradients, a weight replicated over ``tp`` counted 1/tp times, then summed over the ranks that hold one copy
+of the model (dp_shard * cp * tp). FSDP padding is zero and adds nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mindspore as ms
+from mindspore import mint, nn, ops
+
+from core.parallel import comm
+from core.parallel.dims import ParallelDims
+from core.parallel.placement import Placement
+
+_NORM_EPS = 1e-6  # as core.optim.clip
+
+
+class _FlatAllReduce(nn.Cell):
+    """Sum a tuple of tensors over a group with one collective."""
+
+    def __init__(self, group: comm.Group, shapes: list[tuple[int, ...]]):
+        super().__init__()
+        self.reduce = comm.all_reduce(group)
+        self.shapes = tuple(shapes)
+        self.sizes = tuple(math.prod(s) for s in shapes)
+
+    def construct(self, tensors):
+        flat = mint.cat([t.reshape(-1) for t in tensors])
+        parts = mint.split(self.reduce(flat), self.sizes)
+        return tuple(p.reshape(s) for p, s in zip(parts, self.shapes))
+
+
+class _Sync(nn.Cell):
+    def __init__(self, names: list[str], shapes: list[tuple[int, ...]], placements: dict[str, Placement],
+                 dims: ParallelDims, groups: dict, scale: float, max_norm: float):
+        super().__init__()
+        n = len(names)
+        self.replicas = _FlatAllReduce(groups["dp_replicate"], shapes) if dims.dp_replicate > 1 else None
+        partial = [i for i, name in enumerate(names) if dims.sp and not placements[name].tp_split]
+        self.partial = tuple(partial)
+        self.tp_sum = _FlatAllReduce(groups["tp"], [shapes[i] for i in partial]) if partial else None
+        self.norm_weight = tuple(1.0 / dims.tp if dims.tp > 1 and not placements[name].tp_split else 1.0
+                                 for name in names)
+        self.norm_sum = comm.all_reduce(groups["shard"])
+        self.scale, self.max_norm, self.n = scale, max_norm, n
+
+    def construct(self, grads):
+        if self.replicas is not None:
+            grads = self.replicas(grads)
+        if self.tp_sum is not None:
+            summed = self.tp_sum(tuple(grads[i] for i in self.partial))
+            out = list(grads)
+            for j in range(len(self.partial)):
+                out[self.partial[j]] = summed[j]
+            grads = tuple(out)
+        grads = tuple(g * self.scale for g in grads)
+        total = ops.sum(ops.square(grads[0])) * self.norm_weight[0]
+        for i in range(1, self.n):
+            total = total + ops.sum(ops.square(grads[i])) * self.norm_weight[i]
+        norm = ops.sqrt(self.norm_sum(total.reshape(1))).reshape(())
+        if self.max_norm > 0:
+            coef = ops.minimum(self.max_norm / (norm + _NORM_EPS), 1.0)
+            grads = tuple(g * coef for g in grads)
+        return grads, norm
+
+
+class GradientSync:
+    """``sync(grads) -> (grads, norm)`` for the parameters ``names`` (in the optimizer's order)."""
+
+    def __init__(self, names: list[str], shapes: list[tuple[int, ...]], placements: dict[str, Placement],
+                 dims: ParallelDims, groups: dict, micro_batches: int, max_norm: float):
+        scale = 1.0 / (dims.size("loss") * micro_batches)
+        self._cell = _Sync(names, shapes, placements, dims, groups, scale, max_norm)
+        self._fn = ms.jit(self._cell.construct)
+
+    def __call__(self, grads):
+        # mutable: a jit function given a plain tuple of Tensors treats it as a constant and recompiles each step
+        return self._fn(ms.mutable(tuple(grads)))

@@ -1,0 +1,111 @@
+"""Tensor parallelism (Megatron-LM, Shoeybi et al. 2019) and sequence parallelism (Korthikanti et al. 2022).
+
+Each block's two matmul pairs are split so that only two all-reduces per block pass each way:
+
+    attention:  wq, wk, wv column-parallel (heads split: rank t holds heads [t*H/tp, (t+1)*H/tp) and the KV heads
+                they read), wo row-parallel (its input columns split the same way)
+    MLP:        w_gate, w_up column-parallel (FFN width split), w_down row-parallel
+    embedding:  vocab-parallel rows; a token outside this rank's rows reads zeros, and the ranks' rows are summed
+    head:       vocab-parallel rows, the loss computed without gathering logits (``vocab_parallel_loss``)
+
+A column-parallel op enters the region with ``CopyTo`` (identity; all-reduce of the input gradient) and a
+row-parallel op leaves it with ``ReduceFrom`` (all-reduce of the partial outputs). With sequence parallelism the
+norm/residual regions hold 1/tp of the sequence: the entry all-gathers the sequence (``GatherFrom``, backward
+reduce-scatter) and the exit reduce-scatters it (``ReduceScatterTo``, backward all-gather) — the same traffic as
+the all-reduce they replace, with the norm and residual activations divided by tp. The norm gains then see a
+slice of the tokens each, so their gradients are summed over the group after backward (``GradientSync``).
+
+Only ops and weights change here; the model code is untouched (its ``op`` seams, core.model.layers).
+"""
+
+from __future__ import annotations
+
+from mindspore import Parameter, Tensor, nn, ops
+
+from core.parallel import comm
+from core.parallel.placement import Placement
+from core.parallel.vocab_parallel_loss import VocabParallelCrossEntropyLoss
+
+# (attribute of a block's attention or MLP, split dim of its (out, in) weight): 0 = column-parallel (output
+# rows), 1 = row-parallel (input columns).
+ATTENTION_SPLITS = {"wq": 0, "wk": 0, "wv": 0, "wo": 1}
+MLP_SPLITS = {"w_gate": 0, "w_up": 0, "w_down": 1}
+
+
+class ColumnParallel(nn.Cell):
+    """op(enter(x), W_t): this rank's output columns; ``enter`` is CopyTo, or GatherFrom the sequence with SP."""
+
+    def __init__(self, op: nn.Cell, group: comm.Group, sequence_parallel: bool):
+        super().__init__()
+        self.op = op
+        self.enter = comm.GatherFrom(group, 1) if sequence_parallel else comm.CopyTo(group)
+
+    def construct(self, x, w):
+        return self.op(self.enter(x), w)
+
+
+class RowParallel(nn.Cell):
+    """leave(op(x_t, W_t)): partial sums over the input columns, all-reduced (or reduce-scattered on the sequence
+    with SP)."""
+
+    def __init__(self, op: nn.Cell, group: comm.Group, sequence_parallel: bool):
+        super().__init__()
+        self.op = op
+        self.leave = comm.ReduceScatterTo(group, 1) if sequence_parallel else comm.ReduceFrom(group)
+
+    def construct(self, x, w):
+        return self.leave(self.op(x, w))
+
+
+# Primitives, not the functional ops.where / ops.zeros_like: the FSDP wrapper calls an op from its bprop too, and
+# MindSpore's graph compiler refuses a function with a Python branch called from both a construct and a bprop.
+_select, _zeros_like, _logical_and = ops.Select(), ops.ZerosLike(), ops.LogicalAnd()
+
+
+class VocabParallelLookup(nn.Cell):
+    """(tokens (B, S), rows [start, start + V/tp) of the table) -> (B, S, D) summed over the group (each token's
+    row lives on one rank; the others contribute zeros); with SP, reduce-scattered to (B, S/tp, D)."""
+
+    def __init__(self, op: nn.Cell, group: comm.Group, start: int, rows: int, sequence_parallel: bool):
+        super().__init__()
+        self.op, self.start, self.rows = op, start, rows
+        self.leave = comm.ReduceScatterTo(group, 1) if sequence_parallel else comm.ReduceFrom(group)
+
+    def construct(self, tokens, table):
+        local = tokens - self.start
+        here = _logical_and(local >= 0, local < self.rows)                      # (B, S)
+        rows = self.op(_select(here, local, _zeros_like(local)), table)         # (B, S, D)
+        mask = ops.BroadcastTo(rows.shape)(here.astype(rows.dtype).expand_dims(-1))
+        return self.leave(rows * mask)
+
+
+def _split(cell: nn.Cell, dim: int, group: comm.Group, placements: dict) -> Placement:
+    """Replace ``cell.weight`` by this rank's block along ``dim`` (same Parameter name) and record it."""
+    old = cell.weight
+    placement = Placement(tuple(old.shape), dim, group.size, group.index)
+    cell.weight = Parameter(Tensor(placement.tp_block(old.asnumpy())), name=old.name,
+                            requires_grad=old.requires_grad)
+    placements[old.name] = placement
+    return placement
+
+
+def apply_tensor_parallel(model: nn.Cell, group: comm.Group, sequence_parallel: bool,
+                          placements: dict) -> tuple[nn.Cell, nn.Cell]:
+    """Split ``model``'s weights and wrap their ops for tensor (and sequence) parallelism over ``group``, recording
+    each split weight's placement; returns the vocab-parallel (train, eval) loss ops."""
+    sp = sequence_parallel
+    for block in model.layers:
+        for owner, splits in ((block.attn, ATTENTION_SPLITS), (block.mlp, MLP_SPLITS)):
+            for name, dim in splits.items():
+                linear = getattr(owner, name)
+                _split(linear, dim, group, placements)
+                wrap = ColumnParallel if dim == 0 else RowParallel
+                linear.op = wrap(linear.op, group, sp)
+    vocab = _split(model.embed, 0, group, placements)
+    start, rows = group.index * vocab.local_shape[0], vocab.local_shape[0]
+    model.embed.op = VocabParallelLookup(model.embed.op, group, start, rows, sp)
+    if not model.tie_embeddings:
+        _split(model.lm_head, 0, group, placements)
+    return (VocabParallelCrossEntropyLoss(group, start, sp, train=True),
+            VocabParallelCrossEntropyLoss(group, start, sp, train=False))
+
