@@ -11,6 +11,7 @@ Import-light on purpose (no MindSpore): the agent calls ``estimate_memory_bytes`
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -79,50 +80,94 @@ def apply_device_memory_limit(limit_gb: float | None, device: str) -> bool:
 
 @dataclass(frozen=True)
 class Terms:
-    """Textbook bytes of one rank's training step (fp32), before any runtime overhead."""
+    """Textbook bytes of one rank's training step (fp32), before any runtime overhead. Under a mesh layout every
+    term is this rank's share: states divided by the degrees that shard them (tp for split weights, fsdp =
+    dp_shard * cp for all), activations and logits by the degrees that split tokens, heads and vocabulary."""
 
     params: int
     grads: int          # accumulating over micro-batches: the old sum, the new gradient and the new sum
     optimizer: int
     activations: int    # saved for backward by the blocks
     recomputed: int | None  # with full recompute: block inputs + one block's activations; None without
-    logits: int         # (micro_batch * seq, vocab) floats of the output head
+    logits: int         # (tokens on this rank, vocab / tp) floats of the output head
     layers: int
-    muon_hidden: int    # bytes of the hidden matrices Muon orthogonalises (0 with AdamW)
+    muon_hidden: int    # bytes of the hidden matrices Muon orthogonalises, whole (0 with AdamW)
     ranks: int
+    gathered: int = 0   # FSDP: bytes of the largest weight gathered whole for one op (0 without FSDP)
+    comm_params: int = 0  # bytes of the parameters as a collective buffer: dp_replicate all-reduce, FSDP shards
 
     @property
     def states(self) -> int:
         return self.params + self.grads + self.optimizer
 
 
-def _activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int) -> int:
-    """Saved-for-backward floats of one Llama block, hand-attention (no flash): a rough, documented count.
+def param_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of the model's parameters without building it (core.model.gpt's layout)."""
+    kv = m.n_kv_heads * m.head_dim
+    shapes = {"embed.weight": (m.vocab_size, m.d_model)}
+    for i in range(m.n_layers):
+        b = f"layers.{i}."
+        shapes.update({b + "attn_norm.weight": (m.d_model,), b + "attn.wq.weight": (m.d_model, m.d_model),
+                       b + "attn.wk.weight": (kv, m.d_model), b + "attn.wv.weight": (kv, m.d_model),
+                       b + "attn.wo.weight": (m.d_model, m.d_model), b + "mlp_norm.weight": (m.d_model,),
+                       b + "mlp.w_gate.weight": (m.ffn_hidden, m.d_model),
+                       b + "mlp.w_up.weight": (m.ffn_hidden, m.d_model),
+                       b + "mlp.w_down.weight": (m.d_model, m.ffn_hidden)})
+    shapes["norm.weight"] = (m.d_model,)
+    if not m.tie_embeddings:
+        shapes["lm_head.weight"] = (m.vocab_size, m.d_model)
+    return shapes
 
-    Per token: norm inputs 2D, q/k/v ~ D + 2*kv, attention out D, MLP gate/up/silu/product 4F, residuals 2D;
-    per head: scores and probabilities S floats each (the S x S matrices dominate at long sequences).
+
+def _activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int, tp: int = 1, cp: int = 1,
+                                sp: bool = False) -> int:
+    """Saved-for-backward floats of one Llama block, hand-attention (no flash), on one rank: a rough, documented
+    count. ``seq`` is the whole sequence; this rank holds seq / cp of its tokens.
+
+    Per token: norm inputs and residuals 4D (1/tp of them with sequence parallelism, which then saves the 2D of
+    gathered matmul inputs instead), q and attention output 2D, k/v 2*kv, MLP gate/up/silu/product 4F, all of
+    these but the norm/residual part split over tp; per head: scores and probabilities, this rank's tokens times
+    the whole sequence (the S x S matrices dominate at long sequences); context parallelism keeps the gathered
+    keys and values of the whole sequence.
     """
     kv = m.n_kv_heads * m.head_dim
-    per_token = 6 * m.d_model + 2 * kv + 4 * m.ffn_hidden
-    attention = 2 * m.n_heads * seq * seq
-    return 4 * batch * (seq * per_token + attention)
+    local = seq // cp
+    per_token = (4 * m.d_model) // (tp if sp else 1) + (2 * m.d_model if sp else 0) \
+        + (2 * m.d_model + 2 * kv + 4 * m.ffn_hidden) // tp
+    attention = 2 * (m.n_heads // tp) * local * seq
+    gathered_kv = 2 * (kv // tp) * seq if cp > 1 else 0
+    return 4 * batch * (local * per_token + attention + gathered_kv)
 
 
 def terms(cfg: TrainConfig) -> Terms:
     """The textbook bytes of one rank's step for ``cfg`` (no MindSpore: the agent calls this on proposals)."""
-    m, t = cfg.model, cfg.training
-    n, hidden = _param_count(m), _hidden_matrix_count(m)
+    from core.param_rules import uses_muon
+    from core.parallel.placement import layout_placement
+
+    m, t, par = cfg.model, cfg.training, cfg.parallel
+    fsdp = par.dp_shard * par.cp
     muon = cfg.optim.name == "muon"
-    # AdamW keeps m and v; Muon one momentum buffer for the hidden matrices and AdamW's two for the rest.
-    states = 2 * n if not muon else hidden + 2 * (n - hidden)
-    per_layer = _activation_bytes_per_layer(m, t.micro_batch_size, t.seq_len)
+    n = stored = state_floats = hidden = gathered = 0
+    for name, shape in param_shapes(m).items():
+        p = layout_placement(name, shape, par.tp, fsdp)
+        size = p.shard_len if fsdp > 1 else p.local_numel
+        n, stored = n + p.local_numel, stored + size
+        if muon and uses_muon(name, shape):
+            hidden += math.prod(shape)
+            state_floats += size                     # Muon: one momentum buffer
+        else:
+            state_floats += 2 * size                 # AdamW: m and v
+        gathered = max(gathered, p.local_numel) if fsdp > 1 else 0
+    per_layer = _activation_bytes_per_layer(m, t.micro_batch_size, t.seq_len, par.tp, par.cp, par.sp)
+    local_tokens = t.micro_batch_size * t.seq_len // par.cp
     recomputed = None
     if cfg.memory.recompute == "full":  # each block's input survives; one block is rebuilt at a time in backward
-        recomputed = t.micro_batch_size * t.seq_len * m.d_model * 4 * m.n_layers + per_layer
-    return Terms(params=4 * n, grads=4 * n * (3 if cfg.grad_accum_steps > 1 else 1), optimizer=4 * states,
-                 activations=per_layer * m.n_layers, recomputed=recomputed,
-                 logits=4 * t.micro_batch_size * t.seq_len * m.vocab_size, layers=m.n_layers,
-                 muon_hidden=4 * hidden if muon else 0, ranks=cfg.parallel.world_size)
+        recomputed = local_tokens * m.d_model // (par.tp if par.sp else 1) * 4 * m.n_layers + per_layer
+    return Terms(params=4 * stored, grads=4 * stored * (3 if cfg.grad_accum_steps > 1 else 1),
+                 optimizer=4 * state_floats, activations=per_layer * m.n_layers, recomputed=recomputed,
+                 logits=4 * local_tokens * (m.vocab_size // par.tp), layers=m.n_layers,
+                 muon_hidden=4 * hidden, ranks=par.world_size, gathered=4 * gathered,
+                 comm_params=4 * stored if par.world_size > 1 else 0)
 
 
 @dataclass(frozen=True)
@@ -205,16 +250,3 @@ def apply_profile(t: Terms, p: RuntimeProfile) -> MemoryEstimate:
 
 def estimate_memory_bytes(cfg: TrainConfig) -> int:
     return estimate_memory(cfg).total
-
-
-def _param_count(m: ModelConfig) -> int:
-    """Parameter count without building the model (the Llama block of core.model)."""
-    head = 0 if m.tie_embeddings else m.vocab_size * m.d_model
-    return m.vocab_size * m.d_model + _hidden_matrix_count(m) + m.n_layers * 2 * m.d_model + m.d_model + head
-
-
-def _hidden_matrix_count(m: ModelConfig) -> int:
-    """Elements of the blocks' 2-D weights (attention and MLP projections): what Muon orthogonalises."""
-    hd = m.head_dim
-    attn = 2 * m.d_model * m.n_heads * hd + 2 * m.d_model * m.n_kv_heads * hd
-    return m.n_layers * (attn + 3 * m.d_model * m.ffn_hidden)

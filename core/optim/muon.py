@@ -12,8 +12,7 @@ An orthogonal (A, B) matrix has RMS 1/sqrt(max(A, B)); AdamW's updates have RMS 
 al. match 0.2, so the factor 0.2 * sqrt(max(A, B)) lets one learning rate (and weight decay, decoupled as in AdamW)
 serve both optimizers.
 
-Muon is only for hidden matrices. Embeddings and the output head are not "hidden" (their rows are looked up /
-read out one token at a time, and Jordan et al. keep them on AdamW), and vectors have nothing to orthogonalise.
+Muon is only for hidden matrices (``core.param_rules.uses_muon``).
 """
 
 from __future__ import annotations
@@ -22,21 +21,13 @@ import math
 
 from mindspore import ops
 
-# Parameters whose name contains one of these go to AdamW even when they are 2-D: the token embedding and the
-# output head (Jordan et al. 2024; Liu et al. 2025). Every parameter that is not 2-D (norm gains, biases) goes to
-# AdamW too. Names are the model's Parameter names, e.g. ``embed.weight``, ``lm_head.weight``.
-ADAMW_NAME_PATTERNS = ("embed", "lm_head")
+from core.param_rules import ADAMW_NAME_PATTERNS, uses_muon  # noqa: F401  (re-exported)
 
 # Quintic Newton–Schulz coefficients (a, b, c) of Jordan et al. 2024: chosen to push every singular value in
 # (0, 1] quickly into a band around 1 (roughly [0.7, 1.2]) rather than converge exactly, which 5 steps suffice for.
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
 # Added to the Frobenius norm before dividing, so an all-zero gradient stays zero instead of becoming NaN.
 NS_EPS = 1e-7
-
-
-def uses_muon(name: str, shape: tuple[int, ...]) -> bool:
-    """True for hidden 2-D weight matrices; False (-> AdamW) for 1-D params and names in ADAMW_NAME_PATTERNS."""
-    return len(shape) == 2 and not any(pattern in name for pattern in ADAMW_NAME_PATTERNS)
 
 
 def rms_match_scale(shape: tuple[int, ...]) -> float:

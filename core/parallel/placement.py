@@ -25,6 +25,31 @@ from typing import Mapping, Optional
 import numpy as np
 
 
+# Which dim of a weight tensor parallelism splits, by parameter-name suffix (core.parallel.tensor_parallel applies
+# it; core.memory counts with it): 0 = output rows (column-parallel linears, vocabulary rows), 1 = input columns
+# (row-parallel linears). Weights not listed (norm gains) are replicated over tp.
+TP_SPLIT_DIMS = {
+    "attn.wq.weight": 0, "attn.wk.weight": 0, "attn.wv.weight": 0, "attn.wo.weight": 1,
+    "mlp.w_gate.weight": 0, "mlp.w_up.weight": 0, "mlp.w_down.weight": 1,
+    "embed.weight": 0, "lm_head.weight": 0,
+}
+
+
+def tp_split_dim(name: str) -> Optional[int]:
+    """The dim tensor parallelism splits of the parameter ``name`` (e.g. ``layers.0.attn.wo.weight``), or None."""
+    for suffix, dim in TP_SPLIT_DIMS.items():
+        if name == suffix or name.endswith("." + suffix):
+            return dim
+    return None
+
+
+def layout_placement(name: str, shape, tp: int, fsdp: int, tp_index: int = 0, fsdp_index: int = 0) -> "Placement":
+    """The placement of parameter ``name`` under tensor-parallel degree ``tp`` and FSDP degree ``fsdp``."""
+    dim = tp_split_dim(name) if tp > 1 else None
+    return Placement(tuple(int(s) for s in shape), dim, tp if dim is not None else 1,
+                     tp_index if dim is not None else 0, fsdp, fsdp_index)
+
+
 @dataclass(frozen=True)
 class Placement:
     full_shape: tuple[int, ...]
@@ -86,7 +111,7 @@ class Placement:
 
     def fsdp_shard(self, block: np.ndarray) -> np.ndarray:
         """This rank's flat FSDP shard of its TP block (the block itself without FSDP)."""
-        block = np.ascontiguousarray(block)
+        block = np.asarray(block, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
         if tuple(block.shape) != tuple(self.local_shape):
             raise ValueError(f"expected a block of shape {self.local_shape}, got {block.shape}")
         if self.fsdp_size == 1:

@@ -23,13 +23,8 @@ from __future__ import annotations
 from mindspore import Parameter, Tensor, nn, ops
 
 from core.parallel import comm
-from core.parallel.placement import Placement
+from core.parallel.placement import Placement, tp_split_dim
 from core.parallel.vocab_parallel_loss import VocabParallelCrossEntropyLoss
-
-# (attribute of a block's attention or MLP, split dim of its (out, in) weight): 0 = column-parallel (output
-# rows), 1 = row-parallel (input columns).
-ATTENTION_SPLITS = {"wq": 0, "wk": 0, "wv": 0, "wo": 1}
-MLP_SPLITS = {"w_gate": 0, "w_up": 0, "w_down": 1}
 
 
 class ColumnParallel(nn.Cell):
@@ -79,10 +74,10 @@ class VocabParallelLookup(nn.Cell):
         return self.leave(rows * mask)
 
 
-def _split(cell: nn.Cell, dim: int, group: comm.Group, placements: dict) -> Placement:
-    """Replace ``cell.weight`` by this rank's block along ``dim`` (same Parameter name) and record it."""
+def _split(cell: nn.Cell, group: comm.Group, placements: dict) -> Placement:
+    """Replace ``cell.weight`` by this rank's block along its ``tp_split_dim`` (same Parameter name), record it."""
     old = cell.weight
-    placement = Placement(tuple(old.shape), dim, group.size, group.index)
+    placement = Placement(tuple(old.shape), tp_split_dim(old.name), group.size, group.index)
     cell.weight = Parameter(Tensor(placement.tp_block(old.asnumpy())), name=old.name,
                             requires_grad=old.requires_grad)
     placements[old.name] = placement
@@ -95,17 +90,15 @@ def apply_tensor_parallel(model: nn.Cell, group: comm.Group, sequence_parallel: 
     each split weight's placement; returns the vocab-parallel (train, eval) loss ops."""
     sp = sequence_parallel
     for block in model.layers:
-        for owner, splits in ((block.attn, ATTENTION_SPLITS), (block.mlp, MLP_SPLITS)):
-            for name, dim in splits.items():
-                linear = getattr(owner, name)
-                _split(linear, dim, group, placements)
-                wrap = ColumnParallel if dim == 0 else RowParallel
-                linear.op = wrap(linear.op, group, sp)
-    vocab = _split(model.embed, 0, group, placements)
+        for linear in (block.attn.wq, block.attn.wk, block.attn.wv, block.attn.wo, block.mlp.w_gate, block.mlp.w_up,
+                       block.mlp.w_down):
+            wrap = ColumnParallel if _split(linear, group, placements).tp_dim == 0 else RowParallel
+            linear.op = wrap(linear.op, group, sp)
+    vocab = _split(model.embed, group, placements)
     start, rows = group.index * vocab.local_shape[0], vocab.local_shape[0]
     model.embed.op = VocabParallelLookup(model.embed.op, group, start, rows, sp)
     if not model.tie_embeddings:
-        _split(model.lm_head, 0, group, placements)
+        _split(model.lm_head, group, placements)
     return (VocabParallelCrossEntropyLoss(group, start, sp, train=True),
             VocabParallelCrossEntropyLoss(group, start, sp, train=False))
 

@@ -18,8 +18,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(n: int, script: Path, *args: str, log_dir: Path, timeout: float = 600) -> list[tuple[int, str]]:
-    """(exit code, log) of each rank of ``python script args`` on ``n`` ranks."""
+def run_ranks(n: int, *args: str, log_dir: Path, timeout: float = 600) -> list[tuple[int, str]]:
+    """(exit code, log) of each rank of ``python args...`` (a script and its arguments, or ``-m module ...``) on
+    ``n`` ranks."""
     env = dict(os.environ, MS_WORKER_NUM=str(n), MS_SCHED_HOST="127.0.0.1", MS_SCHED_PORT=str(_free_port()),
                GLOG_v="3", PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -29,7 +30,7 @@ def run_ranks(n: int, script: Path, *args: str, log_dir: Path, timeout: float = 
     procs = []
     for r in range(n):
         log = open(log_dir / f"rank_{r}.log", "w")
-        procs.append(subprocess.Popen([sys.executable, str(script), *args], cwd=ROOT, stdout=log,
+        procs.append(subprocess.Popen([sys.executable, *map(str, args)], cwd=ROOT, stdout=log,
                                       stderr=subprocess.STDOUT,
                                       env={**env, "MS_ROLE": "MS_WORKER", "MS_NODE_ID": str(r), "RANK_ID": str(r),
                                            "RANK_SIZE": str(n)}))

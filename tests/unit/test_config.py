@@ -37,7 +37,6 @@ def test_resolved_config_round_trips():
     (["parallel.dp_replicate=3"], "training.global_batch_size", "data-parallel degree 3"),
     (["training.micro_batch_size=0"], "training.micro_batch_size", "> 0 or null"),
     (["training.seq_len=1024"], "training.seq_len", "max_seq_len"),
-    (["parallel.tp=2"], "parallel.tp", "parallel.tp=1"),
     (["memory.limit_gb=0"], "memory.limit_gb", "> 0"),
     (["trial.max_steps=null"], "trial.max_steps", "budget"),
     (["memory.recompute=some"], "memory.recompute", "none or full"),
@@ -49,6 +48,47 @@ def test_rejections_name_the_field_and_the_fix(overrides, field, fix):
         load_config(overrides)
     assert info.value.field == field
     assert fix in str(info.value)
+
+
+# One test per layout rule (tiny: 4 heads, 2 KV heads, vocab 256, FFN 512, 3 layers; seq 64, global batch 8).
+@pytest.mark.parametrize("overrides, field, fix", [
+    (["parallel.tp=3"], "parallel.tp", "model.n_heads=4"),
+    (["parallel.tp=4"], "parallel.tp", "model.n_kv_heads=2"),
+    (["parallel.tp=2", "model.vocab_size=255"], "parallel.tp", "model.vocab_size=255"),
+    (["parallel.tp=2", "model.ffn_hidden=511"], "parallel.tp", "model.ffn_hidden=511"),
+    (["parallel.cp=2", "training.seq_len=62"], "parallel.cp", "2*cp = 4 equal chunks"),
+    (["parallel.cp=3"], "parallel.cp", "2*cp = 6 equal chunks"),
+    (["parallel.sp=true"], "parallel.sp", "needs parallel.tp > 1"),
+    (["parallel.tp=2", "parallel.sp=true", "training.seq_len=63"], "parallel.sp", "split into tp=2"),
+    (["parallel.dp_shard=3"], "training.global_batch_size", "data-parallel degree 3"),
+    (["parallel.dp_shard=2", "parallel.dp_replicate=2", "training.micro_batch_size=4"],
+     "training.global_batch_size", "4 * 4 = 16"),
+    (["parallel.pp=2"], "parallel.pp", "do not divide model.n_layers=3"),
+    (["parallel.pp=3"], "parallel.pp", "not run by this core yet"),
+    (["parallel.ep=2"], "parallel.ep", "dp_shard * cp * tp = 1"),
+    (["parallel.ep=2", "parallel.tp=2"], "parallel.ep", "MoE"),
+])
+def test_every_layout_rule_names_the_field_and_the_fix(overrides, field, fix):
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides)
+    assert info.value.field == field
+    assert fix in str(info.value)
+
+
+def test_valid_layouts_compose():
+    for overrides in (["parallel.dp_shard=2"], ["parallel.tp=2", "parallel.sp=true"], ["parallel.cp=2"],
+                      ["parallel.dp_replicate=2", "parallel.dp_shard=2"], ["parallel.cp=2", "parallel.tp=2"]):
+        load_config(overrides)
+
+
+def test_degrees_must_multiply_to_the_cluster_size():
+    from core.parallel.dims import ParallelDims
+
+    cfg = load_config(["parallel.tp=2", "parallel.dp_shard=2"])
+    assert ParallelDims.from_config(cfg.parallel, rank=3, world_size=4).world_size == 4
+    with pytest.raises(ConfigError) as info:
+        ParallelDims.from_config(cfg.parallel, rank=0, world_size=2)
+    assert info.value.field == "parallel" and "multiply to 4" in str(info.value) and "has 2" in str(info.value)
 
 
 def test_micro_batch_defaults_to_no_accumulation():

@@ -1,0 +1,169 @@
+"""Every mesh layout, run by real worker processes, reproduces the 1-process run with the same global batch and
+seed: per-step losses, validation loss, and (after consolidating the sharded checkpoint) final parameters; with
+AdamW and with Muon. Plus: FSDP divides the per-rank state, a run moves between layouts through a checkpoint,
+a layout that does not fit the cluster exits 2, and a rank killed mid-run is named in the summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core import checkpoint as ck
+from tests.integration.conftest import ROOT, TrialRun, run_trial
+from tests.schema import assert_summary_schema
+
+pytestmark = pytest.mark.slow
+
+STEPS = 10
+BASE = ("model=tiny", "seed=5", f"trial.max_steps={STEPS}", "checkpoint.interval=5")
+LAYOUTS = {
+    "dp_shard=2": ("parallel.dp_shard=2",),
+    "hsdp 2x2": ("parallel.dp_replicate=2", "parallel.dp_shard=2"),
+    "tp=2": ("parallel.tp=2",),
+    "tp=2 sp": ("parallel.tp=2", "parallel.sp=true"),
+    "cp=2": ("parallel.cp=2",),
+    "tp=2 dp_shard=2": ("parallel.tp=2", "parallel.dp_shard=2"),
+    "cp=2 tp=2": ("parallel.cp=2", "parallel.tp=2"),
+}
+_RUNS: dict = {}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Trials by (layout, optimizer), each run once for the whole module (later tests reuse them)."""
+    root = tmp_path_factory.mktemp("mesh")
+
+    def get(layout: str, optim: str, *extra: str) -> TrialRun:
+        key = (layout, optim, extra)
+        if key not in _RUNS:
+            overrides = LAYOUTS.get(layout, ())
+            name = f"{layout}-{optim}-{len(_RUNS)}".replace(" ", "_").replace("=", "")
+            _RUNS[key] = run_trial(root / name, *BASE, f"optim={optim}", *overrides, *extra, timeout=900)
+        return _RUNS[key]
+
+    yield get
+    _RUNS.clear()
+
+
+def losses(run: TrialRun) -> dict[int, float]:
+    rows = [json.loads(line) for line in (run.dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if "loss" in r}
+
+
+def final_params(run: TrialRun) -> dict[str, np.ndarray]:
+    tensors, _ = ck.load_checkpoint(run.dir / "checkpoints" / f"step_{STEPS:08d}")  # consolidated if sharded
+    return {k: v for k, v in tensors.items() if k.startswith("model.")}
+
+
+def assert_same_run(run: TrialRun, ref: TrialRun, first_step: int = 1) -> None:
+    got, want = losses(run), losses(ref)
+    assert sorted(got) == list(range(first_step, STEPS + 1))
+    for step, value in got.items():
+        assert value == pytest.approx(want[step], rel=1e-5), f"step {step}"
+    assert run.summary["metrics"]["val_loss"] == pytest.approx(ref.summary["metrics"]["val_loss"], rel=1e-5)
+    # Parameters norm-wise: fp32 sums in another order differ by ~1e-7 per step, and AdamW divides each element's
+    # gradient by its own magnitude, so on elements whose gradient nearly cancels the noise grows relative to the
+    # element; over 10 steps the model as a whole stays within 1e-5 (measured ~2e-6), single tensors within 1e-4.
+    a, b = final_params(run), final_params(ref)
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert a[k].shape == b[k].shape and np.linalg.norm(a[k] - b[k]) <= 1e-4 * np.linalg.norm(b[k]), k
+    diff = np.sqrt(sum(np.sum((a[k] - b[k]) ** 2.0) for k in a))
+    assert diff <= 1e-5 * np.sqrt(sum(np.sum(b[k] ** 2.0) for k in b))
+
+
+@pytest.mark.parametrize("optim", ["adamw", "muon"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_layout_reproduces_the_single_process_run(runs, layout, optim):
+    ref, run = runs("single", optim), runs(layout, optim)
+    assert ref.code == 0, ref.output
+    assert run.code == 0, run.output + "".join(p.read_text()[-2000:] for p in (run.dir / "logs").glob("rank_*.log"))
+    s = run.summary
+    assert_summary_schema(s)
+    degrees = dict(o.split("=") for o in LAYOUTS[layout])
+    for key, value in degrees.items():
+        if key != "parallel.sp":
+            assert s["layout"][key.split(".")[1]] == int(value)
+    assert s["layout"]["world_size"] == len(s["metrics"]["peak_memory_bytes_per_rank"])
+    assert_same_run(run, ref)
+
+
+def _state(run: TrialRun, rank: int | None = None) -> int:
+    s = run.summary
+    b = s["metrics"]["state_bytes"] if rank is None else s["ranks"][rank]["state_bytes"]
+    return b["params"] + b["grads"] + b["optimizer"]
+
+
+@pytest.mark.parametrize("optim", ["adamw", "muon"])
+def test_fsdp_divides_parameters_gradients_and_optimizer_state(runs, optim):
+    single, sharded = runs("single", optim), runs("dp_shard=2", optim)
+    n_tensors = 3 * 9 + 2  # tiny: 3 blocks of 9 weights, the embedding (tied head) and the final norm
+    states = 2  # AdamW's m and v (Muon's one momentum buffer holds less)
+    # Stated remainder: each tensor's padding to a multiple of 2 (< 2 floats) in the weight, its gradient and its
+    # states, and the optimizer's step counter (8 bytes), which every rank keeps whole.
+    remainder = n_tensors * (2 + states) * 4 + 8
+    for rank in range(2):
+        assert _state(sharded, rank) <= _state(single) / 2 + remainder
+    # and not trivially: the two ranks together hold at least the whole model
+    assert _state(sharded, 0) + _state(sharded, 1) >= _state(single)
+
+
+def test_resume_on_another_layout_continues_exactly(runs, tmp_path):
+    ref = runs("single", "adamw")
+    # a sharded checkpoint (tp=2) resumed on FSDP, and the 1-process checkpoint resumed on context parallelism
+    for source, target in (("tp=2", ("parallel.dp_shard=2",)), ("single", ("parallel.cp=2",))):
+        saved = runs(source, "adamw")
+        step5 = saved.dir / "checkpoints" / "step_00000005"
+        assert (step5 / ("index.json" if source != "single" else ck.FILENAME)).exists()
+        run = run_trial(tmp_path / source.replace("=", ""), *BASE, "optim=adamw", *target,
+                        f"checkpoint.resume={step5}", timeout=900)
+        assert run.code == 0, run.output
+        assert_same_run(run, ref, first_step=6)
+
+
+def test_degrees_that_do_not_fit_the_cluster_exit_2(tmp_path):
+    """Workers started by msrun (or a supervisor) for 2 ranks, with degrees that multiply to 4."""
+    from tests.integration.ranks import run_ranks
+
+    trial_dir = tmp_path / "misfit"
+    ranks = run_ranks(2, "-m", "core.train", "model=tiny", "parallel.dp_shard=4", "trial.max_steps=2",
+                      f"trial.dir={trial_dir}", log_dir=tmp_path / "logs", timeout=300)
+    assert [code for code, _ in ranks] == [2, 2], ranks
+    report = json.loads((trial_dir / "ranks" / "rank_0.json").read_text())
+    assert report["status"] == "invalid" and "multiply to 4" in report["reason"] and "has 2" in report["reason"]
+
+
+def test_tp_that_does_not_divide_the_heads_exits_2_before_any_work(tmp_path):
+    run = run_trial(tmp_path / "tp3", "model=tiny", "parallel.tp=3", "trial.max_steps=2")
+    assert run.code == 2
+    s = run.summary
+    assert s["status"] == "invalid" and s["error"]["field"] == "parallel.tp"
+    assert "n_heads=4" in s["reason"] and not (tmp_path / "tp3" / "logs").exists()  # no rank was started
+
+
+def test_kill_9_of_one_rank_of_a_4_rank_layout_names_it(tmp_path):
+    trial_dir = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "core.train", "model=tiny", "trial.max_steps=100000",
+                             "parallel.tp=2", "parallel.dp_shard=2", f"trial.dir={trial_dir}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = trial_dir / "metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        time.sleep(0.5)
+    assert metrics.exists(), "the run never reached step 2"
+    pid = json.loads((trial_dir / "logs" / "pids.json").read_text())["ranks"]["2"]
+    os.kill(pid, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=180)
+    s = TrialRun(proc.returncode, trial_dir, out).summary
+    assert proc.returncode == 1, out
+    assert_summary_schema(s)
+    assert s["status"] == "error" and s["error"]["rank"] == 2 and "SIGKILL" in s["reason"]
+    assert s["steps"] >= 2 and len(s["ranks"]) == 4
