@@ -1,6 +1,6 @@
 """Measure how this machine's runtime holds a training step, and fit core.memory's RuntimeProfile to it.
 
-    .venv/bin/python benchmarks/memory_model.py collect [--device CPU] [--only jit]   # 64 runs, ~17 min on 2 cores
+    .venv/bin/python benchmarks/memory_model.py collect [--device CPU] [--only jit] [--names REGEX]
     .venv/bin/python benchmarks/memory_model.py fit [--data benchmarks/data/memory_cpu.json]
 
 ``collect`` runs a sweep of short trials through the real CLI (3 steps, no memory limit) over model size, depth,
@@ -9,17 +9,22 @@ mode, and keeps every measured per-rank peak beside the config's textbook terms 
 
 ``fit`` fits one ``RuntimeProfile`` per mode by least squares: the peak of the plain single-rank runs as
 ``baseline + per_layer * layers + state_copies * states + activation_copies * activations + logits_copies *
-logits + [muon] (muon_graph + muon_copies * hidden)``; then what ranks, recompute and accumulation add, from the
-residuals of their runs. It prints the profiles (to copy into ``core.memory._PROFILES``) and, per run, the peak
-against the estimate of the profiles core.memory ships now — the figure that matters: how wrong the agent's
-memory gate starts out before it has measured anything. ``tests/unit/test_memory.py`` holds the shipped profiles
-to this data.
+logits + [muon] (muon_graph + muon_copies * hidden)``; then what recompute adds, and what a multi-rank layout
+adds (the collective runtime, the parameters as collective buffers, FSDP's gathered weight), from the residuals
+of their runs. Terms are recomputed from each run's overrides with today's ``core.memory.terms``, so the data
+outlives changes to the textbook count. Layout runs marked held out (combined axes, 4 ranks) are never fitted:
+their error is the estimate's error on layouts it has not seen. It prints the profiles (to copy into
+``core.memory._PROFILES``) and, per run, the peak against the estimate of the profiles core.memory ships now —
+the figure that matters: how wrong the agent's memory gate starts out before it has measured anything.
+``tests/unit/test_memory.py`` holds the shipped profiles to this data. ``--names REGEX`` collects only the
+matching runs and merges them into the data file.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -59,18 +64,46 @@ SWEEP = [
     ("tiny accum4 b8", ["model=tiny", "training.micro_batch_size=2", "training.global_batch_size=8"]),
     ("small accum4 b8", ["model=small", "training.micro_batch_size=2", "training.global_batch_size=8"]),
 ]
+# Mesh layouts (each rank's peak). Single-axis layouts on 2 ranks are fitted; combinations and 4-rank layouts are
+# held out (the third element), to measure the estimate on layouts it was not fitted on.
+LAYOUT_SWEEP = [
+    *[(f"{m} {name} b{b}", [f"model={m}", *ov, f"training.global_batch_size={b}"], False)
+      for m, b in (("tiny", 16), ("small", 8), ("medium", 4))
+      for name, ov in (("dp_shard2", ["parallel.dp_shard=2"]), ("tp2", ["parallel.tp=2"]), ("cp2", ["parallel.cp=2"]))],
+    ("small dp_shard2 muon b8", ["model=small", "optim=muon", "parallel.dp_shard=2", "training.global_batch_size=8"],
+     False),
+    ("small tp2 muon b8", ["model=small", "optim=muon", "parallel.tp=2", "training.global_batch_size=8"], False),
+    ("small dp_shard2 b16", ["model=small", "parallel.dp_shard=2", "training.global_batch_size=16"], False),
+    ("small tp2 sp b8", ["model=small", "parallel.tp=2", "parallel.sp=true", "training.global_batch_size=8"], True),
+    ("small hsdp2x2 b8", ["model=small", "parallel.dp_replicate=2", "parallel.dp_shard=2",
+                          "training.global_batch_size=8"], True),
+    ("small tp2 dp_shard2 b8", ["model=small", "parallel.tp=2", "parallel.dp_shard=2",
+                                "training.global_batch_size=8"], True),
+    ("small cp2 tp2 b8", ["model=small", "parallel.cp=2", "parallel.tp=2", "training.global_batch_size=8"], True),
+    ("small dp_shard4 b8", ["model=small", "parallel.dp_shard=4", "training.global_batch_size=8"], True),
+    ("medium tp2 dp_shard2 b4", ["model=medium", "parallel.tp=2", "parallel.dp_shard=2",
+                                 "training.global_batch_size=4"], True),
+    ("tiny cp2 tp2 muon b16", ["model=tiny", "optim=muon", "parallel.cp=2", "parallel.tp=2",
+                               "training.global_batch_size=16"], True),
+    ("medium tp2 sp muon b4", ["model=medium", "optim=muon", "parallel.tp=2", "parallel.sp=true",
+                               "training.global_batch_size=4"], True),
+]
+SWEEP = [(name, ov, False) for name, ov in SWEEP] + LAYOUT_SWEEP
 MODES = ("jit", "pynative")
 
 
 def collect(args) -> None:
-    from core.config import load_config
-    from core.memory import terms
     from provenance import git_commit
 
-    rows, modes = [], [m for m in MODES if not args.only or m == args.only]
+    modes = [m for m in MODES if not args.only or m == args.only]
+    wanted = [(i, name, ov, held) for i, (name, ov, held) in enumerate(SWEEP)
+              if not args.names or re.search(args.names, name)]
+    old = json.loads(Path(args.data).read_text())["rows"] if args.names and Path(args.data).exists() else []
+    redo = {(mode, name) for mode in modes for _, name, _, _ in wanted}
+    rows = [r for r in old if (r["mode"], r["name"]) not in redo]
     with tempfile.TemporaryDirectory() as tmp:
         for mode in modes:
-            for i, (name, overrides) in enumerate(SWEEP):
+            for i, name, overrides, held_out in wanted:
                 ov = [*overrides, f"device={args.device}", f"training.mode={mode}", "trial.max_steps=3",
                       "training.eval_batches=1"]
                 out = Path(tmp) / f"{mode}{i}"
@@ -79,24 +112,35 @@ def collect(args) -> None:
                 s = json.loads((out / "trial_summary.json").read_text())
                 if s["status"] != "ok":
                     raise SystemExit(f"{name} ({mode}): trial ended {s['status']}: {s['reason']}")
-                peak = s["metrics"]["peak_memory_bytes"]
+                peak = s["metrics"]["peak_memory_bytes"]  # the largest rank's peak
                 rows.append({"name": name, "mode": mode, "overrides": ov, "peak_bytes": peak,
-                             "terms": asdict(terms(load_config(ov)))})
-                print(f"{mode:8s} {name:20s} {peak / MiB:7.0f} MiB", file=sys.stderr)
+                             "peak_bytes_per_rank": s["metrics"]["peak_memory_bytes_per_rank"],
+                             "held_out": held_out, "commit": git_commit()})
+                print(f"{mode:8s} {name:26s} {peak / MiB:7.0f} MiB", file=sys.stderr)
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                "unknown CPU")
     import mindspore
 
     meta = {"date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "device": args.device, "machine": cpu,
             "mindspore": mindspore.__version__}
+    order = {(m, n): k for k, (m, n) in enumerate((m, n) for m in MODES for n, _, _ in SWEEP)}
+    rows.sort(key=lambda r: order.get((r["mode"], r["name"]), len(order)))
     Path(args.data).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     print(f"wrote {args.data} ({len(rows)} runs)", file=sys.stderr)
 
 
 def _terms(row):
-    from core.memory import Terms
+    """The run's textbook terms by today's core.memory (the data keeps overrides and peaks, not terms)."""
+    from core.config import load_config
+    from core.memory import terms
 
-    return Terms(**row["terms"])
+    key = tuple(row["overrides"])
+    if key not in _TERMS:
+        _TERMS[key] = terms(load_config(row["overrides"]))
+    return _TERMS[key]
+
+
+_TERMS: dict = {}
 
 
 def _plain(t) -> bool:
@@ -107,6 +151,7 @@ def fit_profile(rows: list[dict]):
     """A RuntimeProfile from one mode's rows (see the module docstring)."""
     from core.memory import RuntimeProfile, apply_profile
 
+    rows = [r for r in rows if not r.get("held_out")]
     plain = [r for r in rows if _plain(_terms(r))]
     cols = {  # name -> feature per row (bytes, or 1 for a constant)
         "baseline": lambda t: 1.0, "per_layer": lambda t: t.layers, "state_copies": lambda t: t.states,
@@ -133,17 +178,16 @@ def fit_profile(rows: list[dict]):
         if keeps_err < saves_err:
             per_layer = float(np.mean([residual(r, keeps) / _terms(r).layers for r in rec]))
             prof = RuntimeProfile(**{**asdict(keeps), "recompute_per_layer": max(0, int(per_layer))})
-    # Ranks: the collective runtime, as a constant plus copies of the parameters (the flat all-reduce buffers),
-    # from what is left of the multi-rank runs once everything above is accounted for.
+    # Ranks: the collective runtime (a constant), the parameters as collective buffers (the dp_replicate
+    # all-reduce's flat copy, FSDP's shards) and FSDP's gathered weight, from what is left of the fitted
+    # multi-rank runs once everything above is accounted for.
     dist = [r for r in rows if _terms(r).ranks > 1]
     if dist:
         res = np.array([residual(r, prof) for r in dist])
-        params = np.array([_terms(r).params for r in dist], dtype=float)
-        if len(set(params)) > 1:
-            (c1, c0), *_ = np.linalg.lstsq(np.stack([params, np.ones_like(params)], 1), res, rcond=None)
-        else:
-            c1, c0 = 0.0, float(res.mean())
-        prof = RuntimeProfile(**{**asdict(prof), "distributed": int(c0), "distributed_param_copies": float(c1)})
+        X = np.array([[1.0, _terms(r).comm_params, _terms(r).gathered] for r in dist])
+        (c0, c1, c2), *_ = np.linalg.lstsq(X, res, rcond=None)
+        prof = RuntimeProfile(**{**asdict(prof), "distributed": int(c0), "distributed_param_copies": float(c1),
+                                 "gathered_copies": float(c2)})
     return prof
 
 
@@ -159,15 +203,21 @@ def fit(args) -> None:
         prof = fit_profile([r for r in rows if r["mode"] == mode])
         shown = ", ".join(f"{f.name}={_fmt(getattr(prof, f.name))}" for f in fields(prof))
         print(f"fitted ({meta['device']}, {mode}): RuntimeProfile({shown})\n")
-    print("| mode | run | measured MiB | core.memory estimate MiB | error |\n|---|---|---:|---:|---:|")
-    errors = []
+    print("| mode | run | held out | measured MiB | core.memory estimate MiB | error |\n"
+          "|---|---|---|---:|---:|---:|")
+    errors: dict = {}
     for r in rows:
         est = estimate_memory_bytes(load_config(r["overrides"]))
         err = (est - r["peak_bytes"]) / r["peak_bytes"]
-        errors.append(abs(err))
-        print(f"| {r['mode']} | {r['name']} | {r['peak_bytes'] / MiB:.0f} | {est / MiB:.0f} | {100 * err:+.1f}% |")
-    print(f"\nThe estimate shipped in core.memory: median |error| {100 * np.median(errors):.1f}%, "
-          f"worst {100 * max(errors):.1f}% over {len(rows)} runs.")
+        layout = _terms(r).ranks > 1
+        errors.setdefault((r["mode"], bool(r.get("held_out")), layout), []).append(err)
+        print(f"| {r['mode']} | {r['name']} | {'yes' if r.get('held_out') else ''} | {r['peak_bytes'] / MiB:.0f} | "
+              f"{est / MiB:.0f} | {100 * err:+.1f}% |")
+    print("\nThe estimate shipped in core.memory, |error|:\n\n| mode | runs | n | median | worst |\n|---|---|---:|---:|---:|")
+    for (mode, held, layout), errs in sorted(errors.items()):
+        what = ("held-out layouts" if held else "fitted layouts (multi-rank)") if layout else "single rank (fitted)"
+        a = np.abs(errs)
+        print(f"| {mode} | {what} | {len(a)} | {100 * np.median(a):.1f}% | {100 * a.max():.1f}% |")
 
 
 def _fmt(v) -> str:
@@ -185,6 +235,7 @@ def main() -> None:
     c.add_argument("--device", default="CPU")
     c.add_argument("--only", choices=MODES, help="one execution mode")
     c.add_argument("--data", default=str(DATA))
+    c.add_argument("--names", help="only the runs whose name matches this regex, merged into the data file")
     f = sub.add_parser("fit", help="fit a RuntimeProfile per mode and show the shipped estimate's errors")
     f.add_argument("--data", default=str(DATA))
     args = ap.parse_args()

@@ -174,6 +174,7 @@ class TrainingConfig:
     log_interval: int = 1
     eval_interval: int = 0         # steps between validation passes; 0: only at the end
     eval_batches: int = 2          # global batches of fixed validation windows per validation pass
+    profile: bool = False          # profile the steps after the first two (core.profiling): comm_time_share
 
     def __post_init__(self):
         _positive("training", self, "global_batch_size", "seq_len", "log_interval", "eval_batches")

@@ -124,16 +124,14 @@ def _activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int, tp: int = 
     """Saved-for-backward floats of one Llama block, hand-attention (no flash), on one rank: a rough, documented
     count. ``seq`` is the whole sequence; this rank holds seq / cp of its tokens.
 
-    Per token: norm inputs and residuals 4D (1/tp of them with sequence parallelism, which then saves the 2D of
-    gathered matmul inputs instead), q and attention output 2D, k/v 2*kv, MLP gate/up/silu/product 4F, all of
-    these but the norm/residual part split over tp; per head: scores and probabilities, this rank's tokens times
-    the whole sequence (the S x S matrices dominate at long sequences); context parallelism keeps the gathered
-    keys and values of the whole sequence.
+    Per token: norm inputs and residuals 4D (split over tp only with sequence parallelism), q and attention
+    output 2D, k/v 2*kv, MLP gate/up/silu/product 4F (split over tp); per head: scores and probabilities, this
+    rank's tokens times the whole sequence (the S x S matrices dominate at long sequences); context parallelism
+    keeps the gathered keys and values of the whole sequence.
     """
     kv = m.n_kv_heads * m.head_dim
     local = seq // cp
-    per_token = (4 * m.d_model) // (tp if sp else 1) + (2 * m.d_model if sp else 0) \
-        + (2 * m.d_model + 2 * kv + 4 * m.ffn_hidden) // tp
+    per_token = (4 * m.d_model) // (tp if sp else 1) + (2 * m.d_model + 2 * kv + 4 * m.ffn_hidden) // tp
     attention = 2 * (m.n_heads // tp) * local * seq
     gathered_kv = 2 * (kv // tp) * seq if cp > 1 else 0
     return 4 * batch * (local * per_token + attention + gathered_kv)
@@ -184,7 +182,8 @@ class RuntimeProfile:
     recompute_saves: bool = True      # False: recompute keeps the activations (and adds recompute_per_layer)
     recompute_per_layer: int = 0
     distributed: int = 0              # the collective runtime of a multi-rank trial ...
-    distributed_param_copies: float = 0.0  # ... and its buffers, as copies of the parameters
+    distributed_param_copies: float = 0.0  # ... and its buffers, as copies of this rank's parameters
+    gathered_copies: float = 0.0      # FSDP: of the largest weight gathered whole
 
 
 # Fitted 2026-11-29 with MindSpore 2.10 on a 2-core AMD EPYC (benchmarks/data/memory_cpu.json, RESULTS.md):
@@ -242,7 +241,7 @@ def apply_profile(t: Terms, p: RuntimeProfile) -> MemoryEstimate:
     if t.muon_hidden:
         runtime += p.muon_graph + p.muon_copies * t.muon_hidden
     if t.ranks > 1:
-        runtime += p.distributed + p.distributed_param_copies * t.params
+        runtime += p.distributed + p.distributed_param_copies * t.comm_params + p.gathered_copies * t.gathered
     activations = p.activation_copies * saved + p.logits_copies * t.logits
     return MemoryEstimate(params=t.params, grads=t.grads, optimizer=t.optimizer, activations=int(activations),
                           runtime=int(runtime))

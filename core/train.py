@@ -2,6 +2,7 @@
 
     python -m core.train model=tiny trial.max_steps=20
     python -m core.train model=small optim=muon parallel.dp_replicate=2 trial.dir=trials/manual/dp2
+    python -m core.train model=small parallel.cp=2 parallel.tp=2 trial.max_steps=20
 
 Validates the config (exit 2 before any work), becomes the supervisor when the world size is above 1
 (``core.launch``), or trains on this rank: the loop in ``core.trainer``. Whatever happens, the trial directory
@@ -24,9 +25,12 @@ log = logging.getLogger("core.train")
 USAGE = """usage: python -m core.train [key=value | group=option ...]
 
 Groups: model=tiny|small|medium  optim=adamw|muon
+Layouts: parallel.dp_replicate, parallel.dp_shard (FSDP), parallel.tp (+ parallel.sp=true), parallel.cp;
+their product is the number of ranks this command starts.
 Examples:
   python -m core.train model=tiny trial.max_steps=20
   python -m core.train model=small parallel.dp_replicate=2 memory.limit_gb=4 trial.max_wall_time_sec=120
+  python -m core.train model=small parallel.tp=2 parallel.sp=true trial.max_steps=20
 Exit codes: 0 ok, 1 error, 2 invalid config, 10 oom, 11 compile error, 12 nan, 13 timeout.
 The composed default config follows; every key is documented in core/config.py.
 """

@@ -35,6 +35,7 @@ from core.parallel.dims import ParallelDims
 from core.parallel.grads import GradientSync
 from core.parallel.parallelize import parallelize
 from core.parallel.schedule import GradientAccumulation
+from core.profiling import StepProfiler, comm_time_share
 from core.trial import Exit, NonFinite, OutOfMemory, TrialRecorder
 
 log = logging.getLogger("core.train")
@@ -135,6 +136,7 @@ class Trainer:
         tokens_per_step = t.global_batch_size * t.seq_len
         metrics_file = open(self.trial_dir / "metrics.jsonl", "a") if self.dist.rank == 0 else None
         step = start_step
+        profiler, profiled_sec = None, 0.0
         try:
             while max_steps is None or step < max_steps:
                 if wall is not None and time.time() - self.rec.started >= wall:
@@ -142,9 +144,13 @@ class Trainer:
                         break  # a wall-only budget, used in full: that is success
                     return Exit.TIMEOUT, (f"timeout: wall budget trial.max_wall_time_sec={wall:g} ended at step "
                                           f"{step}/{max_steps}; raise it or lower trial.max_steps")
+                if t.profile and profiler is None and step - start_step == 2:  # after compile and warm-up
+                    profiler = StepProfiler(self.trial_dir / "profile" / f"rank_{self.dist.rank}")
+                    profiler.start()
                 t0 = time.perf_counter()
                 loss, grad_norm, lr = self._train_step(step)
                 dt = time.perf_counter() - t0
+                profiled_sec += dt if profiler is not None else 0.0
                 step += 1
                 self.rec.record_step(loss, grad_norm, tokens_per_step, dt)
                 self._check_memory()
@@ -157,6 +163,8 @@ class Trainer:
                     self._evaluate(step, metrics_file)
                 if cfg.checkpoint.interval and step % cfg.checkpoint.interval == 0:
                     self._save(step)
+            if profiler is not None:
+                self.rec.comm_time_share = comm_time_share(profiler.stop(), profiled_sec)
             self._evaluate(step, metrics_file)
             already_saved = cfg.checkpoint.interval and step % cfg.checkpoint.interval == 0
             if cfg.checkpoint.at_end and not already_saved:

@@ -159,6 +159,7 @@ class TrialRecorder:
     matmul_flops_per_sec: Optional[float] = None
     flops_per_token: Optional[float] = None
     state_bytes: Optional[dict] = None   # {params, grads, optimizer} bytes this rank holds (what sharding divides)
+    comm_time_share: Optional[float] = None  # with training.profile: share of step time in collectives
     started_at: str = field(default_factory=utc_now)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _written: bool = False
@@ -197,6 +198,7 @@ class TrialRecorder:
             "estimated_memory_bytes": self.estimated_memory_bytes,
             "matmul_flops_per_sec": self.matmul_flops_per_sec,
             "state_bytes": self.state_bytes,
+            "comm_time_share": self.comm_time_share,
         }
 
     def summary(self, code: Exit, reason: str, error: Optional[dict] = None) -> dict:

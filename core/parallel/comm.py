@@ -28,6 +28,11 @@ AllReduce(sum): all-gather places the local block in a zero buffer and sums (n x
 all-gather); reduce-scatter sums and keeps the local block (2x); all-to-all all-gathers and selects. The choice is
 made in one place, ``_compose_from_all_reduce``.
 
+Every rank must issue its collectives in the same order. Under ``mindspore.jit`` the order of independent
+collectives is the graph scheduler's, so the compositions build the same graph on every rank, only constants
+differing (the local block is placed by multiplying copies with 0/1 masks, not by rank-dependent concatenation):
+with per-rank graph shapes, recompute reordered FSDP's gathers and paired mismatched AllReduces (measured).
+
 Point-to-point ``send``/``recv`` (pipeline stages) run outside graphs, through ``mindspore.mint.distributed``.
 """
 
@@ -131,21 +136,14 @@ class _AllGather(nn.Cell):
         self.composed = _compose_from_all_reduce()
         if self.composed:
             self.op = ops.AllReduce(group=group.name)
+            self.mask = tuple(1.0 if i == group.index else 0.0 for i in range(group.size))
         else:
             self.op = ops.AllGather(group=group.name)
 
     def construct(self, x):
         d = self.dim
-        if self.composed:  # the local block at its offset in a zero buffer, summed over ranks
-            shape = x.shape
-            parts = []
-            if self.index > 0:
-                parts.append(ops.zeros(shape[:d] + (self.index * shape[d],) + shape[d + 1:], x.dtype))
-            parts.append(x)
-            if self.index < self.n - 1:
-                parts.append(ops.zeros(shape[:d] + ((self.n - 1 - self.index) * shape[d],) + shape[d + 1:],
-                                       x.dtype))
-            return self.op(ops.concat(parts, d))
+        if self.composed:  # the local block at its offset among zeros (n masked copies), summed over ranks
+            return self.op(ops.concat([x * self.mask[i] for i in range(self.n)], d))
         if d == 0:
             return self.op(x)
         return mint.movedim(self.op(mint.movedim(x, d, 0)), 0, d)
@@ -189,7 +187,7 @@ class _Broadcast(nn.Cell):
 
     def __init__(self, group: Group, src: int = 0):
         super().__init__()
-        self.is_src = group.index == src
+        self.scale = 1.0 if group.index == src else 0.0  # the same graph on every rank (module docstring)
         self.composed = _compose_from_all_reduce()
         if self.composed:
             self.op = ops.AllReduce(group=group.name)
@@ -198,7 +196,7 @@ class _Broadcast(nn.Cell):
 
     def construct(self, x):
         if self.composed:
-            return self.op(x if self.is_src else ops.zeros(x.shape, x.dtype))
+            return self.op(x * self.scale)
         return self.op((x,))[0]
 
 
@@ -352,14 +350,13 @@ class BroadcastFrom(nn.Cell):
     def __init__(self, group: Group, src: int = 0):
         super().__init__()
         self.fwd, self.bwd = broadcast(group, src), all_reduce(group)
-        self.is_src = group.index == src
+        self.scale = 1.0 if group.index == src else 0.0
 
     def construct(self, x):
         return self.fwd(x)
 
     def bprop(self, x, out, dout):
-        total = self.bwd(dout)
-        return (total if self.is_src else total * 0.0,)
+        return (self.bwd(dout) * self.scale,)
 
 
 # ---- point to point (outside graphs: pipeline stages) -------------------------------------------------------------

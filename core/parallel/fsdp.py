@@ -16,6 +16,11 @@ wrapper is a bprop-Cell whose weight arrives as an input (the form whose gradien
 MINDSPORE_CPU.md); its bprop differentiates the wrapped op with ``GradOperation``, so it composes with whatever
 the op is (tensor-parallel, vocab-parallel, the loss).
 
+Inside a block marked for recompute the op is wrapped more simply (``GatheredOp``: a gather whose backward
+reduce-scatters): recompute re-runs the block's forward, gather included, in backward, which is the same
+re-gathering; and MindSpore's recompute cannot re-run an op whose own bprop differentiates it (measured: a graph
+cycle under jit, wrong gradients in PyNative).
+
 The gradient leaves the bprop summed over the fsdp ranks; ``GradientSync`` then sums over ``dp_replicate`` and
 divides by the number of ranks whose losses average into the global loss.
 """
@@ -107,6 +112,17 @@ class ShardedLoss(nn.Cell):
         return self.loss(hidden, self.gather(shard), labels)
 
 
+class GatheredOp(nn.Cell):
+    """FSDP around ``op(x, w)`` inside a recomputed block: ``op(x, gather(shard))``, the gradient reduce-scattered."""
+
+    def __init__(self, op: nn.Cell, group: comm.Group, placement: Placement):
+        super().__init__()
+        self.op, self.gather = op, _GatherShard(group, placement)
+
+    def construct(self, x, shard):
+        return self.op(x, self.gather(shard))
+
+
 def _shard_parameter(cell: nn.Cell, group: comm.Group, placements: dict) -> Placement:
     old = cell.weight
     placement = placements.get(old.name, replicated(old.shape)).with_fsdp(group.size, group.index)
@@ -116,16 +132,19 @@ def _shard_parameter(cell: nn.Cell, group: comm.Group, placements: dict) -> Plac
     return placement
 
 
-def apply_fsdp(model: nn.Cell, group: comm.Group, placements: dict, loss: nn.Cell,
-               eval_loss: nn.Cell) -> tuple[nn.Cell, nn.Cell]:
-    """Shard every weight of ``model`` over ``group`` and wrap its op; returns the wrapped (train, eval) loss ops,
-    which gather the head weight (the tied embedding or lm_head) the same way."""
+def apply_fsdp(model: nn.Cell, group: comm.Group, placements: dict, loss: nn.Cell, eval_loss: nn.Cell,
+               recomputed: bool = False) -> tuple[nn.Cell, nn.Cell]:
+    """Shard every weight of ``model`` over ``group`` and wrap its op (``recomputed``: the blocks re-run their
+    forward in backward, see the module docstring); returns the wrapped (train, eval) loss ops, which gather the
+    head weight (the tied embedding or lm_head) the same way."""
+    in_blocks = {id(c) for block in model.layers for _, c in block.cells_and_names()} if recomputed else set()
     seen: dict[int, Placement] = {}
     for _, cell in model.cells_and_names():
         if isinstance(getattr(cell, "weight", None), Parameter) and hasattr(cell, "op"):
             if id(cell.weight) not in seen:
                 seen[id(cell.weight)] = _shard_parameter(cell, group, placements)
-            cell.op = ShardedOp(cell.op, group, seen[id(cell.weight)])
+            wrap = GatheredOp if id(cell) in in_blocks else ShardedOp
+            cell.op = wrap(cell.op, group, seen[id(cell.weight)])
     head = model.head_weight()
     placement = placements[head.name]
     return ShardedLoss(loss, group, placement), ShardedLoss(eval_loss, group, placement)

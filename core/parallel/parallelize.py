@@ -1,9 +1,12 @@
 """``parallelize(model, dims, cfg)``: the one place where a model becomes a mesh-parallel one.
 
 In this order (torchtitan's): tensor and sequence parallelism split weights and wrap their ops; context
-parallelism replaces attention; recompute marks blocks; FSDP shards whatever weights are left (TP blocks
-included) and wraps every op once more. The model's code never changes: only its ``op`` and ``sdpa`` seams and
-its weights (core.model.layers). The trainer asks for a ``Parallelized`` and never branches on a degree.
+parallelism replaces attention; recompute; FSDP shards whatever weights are left (TP blocks included) and wraps
+every op once more, knowing which blocks recompute. The blocks are *marked* for recompute last, once every weight
+has its final Parameter: MindSpore's PyNative recompute captures a block's parameters when it is marked (marked
+before FSDP, it differentiated the replaced full weights and lost the shards' gradients: measured). The model's
+code never changes: only its ``op`` and ``sdpa`` seams and its weights (core.model.layers). The trainer asks for
+a ``Parallelized`` and never branches on a degree.
 """
 
 from __future__ import annotations
@@ -48,11 +51,12 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
         loss, eval_loss = apply_tensor_parallel(model, groups["tp"], dims.sp, placements)
     if dims.cp > 1:
         apply_context_parallel(model, groups["cp"])
-    if cfg.memory.recompute == "full":
+    recompute = cfg.memory.recompute == "full"
+    if dims.size("fsdp") > 1:
+        loss, eval_loss = apply_fsdp(model, groups["fsdp"], placements, loss, eval_loss, recomputed=recompute)
+    if recompute:
         for block in model.layers:
             block.recompute()
-    if dims.size("fsdp") > 1:
-        loss, eval_loss = apply_fsdp(model, groups["fsdp"], placements, loss, eval_loss)
     S = cfg.training.seq_len
     positions = chunk_positions(S, dims.cp, dims.index("cp")) if dims.cp > 1 else np.arange(S, dtype=np.int32)
     return Parallelized(model, loss, eval_loss, placements, dims, groups, positions)

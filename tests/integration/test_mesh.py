@@ -33,6 +33,11 @@ LAYOUTS = {
     "tp=2 dp_shard=2": ("parallel.tp=2", "parallel.dp_shard=2"),
     "cp=2 tp=2": ("parallel.cp=2", "parallel.tp=2"),
 }
+# With recompute and in PyNative (the same numbers as jit: the 1-process reference serves both), AdamW only.
+VARIANTS = {
+    "dp_shard=2 recompute pynative": ("parallel.dp_shard=2", "memory.recompute=full", "training.mode=pynative"),
+    "tp=2 dp_shard=2 recompute": ("parallel.tp=2", "parallel.dp_shard=2", "memory.recompute=full"),
+}
 _RUNS: dict = {}
 
 
@@ -44,7 +49,7 @@ def runs(tmp_path_factory):
     def get(layout: str, optim: str, *extra: str) -> TrialRun:
         key = (layout, optim, extra)
         if key not in _RUNS:
-            overrides = LAYOUTS.get(layout, ())
+            overrides = {**LAYOUTS, **VARIANTS}.get(layout, ())
             name = f"{layout}-{optim}-{len(_RUNS)}".replace(" ", "_").replace("=", "")
             _RUNS[key] = run_trial(root / name, *BASE, f"optim={optim}", *overrides, *extra, timeout=900)
         return _RUNS[key]
@@ -80,17 +85,17 @@ def assert_same_run(run: TrialRun, ref: TrialRun, first_step: int = 1) -> None:
     assert diff <= 1e-5 * np.sqrt(sum(np.sum(b[k] ** 2.0) for k in b))
 
 
-@pytest.mark.parametrize("optim", ["adamw", "muon"])
-@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("layout, optim", [(layout, optim) for layout in LAYOUTS for optim in ("adamw", "muon")]
+                         + [(variant, "adamw") for variant in VARIANTS])
 def test_layout_reproduces_the_single_process_run(runs, layout, optim):
     ref, run = runs("single", optim), runs(layout, optim)
     assert ref.code == 0, ref.output
     assert run.code == 0, run.output + "".join(p.read_text()[-2000:] for p in (run.dir / "logs").glob("rank_*.log"))
     s = run.summary
     assert_summary_schema(s)
-    degrees = dict(o.split("=") for o in LAYOUTS[layout])
+    degrees = dict(o.split("=") for o in {**LAYOUTS, **VARIANTS}[layout])
     for key, value in degrees.items():
-        if key != "parallel.sp":
+        if key.startswith("parallel.") and key != "parallel.sp":
             assert s["layout"][key.split(".")[1]] == int(value)
     assert s["layout"]["world_size"] == len(s["metrics"]["peak_memory_bytes_per_rank"])
     assert_same_run(run, ref)

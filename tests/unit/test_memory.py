@@ -91,3 +91,53 @@ def test_peak_is_measured_and_resettable():
     del hog                                                                     # a large block goes back to the OS
     assert memory.reset_peak()
     assert memory.peak_rss_bytes() < base + 60 * 2**20
+
+
+@pytest.mark.parametrize("model", ["tiny", "small", "medium"])
+def test_param_shapes_are_the_models(model):
+    from core.model import GPT
+
+    cfg = load_config([f"model={model}"])
+    real = {p.name: tuple(p.shape) for p in GPT(cfg.model).trainable_params()}
+    assert memory.param_shapes(cfg.model) == real
+
+
+@pytest.mark.parametrize("layout, divides", [
+    (["parallel.dp_shard=2"], {"states": 2, "activations": 2, "logits": 2}),    # half the rows each
+    (["parallel.dp_shard=4"], {"states": 4, "activations": 4, "logits": 4}),
+    (["parallel.cp=2"], {"states": 2, "logits": 2}),                           # FSDP over cp, half the tokens
+    (["parallel.tp=2"], {"logits": 2}),                                        # vocabulary split
+])
+def test_terms_are_each_ranks_share(layout, divides):
+    one = memory.terms(load_config(["model=small"]))
+    t = memory.terms(load_config(["model=small", *layout]))
+    for key, n in divides.items():
+        assert getattr(t, key) == pytest.approx(getattr(one, key) / n, rel=0.01), key
+    assert t.ranks == load_config(["model=small", *layout]).parallel.world_size
+    # TP splits every state but the norm gains (9 of 256 floats in small: weight, grad, AdamW's m and v)
+    tp = memory.terms(load_config(["model=small", "parallel.tp=2"]))
+    assert tp.states == (one.states - 4 * 4 * 9 * 256) / 2 + 4 * 4 * 9 * 256 and tp.gathered == 0
+    # FSDP gathers one weight whole at a time: the largest is the (vocab, d_model) embedding or head
+    assert memory.terms(load_config(["model=small", "parallel.dp_shard=2"])).gathered == 4 * 4096 * 256
+
+
+def test_sequence_parallel_and_cp_cut_activations():
+    def act(*o):
+        return memory.terms(load_config(["model=small", "training.seq_len=128", *o])).activations
+
+    assert act("parallel.tp=2", "parallel.sp=true") < act("parallel.tp=2") < act()
+    assert act("parallel.cp=2") < act()
+
+
+def test_comm_time_share_from_the_profilers_table(tmp_path):
+    from core.profiling import comm_time_share, op_type_ms
+
+    d = tmp_path / "rank_0" / "x_ascend_ms" / "FRAMEWORK"
+    d.mkdir(parents=True)
+    (d / "cpu_op_type_info_0.csv").write_text(
+        "op_type,type_occurrences,execution_frequency(per-step),total_compute_time,avg_time(ms),percent\n"
+        "MatMul,5,1,300.0,60,0.3\nAllReduce,5,1,500.0,100,0.5\nAllGather,2,1,100.0,50,0.1\n")
+    ops = op_type_ms(tmp_path)
+    assert ops == {"MatMul": 300.0, "AllReduce": 500.0, "AllGather": 100.0}
+    assert comm_time_share(ops, 2.0) == pytest.approx(0.3)      # 600 ms of collectives in 2 s of steps
+    assert comm_time_share({}, 2.0) is None and comm_time_share(ops, 0.0) is None
