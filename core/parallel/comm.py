@@ -127,6 +127,11 @@ class _AllReduceMax(nn.Cell):
         return self.op(x)
 
 
+def _along_dim(op, x, d: int):
+    """A native collective that works along dim 0, applied along ``d``."""
+    return op(x) if d == 0 else mint.movedim(op(mint.movedim(x, d, 0)), 0, d)
+
+
 class _AllGather(nn.Cell):
     """Concatenate every rank's x along ``dim`` in group order (same shape on every rank)."""
 
@@ -144,9 +149,7 @@ class _AllGather(nn.Cell):
         d = self.dim
         if self.composed:  # the local block at its offset among zeros (n masked copies), summed over ranks
             return self.op(ops.concat([x * self.mask[i] for i in range(self.n)], d))
-        if d == 0:
-            return self.op(x)
-        return mint.movedim(self.op(mint.movedim(x, d, 0)), 0, d)
+        return _along_dim(self.op, x, d)
 
 
 class _ReduceScatter(nn.Cell):
@@ -165,9 +168,7 @@ class _ReduceScatter(nn.Cell):
         d = self.dim
         if self.composed:
             return mint.narrow(self.op(x), d, self.index * (x.shape[d] // self.n), x.shape[d] // self.n)
-        if d == 0:
-            return self.op(x)
-        return mint.movedim(self.op(mint.movedim(x, d, 0)), 0, d)
+        return _along_dim(self.op, x, d)
 
 
 class _Chunk(nn.Cell):
@@ -258,105 +259,82 @@ def chunk(group: Group, dim: int) -> nn.Cell:
 # its bprop can fail to compile (core/loss.py).
 
 
-class CopyTo(nn.Cell):
+class _Copy(nn.Cell):
+    def construct(self, x):
+        return x * 1.0  # a new tensor, so that the bprop-Cell's output is not its input
+
+
+class _Paired(nn.Cell):
+    """A collective and the one that is its backward."""
+
+    def __init__(self, forward: nn.Cell, backward: nn.Cell):
+        super().__init__()
+        self.fwd, self.bwd = forward, backward
+
+    def construct(self, x):
+        return self.fwd(x)
+
+    def bprop(self, x, out, dout):
+        return (self.bwd(dout),)
+
+
+class CopyTo(_Paired):
     """Forward: identity. Backward: all-reduce (Megatron's f)."""
 
     def __init__(self, group: Group):
-        super().__init__()
-        self.bwd = all_reduce(group)
-
-    def construct(self, x):
-        return x * 1.0
-
-    def bprop(self, x, out, dout):
-        return (self.bwd(dout),)
+        super().__init__(_Copy(), all_reduce(group))
 
 
-class ReduceFrom(nn.Cell):
+class ReduceFrom(_Paired):
     """Forward: all-reduce. Backward: identity (Megatron's g)."""
 
     def __init__(self, group: Group):
-        super().__init__()
-        self.fwd = all_reduce(group)
-
-    def construct(self, x):
-        return self.fwd(x)
-
-    def bprop(self, x, out, dout):
-        return (dout,)
+        super().__init__(all_reduce(group), _Copy())
 
 
-class GatherFrom(nn.Cell):
+class GatherFrom(_Paired):
     """Forward: all-gather along ``dim``. Backward: reduce-scatter along ``dim``."""
 
     def __init__(self, group: Group, dim: int):
-        super().__init__()
-        self.fwd, self.bwd = all_gather(group, dim), reduce_scatter(group, dim)
-
-    def construct(self, x):
-        return self.fwd(x)
-
-    def bprop(self, x, out, dout):
-        return (self.bwd(dout),)
+        super().__init__(all_gather(group, dim), reduce_scatter(group, dim))
 
 
-class ReduceScatterTo(nn.Cell):
+class ReduceScatterTo(_Paired):
     """Forward: reduce-scatter along ``dim``. Backward: all-gather along ``dim``."""
 
     def __init__(self, group: Group, dim: int):
-        super().__init__()
-        self.fwd, self.bwd = reduce_scatter(group, dim), all_gather(group, dim)
-
-    def construct(self, x):
-        return self.fwd(x)
-
-    def bprop(self, x, out, dout):
-        return (self.bwd(dout),)
+        super().__init__(reduce_scatter(group, dim), all_gather(group, dim))
 
 
-class ScatterTo(nn.Cell):
+class ScatterTo(_Paired):
     """Forward: keep this rank's block of ``dim``. Backward: all-gather along ``dim``."""
 
     def __init__(self, group: Group, dim: int):
-        super().__init__()
-        self.fwd, self.bwd = chunk(group, dim), all_gather(group, dim)
-
-    def construct(self, x):
-        return self.fwd(x)
-
-    def bprop(self, x, out, dout):
-        return (self.bwd(dout),)
+        super().__init__(chunk(group, dim), all_gather(group, dim))
 
 
-class AllToAll(nn.Cell):
+class AllToAll(_Paired):
     """Forward: all-to-all (split ``split_dim``, concatenate ``concat_dim``). Backward: the inverse all-to-all."""
 
     def __init__(self, group: Group, split_dim: int, concat_dim: int):
+        super().__init__(all_to_all(group, split_dim, concat_dim), all_to_all(group, concat_dim, split_dim))
+
+
+class _Scaled(nn.Cell):
+    def __init__(self, op: nn.Cell, scale: float):
         super().__init__()
-        self.fwd = all_to_all(group, split_dim, concat_dim)
-        self.bwd = all_to_all(group, concat_dim, split_dim)
+        self.op, self.scale = op, scale
 
     def construct(self, x):
-        return self.fwd(x)
-
-    def bprop(self, x, out, dout):
-        return (self.bwd(dout),)
+        return self.op(x) * self.scale
 
 
-class BroadcastFrom(nn.Cell):
+class BroadcastFrom(_Paired):
     """Forward: every rank gets group index ``src``'s x. Backward: the sum of every rank's gradient, on ``src``;
     zero elsewhere (their x did not reach the output)."""
 
     def __init__(self, group: Group, src: int = 0):
-        super().__init__()
-        self.fwd, self.bwd = broadcast(group, src), all_reduce(group)
-        self.scale = 1.0 if group.index == src else 0.0
-
-    def construct(self, x):
-        return self.fwd(x)
-
-    def bprop(self, x, out, dout):
-        return (self.bwd(dout) * self.scale,)
+        super().__init__(broadcast(group, src), _Scaled(all_reduce(group), 1.0 if group.index == src else 0.0))
 
 
 # ---- point to point (outside graphs: pipeline stages) -------------------------------------------------------------

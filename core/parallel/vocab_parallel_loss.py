@@ -36,14 +36,15 @@ _zeros_like = ops.ZerosLike()
 
 def _local_targets(labels, start, rows_local, c):
     """labels (N,) -> index (N, 2) = [row within its chunk, target's column in this rank's block (0 if not
-    here)], here (N,) float 1/0 = the target is in this rank's block, kept (N,) float = not ignored."""
+    here)], here (N,) float 1/0 = the target is in this rank's block, token weight (N,) = 1/n_valid or 0 for
+    ignored tokens (all 0, not NaN, if none is kept)."""
     keep = (labels != IGNORE_INDEX).astype(ms.float32)
     local = labels - start
     here_b = ops.logical_and(local >= 0, local < rows_local)
     here = here_b.astype(ms.float32) * keep
     column = ops.where(here_b, local, _zeros_like(local))
     rows = ops.arange(labels.shape[0], dtype=ms.int32) % c
-    return ops.stack([rows, column], 1), here, keep
+    return ops.stack([rows, column], 1), here, keep / ops.maximum(keep.sum(), 1.0)
 
 
 class _Merge(nn.Cell):
@@ -67,17 +68,20 @@ class _Merge(nn.Cell):
         return p, lse_t, lse, target
 
 
-class _VocabParallelLinearCrossEntropy(nn.Cell):
-    """loss = sum over tokens of weight * (lse - logit[target]) with this rank's (V/tp, D) block of the head."""
+class _VocabBlock(nn.Cell):
+    """Holds what both losses need: the merge over the group and where this rank's vocabulary block starts."""
 
     def __init__(self, group: comm.Group, vocab_start: int):
         super().__init__()
         self.merge = _Merge(group)
         self.start = vocab_start
 
+
+class _VocabParallelLinearCrossEntropy(_VocabBlock):
+    """loss = sum over tokens of weight * (lse - logit[target]) with this rank's (V/tp, D) block of the head."""
+
     def construct(self, hidden, weight, labels, c):
-        index, here, keep = _local_targets(labels, self.start, weight.shape[0], c)
-        token_weight = keep / ops.maximum(keep.sum(), 1.0)                       # (N,) 1/n_valid or 0
+        index, here, token_weight = _local_targets(labels, self.start, weight.shape[0], c)
         loss = ops.zeros((), ms.float32)
         grad_weight = ops.zeros(weight.shape, weight.dtype)                      # (Vt, D)
         grad_hidden = []
@@ -98,17 +102,11 @@ class _VocabParallelLinearCrossEntropy(nn.Cell):
         return out[1] * dout[0], out[2] * dout[0], _zeros_like(labels), 0
 
 
-class _VocabParallelEval(nn.Cell):
+class _VocabParallelEval(_VocabBlock):
     """The loss of ``_VocabParallelLinearCrossEntropy`` without making gradients (validation)."""
 
-    def __init__(self, group: comm.Group, vocab_start: int):
-        super().__init__()
-        self.merge = _Merge(group)
-        self.start = vocab_start
-
     def construct(self, hidden, weight, labels, c):
-        index, here, keep = _local_targets(labels, self.start, weight.shape[0], c)
-        token_weight = keep / ops.maximum(keep.sum(), 1.0)
+        index, here, token_weight = _local_targets(labels, self.start, weight.shape[0], c)
         loss = ops.zeros((), ms.float32)
         for s in range(0, hidden.shape[0], c):
             h = _depend(hidden[s:s + c], loss)

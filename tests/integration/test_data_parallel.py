@@ -1,15 +1,8 @@
 """Data parallelism over real worker processes, against the single-process run with the same global batch."""
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
-
 import pytest
 
-from tests.integration.conftest import ROOT, TrialRun
+from tests.integration.conftest import kill_rank_mid_run
 from tests.schema import assert_summary_schema
 
 pytestmark = pytest.mark.slow
@@ -37,20 +30,8 @@ def test_nan_on_every_rank_is_nan(trial):
 
 
 def test_kill_9_of_a_worker_is_an_error_naming_the_rank(tmp_path):
-    trial_dir = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "core.train", "model=tiny", "trial.max_steps=100000",
-                             "parallel.dp_replicate=2", "training.micro_batch_size=4", f"trial.dir={trial_dir}"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    metrics = trial_dir / "metrics.jsonl"
-    deadline = time.time() + 180
-    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
-        time.sleep(0.5)
-    assert metrics.exists(), "the run never reached step 2"
-    pid = json.loads((trial_dir / "logs" / "pids.json").read_text())["ranks"]["1"]
-    os.kill(pid, signal.SIGKILL)
-    out, _ = proc.communicate(timeout=120)
-    run = TrialRun(proc.returncode, trial_dir, out)
-    assert run.code == 1, out
+    run = kill_rank_mid_run(tmp_path / "killed", 1, "parallel.dp_replicate=2", "training.micro_batch_size=4")
+    assert run.code == 1, run.output
     s = run.summary
     assert_summary_schema(s)
     assert s["status"] == "error" and s["error"]["rank"] == 1 and "SIGKILL" in s["reason"]

@@ -6,18 +6,12 @@ a layout that does not fit the cluster exits 2, and a rank killed mid-run is nam
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from core import checkpoint as ck
-from tests.integration.conftest import ROOT, TrialRun, run_trial
+from tests.integration.conftest import TrialRun, kill_rank_mid_run, run_trial
 from tests.schema import assert_summary_schema
 
 pytestmark = pytest.mark.slow
@@ -155,20 +149,9 @@ def test_tp_that_does_not_divide_the_heads_exits_2_before_any_work(tmp_path):
 
 
 def test_kill_9_of_one_rank_of_a_4_rank_layout_names_it(tmp_path):
-    trial_dir = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "core.train", "model=tiny", "trial.max_steps=100000",
-                             "parallel.tp=2", "parallel.dp_shard=2", f"trial.dir={trial_dir}"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    metrics = trial_dir / "metrics.jsonl"
-    deadline = time.time() + 300
-    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
-        time.sleep(0.5)
-    assert metrics.exists(), "the run never reached step 2"
-    pid = json.loads((trial_dir / "logs" / "pids.json").read_text())["ranks"]["2"]
-    os.kill(pid, signal.SIGKILL)
-    out, _ = proc.communicate(timeout=180)
-    s = TrialRun(proc.returncode, trial_dir, out).summary
-    assert proc.returncode == 1, out
+    run = kill_rank_mid_run(tmp_path / "killed", 2, "parallel.tp=2", "parallel.dp_shard=2")
+    assert run.code == 1, run.output
+    s = run.summary
     assert_summary_schema(s)
     assert s["status"] == "error" and s["error"]["rank"] == 2 and "SIGKILL" in s["reason"]
     assert s["steps"] >= 2 and len(s["ranks"]) == 4

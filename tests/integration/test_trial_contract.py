@@ -1,6 +1,5 @@
 """One real trial per exit code of DESIGN §3.3, through the CLI as the agent runs it."""
 
-import json
 import time
 
 import pytest

@@ -173,16 +173,21 @@ def test_nan_does_not_imply_oom_or_vice_versa(memory):
 
 def test_on_the_shipped_spaces():
     par = FeasibilityMemory(load_space("parallel"))
-    oom = {"parallel.dp_replicate": 1, "training.micro_batch_size": 4, "memory.recompute": "full",
-           "training.mode": "jit"}
+    oom = {"parallel.dp_replicate": 1, "parallel.dp_shard": 1, "parallel.tp": 2, "parallel.sp": True,
+           "parallel.cp": 1, "training.micro_batch_size": 4, "memory.recompute": "full", "training.mode": "jit"}
     par.record(oom, "oom", trial=0)
     assert par.check({**oom, "training.micro_batch_size": 8}).startswith(
-        "dominated by OOM in trial 0 at training.micro_batch_size=4 "
-        "(same parallel.dp_replicate, memory.recompute, training.mode)")
+        "dominated by OOM in trial 0 at training.micro_batch_size=4 (same parallel.dp_replicate, "
+        "parallel.dp_shard, parallel.tp, parallel.sp, ...): this proposal needs at least as much memory; to run, "
+        "change one of: training.micro_batch_size in [1, 2]")
     # recompute carries no memory claim in parallel.yaml (full peaked above none on this CPU): no dominance
     assert par.check({**oom, "training.micro_batch_size": 8, "memory.recompute": "none"}) is None
     assert par.check({**oom, "training.mode": "pynative", "training.micro_batch_size": 8}) is None
     assert par.check({**oom, "training.micro_batch_size": 2}) is None
+    # neither do the degrees (a second rank's collective runtime outweighs what sharding saves here): another
+    # layout is never dominated
+    for other in ({"parallel.sp": False}, {"parallel.tp": 1, "parallel.sp": False, "parallel.dp_shard": 2}):
+        assert par.check({**oom, **other, "training.micro_batch_size": 8}) is None
 
     hp = FeasibilityMemory(load_space("hparams"))
     nan = {"optim.lr": 0.02, "optim.warmup_steps": 5, "optim.weight_decay": 0.1, "optim": "adamw",

@@ -423,9 +423,13 @@ def test_shipped_spaces_load_and_use_known_config_keys(name, objective, world_si
 
 def test_parallel_space_grid_is_the_layouts_the_core_runs():
     grid = load_space("parallel").grid()
-    # dp 1: micro 1, 2, 4, 8; dp 2: micro 1, 2, 4 (8 % (8 * 2) != 0) -- times recompute x mode
-    assert len(grid) == (4 + 3) * 2 * 2
-    assert {p["parallel.dp_replicate"] for p in grid} == {1, 2}
+    layouts = {tuple(p[f"parallel.{k}"] for k in ("dp_replicate", "dp_shard", "tp", "sp", "cp")) for p in grid}
+    # every layout of 1 or 2 ranks the core runs; sp only with tp
+    assert layouts == {(1, 1, 1, False, 1), (2, 1, 1, False, 1), (1, 2, 1, False, 1), (1, 1, 2, False, 1),
+                       (1, 1, 2, True, 1), (1, 1, 1, False, 2)}
+    # one batch rank: micro 1, 2, 4, 8 (4 layouts); two (dp_replicate or dp_shard = 2): micro 1, 2, 4, as
+    # 8 % (8 * 2) != 0 -- times recompute x mode
+    assert len(grid) == (4 * 4 + 2 * 3) * 2 * 2
 
 
 def test_config_key_problems_catch_typos(tmp_path):
