@@ -29,8 +29,11 @@ from autoresearch.space import load_space
 
 GiB = 1024**3
 RAN = ("ok", "error", "invalid") + st.FAILURE_KINDS  # statuses of trials that actually ran
-# The sampler may repeat a config this often in a row (a repeat costs no run and no budget: asking again keeps its
-# own preference) before the agent enqueues an unseen random config instead.
+# The sampler may repeat a config, or propose one the space's constraints reject, this often in a row (neither
+# costs a run or budget: asking again keeps its own preference) before the agent enqueues an unseen valid random
+# config instead. Rejections count because independent TPE models each param alone and cannot learn a joint rule
+# such as "the parallel degrees multiply to at most world_size": on parallel.yaml (6 valid of 32 degree
+# combinations) its first 40 proposals were all rejected (measured 2026-11-30).
 REPEATS_BEFORE_RANDOM = 3
 
 
@@ -114,7 +117,8 @@ class StudyLoop:
         self._estimates: dict[tuple, int | None] = {}
         self.workers = opts.workers
         self.errors_in_a_row = 0
-        self.repeats_in_a_row = 0  # proposals that repeated a config that ran ok, since the last new one
+        self.repeats_in_a_row = 0  # proposals that repeated a config or broke the space, since the last new one
+        self.repeat_kind = ""      # what the last of them did, for the label of the random config that follows
 
     # --- set-up ---
 
@@ -345,9 +349,12 @@ class StudyLoop:
                 trial.set_user_attr("estimated_memory_bytes", est)
                 trial.set_user_attr("predicted_memory_bytes", predicted)
         skipped = self.skip(study, params)
-        # A sampler that keeps repeating itself (TPE on a small discrete space does) gets an unseen config.
-        repeated = bool(skipped) and skipped[0] == "duplicate"
+        # A sampler that keeps repeating itself (TPE on a small discrete space does), or keeps breaking the space's
+        # constraints, gets an unseen valid config.
+        repeated = bool(skipped) and skipped[0] in ("duplicate", "rejected")
         self.repeats_in_a_row = self.repeats_in_a_row + 1 if repeated else 0
+        if repeated:
+            self.repeat_kind = "repeated a config" if skipped[0] == "duplicate" else "broke the space's constraints"
         if skipped:
             status, reason, kind = skipped
             st.tell_skipped(study, trial, status, reason, kind)
@@ -388,7 +395,7 @@ class StudyLoop:
                 break
             if self.skip(study, params, recorded) is None:
                 study.enqueue_trial(self.space.coerce(params), user_attrs={
-                    "proposer": f"random ({self.sampler_name} repeated a config)"})
+                    "proposer": f"random ({self.sampler_name} {self.repeat_kind})"})
                 return
         raise SearchExhausted("no config left that is new and not dominated by a known failure")
 

@@ -14,8 +14,9 @@ Everything lives in an ordinary Optuna study (SQLite by default, any SQLAlchemy 
   chose the config), fallback_from (``claude`` when Claude was asked, spent ``llm_usage`` and declined), rationale,
   llm_usage, predicted/estimated_memory_bytes, agent (host, pid) and heartbeat_at while running.
 - ``--trials N`` means: the study holds N COMPLETE or PRUNED trials, not counting points rejected by the
-  space's constraints nor repeats of a config that ran ok (status ``duplicate``; after a few repeats in a row the
-  agent enqueues an unseen random config, so a sampler stuck on one point cannot spend the budget). FAILed trials don't count; the config of a trial abandoned by its agent (``reaped``
+  space's constraints nor repeats of a config that ran ok (status ``duplicate``; after a few of either in a row the
+  agent enqueues an unseen valid random config, so a sampler stuck on one point, or on points the space's
+  constraints reject, cannot spend the budget or the session). FAILed trials don't count; the config of a trial abandoned by its agent (``reaped``
   after a crash, ``interrupted`` by Ctrl-C) is enqueued again, once.
 """
 

@@ -158,7 +158,21 @@ def test_random_proposer_and_space_rejections_do_not_count(tmp_path):
     assert all("constraint violated" in t.user_attrs["reason"] for t in rejected)
     repeats = [t for t in study.trials if t.user_attrs["status"] == "duplicate"]
     assert storage.finished_count(study) == 6 == len(study.trials) - len(rejected) - len(repeats)
-    assert {t.user_attrs["proposer"] for t in study.trials} <= {"random", "random (random repeated a config)"}
+    assert {t.user_attrs["proposer"] for t in study.trials} <= {
+        "random", "random (random repeated a config)", "random (random broke the space's constraints)"}
+
+
+def test_a_sampler_that_keeps_breaking_the_space_gets_a_valid_config(tmp_path):
+    """Independent TPE cannot learn a joint rule; after 3 rejections in a row the agent enqueues a valid config."""
+    from autoresearch.loop import REPEATS_BEFORE_RANDOM
+
+    space = space_file(tmp_path, constraints=[f"{MBS} * optim.lr <= 0.008"])  # 1 valid (mbs, lr) pair of 8
+    assert run_agent(tmp_path, space, "--trials", "4", "--no-learn") == 0
+    statuses = [t.user_attrs["status"] for t in load(tmp_path).trials]
+    runs = "".join("r" if s == "rejected" else "." for s in statuses).split(".")
+    assert max(len(r) for r in runs) <= REPEATS_BEFORE_RANDOM, statuses
+    labels = {t.user_attrs["proposer"] for t in load(tmp_path).trials}
+    assert "random (tpe broke the space's constraints)" in labels
 
 
 def test_grid_resume_goes_on_and_stops_when_exhausted(tmp_path, capsys):
