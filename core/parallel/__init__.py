@@ -2,6 +2,17 @@
 
 A rank is a worker process started by ``core.launch`` (or msrun) with MindSpore's dynamic-cluster environment
 (MS_ROLE=MS_WORKER, MS_NODE_ID, MS_WORKER_NUM, MS_SCHED_HOST/PORT). ``init_distributed`` joins the cluster.
+
+    dims.py               ParallelDims: the mesh (pp, dp_replicate, dp_shard, cp, tp), coordinates, group ranks
+    comm.py               collectives on named groups, each paired with its backward; CPU compositions
+    placement.py          how one parameter is split over tp and fsdp (shared by FSDP, optimizer, checkpoints)
+    parallelize.py        parallelize(model, dims, cfg): the one place that applies the techniques below
+    tensor_parallel.py    column/row-parallel linears, vocab-parallel embedding, sequence parallelism
+    vocab_parallel_loss.py  the fused linear cross-entropy over a vocabulary split across tp
+    context_parallel.py   the sequence over cp ranks (load-balanced chunks), attention over gathered K/V
+    fsdp.py               FSDP/HSDP: flat shards gathered per op, gradients reduce-scattered
+    grads.py              GradientSync: the gradient of the global mean loss, clipped by the global norm
+    schedule.py           the micro-batch schedule of a step (gradient accumulation; pipelines next)
 """
 
 from __future__ import annotations

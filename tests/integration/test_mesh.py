@@ -27,10 +27,12 @@ LAYOUTS = {
     "tp=2 dp_shard=2": ("parallel.tp=2", "parallel.dp_shard=2"),
     "cp=2 tp=2": ("parallel.cp=2", "parallel.tp=2"),
 }
+UNTIED = "model.tie_embeddings=false"  # tiny ties its head to the embedding; small and medium do not
 # With recompute and in PyNative (the same numbers as jit: the 1-process reference serves both), AdamW only.
 VARIANTS = {
     "dp_shard=2 recompute pynative": ("parallel.dp_shard=2", "memory.recompute=full", "training.mode=pynative"),
     "tp=2 dp_shard=2 recompute": ("parallel.tp=2", "parallel.dp_shard=2", "memory.recompute=full"),
+    "dp_shard=4": ("parallel.dp_shard=4",),
 }
 _RUNS: dict = {}
 
@@ -101,29 +103,41 @@ def _state(run: TrialRun, rank: int | None = None) -> int:
     return b["params"] + b["grads"] + b["optimizer"]
 
 
-@pytest.mark.parametrize("optim", ["adamw", "muon"])
-def test_fsdp_divides_parameters_gradients_and_optimizer_state(runs, optim):
-    single, sharded = runs("single", optim), runs("dp_shard=2", optim)
+@pytest.mark.parametrize("optim, n", [("adamw", 2), ("muon", 2), ("adamw", 4)])
+def test_fsdp_divides_parameters_gradients_and_optimizer_state(runs, optim, n):
+    single, sharded = runs("single", optim), runs(f"dp_shard={n}", optim)
+    assert sharded.code == 0, sharded.output
     n_tensors = 3 * 9 + 2  # tiny: 3 blocks of 9 weights, the embedding (tied head) and the final norm
     states = 2  # AdamW's m and v (Muon's one momentum buffer holds less)
-    # Stated remainder: each tensor's padding to a multiple of 2 (< 2 floats) in the weight, its gradient and its
+    # Stated remainder: each tensor's padding to a multiple of n (< n floats) in the weight, its gradient and its
     # states, and the optimizer's step counter (8 bytes), which every rank keeps whole.
-    remainder = n_tensors * (2 + states) * 4 + 8
-    for rank in range(2):
-        assert _state(sharded, rank) <= _state(single) / 2 + remainder
-    # and not trivially: the two ranks together hold at least the whole model
-    assert _state(sharded, 0) + _state(sharded, 1) >= _state(single)
+    remainder = n_tensors * (2 + states) * (n - 1) * 4 + 8
+    for rank in range(n):
+        assert _state(sharded, rank) <= _state(single) / n + remainder
+    # and not trivially: the ranks together hold at least the whole model
+    assert sum(_state(sharded, rank) for rank in range(n)) >= _state(single)
 
 
-def test_resume_on_another_layout_continues_exactly(runs, tmp_path):
+@pytest.mark.parametrize("optim", ["adamw", "muon"])
+def test_untied_head_is_vocab_parallel_and_sharded_too(runs, optim):
+    """A separate lm_head (small, medium): split by vocabulary rows under TP and sharded by FSDP."""
+    ref, run = runs("single", optim, UNTIED), runs("tp=2 dp_shard=2", optim, UNTIED)
+    assert ref.code == 0 and run.code == 0, run.output
+    assert "model.lm_head.weight" in final_params(run)
+    assert_same_run(run, ref)
+
+
+def test_resume_on_any_layout_continues_exactly(runs, tmp_path):
     ref = runs("single", "adamw")
-    # a sharded checkpoint (tp=2) resumed on FSDP, and the 1-process checkpoint resumed on context parallelism
-    for source, target in (("tp=2", ("parallel.dp_shard=2",)), ("single", ("parallel.cp=2",))):
+    # a sharded checkpoint (tp=2) resumed on FSDP and on its own layout, and the 1-process checkpoint resumed on
+    # context parallelism
+    for i, (source, target) in enumerate((("tp=2", ("parallel.dp_shard=2",)), ("tp=2", ("parallel.tp=2",)),
+                                          ("single", ("parallel.cp=2",)))):
         saved = runs(source, "adamw")
         step5 = saved.dir / "checkpoints" / "step_00000005"
         assert (step5 / ("index.json" if source != "single" else ck.FILENAME)).exists()
-        run = run_trial(tmp_path / source.replace("=", ""), *BASE, "optim=adamw", *target,
-                        f"checkpoint.resume={step5}", timeout=900)
+        run = run_trial(tmp_path / f"resumed{i}", *BASE, "optim=adamw", *target, f"checkpoint.resume={step5}",
+                        timeout=900)
         assert run.code == 0, run.output
         assert_same_run(run, ref, first_step=6)
 

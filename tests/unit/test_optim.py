@@ -310,3 +310,17 @@ def test_rejects_a_parameter_listed_twice():
     named = make_params()
     with pytest.raises(ValueError):
         build_optimizer(named + [("tied.weight", named[0][1])], OptimConfig())
+
+
+def test_sharded_muon_owners_balance_newton_schulz_cost():
+    from core.optim.sharded_muon import assign_owners
+
+    # small's hidden matrices per block: wq, wk, wv, wo (256 x 256) and the MLP (688 x 256, 256 x 688)
+    shapes = [(256, 256)] * 4 + [(688, 256), (688, 256), (256, 688)]
+    cost = [a * b * min(a, b) for a, b in shapes]
+    for ranks in (1, 2, 4):
+        owners = assign_owners(shapes * 4, ranks)
+        assert set(owners) == set(range(ranks))              # every rank takes a share
+        load = [sum(c for c, o in zip(cost * 4, owners) if o == r) for r in range(ranks)]
+        assert max(load) - min(load) <= max(cost)             # greedy: within one matrix of even
+    assert assign_owners([(4, 4)], 3) == [0]
