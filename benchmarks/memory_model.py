@@ -95,18 +95,36 @@ STEPS = 10
 
 
 def collect(args) -> None:
+    """Run the sweep. The data file is rewritten after every run, so an interrupted collection resumes with
+    `--resume`: runs already in the file with today's overrides are kept, not run again."""
     from provenance import git_commit
+
+    import mindspore
 
     modes = [m for m in MODES if not args.only or m == args.only]
     wanted = [(i, name, ov, held) for i, (name, ov, held) in enumerate(SWEEP)
               if not args.names or re.search(args.names, name)]
-    old = json.loads(Path(args.data).read_text())["rows"] if args.names and Path(args.data).exists() else []
+    merge = (args.names or args.resume) and Path(args.data).exists()
+    old = json.loads(Path(args.data).read_text())["rows"] if merge else []
+    done = {(r["mode"], r["name"]): r["overrides"] for r in old} if args.resume else {}
     redo = {(mode, name) for mode in modes for _, name, _, _ in wanted}
-    rows = [r for r in old if (r["mode"], r["name"]) not in redo]
+    rows = [r for r in old if (r["mode"], r["name"]) not in redo or args.resume]
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               "unknown CPU")
+    meta = {"date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "device": args.device, "machine": cpu,
+            "mindspore": mindspore.__version__}
+    order = {(m, n): k for k, (m, n) in enumerate((m, n) for m in MODES for n, _, _ in SWEEP)}
+
+    def write():
+        rows.sort(key=lambda r: order.get((r["mode"], r["name"]), len(order)))
+        Path(args.data).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+
     with tempfile.TemporaryDirectory() as tmp:
         for mode in modes:
             for i, name, overrides, held_out in wanted:
                 ov = [*overrides, f"device={args.device}", f"training.mode={mode}", f"trial.max_steps={STEPS}"]
+                if done.get((mode, name)) == ov:
+                    continue
                 out = Path(tmp) / f"{mode}{i}"
                 subprocess.run([sys.executable, "-m", "core.train", *ov, f"trial.dir={out}"], cwd=ROOT,
                                capture_output=True)
@@ -114,19 +132,13 @@ def collect(args) -> None:
                 if s["status"] != "ok":
                     raise SystemExit(f"{name} ({mode}): trial ended {s['status']}: {s['reason']}")
                 peak = s["metrics"]["peak_memory_bytes"]  # the largest rank's peak
+                rows[:] = [r for r in rows if (r["mode"], r["name"]) != (mode, name)]
                 rows.append({"name": name, "mode": mode, "overrides": ov, "peak_bytes": peak,
                              "peak_bytes_per_rank": s["metrics"]["peak_memory_bytes_per_rank"],
                              "held_out": held_out, "commit": git_commit()})
+                write()
                 print(f"{mode:8s} {name:26s} {peak / MiB:7.0f} MiB", file=sys.stderr)
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               "unknown CPU")
-    import mindspore
-
-    meta = {"date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "device": args.device, "machine": cpu,
-            "mindspore": mindspore.__version__}
-    order = {(m, n): k for k, (m, n) in enumerate((m, n) for m in MODES for n, _, _ in SWEEP)}
-    rows.sort(key=lambda r: order.get((r["mode"], r["name"]), len(order)))
-    Path(args.data).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    write()
     print(f"wrote {args.data} ({len(rows)} runs)", file=sys.stderr)
 
 
@@ -245,6 +257,7 @@ def main() -> None:
     c.add_argument("--only", choices=MODES, help="one execution mode")
     c.add_argument("--data", default=str(DATA))
     c.add_argument("--names", help="only the runs whose name matches this regex, merged into the data file")
+    c.add_argument("--resume", action="store_true", help="keep the runs already collected with today's overrides")
     f = sub.add_parser("fit", help="fit a RuntimeProfile per mode and show the shipped estimate's errors")
     f.add_argument("--data", default=str(DATA))
     args = ap.parse_args()

@@ -13,7 +13,7 @@ from typing import Sequence
 import mindspore as ms
 from mindspore import Tensor, ops
 
-_NORM_EPS = 1e-6
+NORM_EPS = 1e-6  # guards a zero norm (also core.parallel.grads)
 
 
 def global_grad_norm(grads: Sequence[Tensor]) -> Tensor:
@@ -34,7 +34,7 @@ def clip_grad_norm(grads: Sequence[Tensor], max_norm: float) -> tuple[tuple[Tens
     norm = global_grad_norm(grads)
     if max_norm <= 0:
         return grads, norm
-    coef = ops.minimum(max_norm / (norm + _NORM_EPS), 1.0)
+    coef = ops.minimum(max_norm / (norm + NORM_EPS), 1.0)
     return tuple(g * coef for g in grads), norm
 
 

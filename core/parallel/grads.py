@@ -22,11 +22,10 @@ import math
 import mindspore as ms
 from mindspore import mint, nn, ops
 
+from core.optim.clip import NORM_EPS
 from core.parallel import comm
 from core.parallel.dims import ParallelDims
 from core.parallel.placement import Placement
-
-_NORM_EPS = 1e-6  # as core.optim.clip
 
 
 class _FlatAllReduce(nn.Cell):
@@ -73,7 +72,7 @@ class _Sync(nn.Cell):
             total = total + ops.sum(ops.square(grads[i])) * self.norm_weight[i]
         norm = ops.sqrt(self.norm_sum(total.reshape(1))).reshape(())
         if self.max_norm > 0:
-            coef = ops.minimum(self.max_norm / (norm + _NORM_EPS), 1.0)
+            coef = ops.minimum(self.max_norm / (norm + NORM_EPS), 1.0)  # as core.optim.clip
             grads = tuple(g * coef for g in grads)
         return grads, norm
 
