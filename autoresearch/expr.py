@@ -18,11 +18,12 @@ Grammar (Python's precedence; ``true``/``false`` are an addition for boolean par
     arith      := term (('+'|'-') term)*
     term       := unary (('*'|'/'|'//'|'%') unary)*
     unary      := ('-'|'+') unary | atom
-    atom       := NUMBER | 'true' | 'false' | NAME | ('min'|'max') '(' expr (',' expr)* ')' | '(' expr ')'
+    atom       := NUMBER | STRING | 'true' | 'false' | NAME | ('min'|'max') '(' expr (',' expr)* ')' | '(' expr ')'
     NAME       := identifier ('.' identifier)*                       # dotted config keys: parallel.tp
+    STRING     := "'" [^'"\\]* "'" | '"' [^'"\\]* '"'                  # a choice's value: 'interleaved'
 
-Anything else (strings, subscripts, attribute calls, lambdas, other functions, ``**``) is rejected with a
-message saying what is not allowed.
+Strings compare with ``==`` and ``!=`` only. Anything else (subscripts, attribute calls, lambdas, other
+functions, ``**``) is rejected with a message saying what is not allowed.
 """
 
 from __future__ import annotations
@@ -50,8 +51,10 @@ _OPERATORS = ("//", "==", "!=", "<=", ">=", "<", ">", "+", "-", "*", "/", "%", "
 _WORDS = {"and", "or", "not", "true", "false", "True", "False"}
 _FUNCTIONS = {"min": min, "max": max}
 # Characters people are likely to try, with the reason they fail (clearer than "unexpected character").
+_STRING = re.compile(r"'([^'\"\\]*)'" + r'|"([^\'"\\]*)"')
 _REJECTED_CHARS = {
-    "'": "strings are not allowed", '"': "strings are not allowed",
+    "'": "unterminated string (or a quote or backslash inside one)",
+    '"': "unterminated string (or a quote or backslash inside one)",
     "[": "subscripts and lists are not allowed", "]": "subscripts and lists are not allowed",
     "{": "dicts and sets are not allowed", "}": "dicts and sets are not allowed",
     ":": "':' is not allowed (no lambdas, slices or dicts)", "=": "assignment is not allowed (use == to compare)",
@@ -62,7 +65,7 @@ _REJECTED_CHARS = {
 
 @dataclass(frozen=True)
 class _Token:
-    kind: str      # "num" | "name" | "word" | "op" | "end"
+    kind: str      # "num" | "str" | "name" | "word" | "op" | "end"
     text: str
     pos: int
     value: Any = None
@@ -86,6 +89,11 @@ def _tokenize(text: str) -> list[_Token]:
                 raise ExprError(f"malformed number starting at column {i + 1}: {text[i:m.end() + 1]!r}...")
             is_float = any(c in literal for c in ".eE")
             tokens.append(_Token("num", literal, i, float(literal) if is_float else int(literal)))
+            i = m.end()
+            continue
+        m = _STRING.match(text, i)
+        if m:
+            tokens.append(_Token("str", m.group(), i, m.group(1) if m.group(1) is not None else m.group(2)))
             i = m.end()
             continue
         m = _NAME.match(text, i)
@@ -348,7 +356,7 @@ class _Parser:
 
     def atom(self) -> _Node:
         tok = self.take()
-        if tok.kind == "num":
+        if tok.kind in ("num", "str"):
             return _Const(tok.value)
         if tok.kind == "word" and tok.text in ("true", "false", "True", "False"):
             return _Const(tok.text.lower() == "true")

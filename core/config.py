@@ -113,16 +113,22 @@ class ParallelConfig:
     dp_replicate: int = 1          # data-parallel replicas; gradients all-reduced between them
     dp_shard: int = 1              # FSDP degree: parameters, gradients, optimizer states sharded (HSDP with dp_replicate)
     tp: int = 1                    # tensor parallel: heads, KV heads, FFN width and vocabulary split
-    pp: int = 1                    # pipeline stages (validated; run by the pipeline schedules, not yet)
+    pp: int = 1                    # pipeline stages (core.parallel.pipeline)
     cp: int = 1                    # context parallel: the sequence split into 2*cp load-balanced chunks
     ep: int = 1                    # expert parallel, borrows from dp_shard * cp * tp (needs an MoE model, not yet)
     sp: bool = False               # sequence parallel in the norm/residual regions (with tp > 1)
-    pp_schedule: str = "1f1b"      # 1f1b | gpipe
+    pp_schedule: str = "1f1b"      # gpipe | 1f1b | interleaved
+    pp_virtual: int = 1            # stages per rank (the interleaved schedule)
+    pp_layers: Optional[list[int]] = None  # layers per stage (pp * pp_virtual of them); null: an even split ...
+    pp_offset: int = 0             # ... with this many layers moved from the last stage to the first (negative:
+                                   # the other way; MindFormers' offset): the embedding and the head are not free
 
     def __post_init__(self):
-        _positive("parallel", self, "dp_replicate", "dp_shard", "tp", "pp", "cp", "ep")
-        _require(self.pp_schedule in ("1f1b", "gpipe"), "parallel.pp_schedule",
-                 f"must be 1f1b or gpipe (got {self.pp_schedule!r})")
+        _positive("parallel", self, "dp_replicate", "dp_shard", "tp", "pp", "cp", "ep", "pp_virtual")
+        _require(self.pp_schedule in ("gpipe", "1f1b", "interleaved"), "parallel.pp_schedule",
+                 f"must be gpipe, 1f1b or interleaved (got {self.pp_schedule!r})")
+        _require(self.pp_virtual == 1 or self.pp_schedule == "interleaved", "parallel.pp_virtual",
+                 f"{self.pp_virtual} stages per rank need parallel.pp_schedule=interleaved; or set pp_virtual=1")
         _require(not self.sp or self.tp > 1, "parallel.sp",
                  "sequence parallelism splits the tensor-parallel group's work; it needs parallel.tp > 1")
         _require(self.ep == 1 or (self.dp_shard * self.cp * self.tp) % self.ep == 0, "parallel.ep",
@@ -133,6 +139,16 @@ class ParallelConfig:
     def world_size(self) -> int:
         return self.dp_replicate * self.dp_shard * self.tp * self.pp * self.cp
 
+    def stage_split(self, n_layers: int) -> list[int]:
+        """Layers per pipeline stage (pp * pp_virtual stages): ``pp_layers``, or even with ``pp_offset``."""
+        if self.pp_layers is not None:
+            return list(self.pp_layers)
+        stages = self.pp * self.pp_virtual
+        split = [n_layers // stages] * stages
+        split[0] += self.pp_offset
+        split[-1] -= self.pp_offset
+        return split
+
     @property
     def dp(self) -> int:
         """Ranks that see different rows of the batch."""
@@ -142,14 +158,21 @@ class ParallelConfig:
 @dataclass
 class MemoryConfig:
     recompute: str = "none"        # none | full (recompute every block's activations in backward)
+    recompute_stages: Optional[list[str]] = None  # per pipeline stage (pp * pp_virtual), overriding recompute
     swap: bool = False             # offload saved activations to host storage (not yet supported)
     limit_gb: Optional[float] = None  # per-rank memory budget; exceeding it ends the trial with exit 10
 
     def __post_init__(self):
         _require(self.recompute in ("none", "full"), "memory.recompute",
                  f"must be none or full (got {self.recompute!r})")
+        for value in self.recompute_stages or []:
+            _require(value in ("none", "full"), "memory.recompute_stages", f"must be none or full (got {value!r})")
         _require(not self.swap, "memory.swap", "activation swap is not supported yet; set memory.swap=false")
         _require(self.limit_gb is None or self.limit_gb > 0, "memory.limit_gb", "must be > 0 or null")
+
+    def recompute_of(self, stage: int) -> str:
+        """The recompute setting of pipeline stage ``stage`` (of the whole model without a pipeline)."""
+        return self.recompute_stages[stage] if self.recompute_stages else self.recompute
 
 
 @dataclass
@@ -231,6 +254,10 @@ class TrainConfig:
         _require(t.seq_len <= self.model.max_seq_len, "training.seq_len",
                  f"{t.seq_len} exceeds model.max_seq_len={self.model.max_seq_len}; lower it or raise model.max_seq_len")
         _check_layout(self.model, t, p)
+        stages = p.pp * p.pp_virtual
+        _require(self.memory.recompute_stages is None or len(self.memory.recompute_stages) == stages,
+                 "memory.recompute_stages", f"needs one setting per pipeline stage (pp * pp_virtual = {stages}), "
+                 f"got {self.memory.recompute_stages}")
         _require(t.global_batch_size % p.dp == 0, "training.global_batch_size",
                  f"{t.global_batch_size} must be a multiple of the data-parallel degree {p.dp} "
                  "(parallel.dp_replicate * parallel.dp_shard)")
@@ -240,6 +267,10 @@ class TrainConfig:
         _require(t.global_batch_size % per_step == 0, "training.global_batch_size",
                  f"{t.global_batch_size} must be a multiple of micro_batch_size * data-parallel degree "
                  f"= {t.micro_batch_size} * {p.dp} = {per_step}")
+        _require(p.pp_schedule != "interleaved" or p.pp == 1 or self.grad_accum_steps % p.pp == 0,
+                 "parallel.pp_schedule", f"interleaved needs the micro-batches per step ({self.grad_accum_steps} = "
+                 f"global_batch_size / (micro_batch_size * dp)) to be a multiple of pp={p.pp}; change "
+                 "training.micro_batch_size or the batch, or use 1f1b")
         _require(self.checkpoint.interval == 0 or self.trial.max_steps is None
                  or self.checkpoint.interval <= self.trial.max_steps, "checkpoint.interval",
                  "is longer than trial.max_steps, so no checkpoint would be written; lower it or set 0")
@@ -265,10 +296,22 @@ def _check_layout(m: ModelConfig, t: TrainingConfig, p: ParallelConfig) -> None:
         _require(local % p.tp == 0, "parallel.sp",
                  f"each rank's sequence ({t.seq_len} / cp = {local}) must split into tp={p.tp} equal parts; "
                  "choose seq_len, cp and tp accordingly or set parallel.sp=false")
-    _require(m.n_layers % p.pp == 0, "parallel.pp",
-             f"{p.pp} stages do not divide model.n_layers={m.n_layers}; choose a pp that divides it")
-    _require(p.pp == 1, "parallel.pp",
-             f"pipeline parallelism (pp={p.pp}) is not run by this core yet; set parallel.pp=1")
+    stages = p.pp * p.pp_virtual
+    if p.pp_layers is not None:
+        _require(len(p.pp_layers) == stages and sum(p.pp_layers) == m.n_layers and min(p.pp_layers) >= 1,
+                 "parallel.pp_layers", f"{list(p.pp_layers)} must give each of pp * pp_virtual = {stages} stages at "
+                 f"least one layer, model.n_layers={m.n_layers} in all")
+        _require(p.pp_offset == 0, "parallel.pp_offset", "applies to the even split; with parallel.pp_layers "
+                                                         "set it to 0 and write the split you want")
+    else:
+        _require(m.n_layers % stages == 0, "parallel.pp",
+                 f"pp * pp_virtual = {stages} stages do not divide model.n_layers={m.n_layers}; choose degrees "
+                 "that divide it, or give the layers per stage in parallel.pp_layers (e.g. [1,2])")
+        split = p.stage_split(m.n_layers)
+        _require(stages > 1 or p.pp_offset == 0, "parallel.pp_offset", "needs a pipeline (parallel.pp > 1)")
+        _require(min(split) >= 1, "parallel.pp_offset",
+                 f"{p.pp_offset} leaves a stage without layers (split {split}); keep |pp_offset| below "
+                 f"{m.n_layers // stages}")
     _require(p.ep == 1, "parallel.ep", f"expert parallelism (ep={p.ep}) needs an MoE model, which this core does not "
                                        "have yet; set parallel.ep=1")
 

@@ -95,6 +95,7 @@ class Terms:
     ranks: int
     gathered: int = 0   # FSDP: bytes of the largest weight gathered whole for one op (0 without FSDP)
     comm_params: int = 0  # bytes of the parameters as a collective buffer: dp_replicate all-reduce, FSDP shards
+    stash: int = 0      # pipeline: stage inputs (and last-stage input gradients) of the micro-batches in flight
 
     @property
     def states(self) -> int:
@@ -137,16 +138,45 @@ def _activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int, tp: int = 
     return 4 * batch * (local * per_token + attention + gathered_kv)
 
 
-def terms(cfg: TrainConfig) -> Terms:
-    """The textbook bytes of one rank's step for ``cfg`` (no MindSpore: the agent calls this on proposals)."""
+def _pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple[int, str]], bool, int]:
+    """What pipeline rank ``pp_rank`` holds: (its parameter names, (layers, recompute) of each of its stages,
+    whether it computes the loss, the most micro-batch stages in flight on it). Without a pipeline: everything."""
+    from core.parallel.pipeline_schedules import build, simulate, stage_layers
+
+    m, par = cfg.model, cfg.parallel
+    n_stages = par.pp * par.pp_virtual
+    ranges = stage_layers(m.n_layers, n_stages, par.stage_split(m.n_layers))
+    mine = range(pp_rank, n_stages, par.pp)
+    names = {f"layers.{i}." for s in mine for i in ranges[s]}
+    held = {n for n in param_shapes(m) if any(n.startswith(p) for p in names)}
+    last = n_stages - 1 in mine
+    if 0 in mine or (last and m.tie_embeddings):
+        held.add("embed.weight")  # the last stage's copy of a tied table is its head
+    if last:
+        held |= {"norm.weight"} | ({"lm_head.weight"} if not m.tie_embeddings else set())
+    chunks = [(len(ranges[s]), cfg.memory.recompute_of(s)) for s in mine]
+    in_flight = 1
+    if par.pp > 1:
+        timing = simulate(build(par.pp_schedule, par.pp, cfg.grad_accum_steps, par.pp_virtual), cfg.grad_accum_steps,
+                          par.pp_virtual)
+        in_flight = timing.in_flight[pp_rank]
+    return held, chunks, last, in_flight
+
+
+def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
+    """The textbook bytes of one rank's step for ``cfg`` (no MindSpore: the agent calls this on proposals); with
+    a pipeline, of a rank of pipeline stage ``pp_rank``."""
     from core.param_rules import uses_muon
     from core.parallel.placement import layout_placement
 
     m, t, par = cfg.model, cfg.training, cfg.parallel
     fsdp = par.dp_shard * par.cp
     muon = cfg.optim.name == "muon"
+    held, chunks, has_loss, in_flight = _pipeline_rank(cfg, pp_rank)
     n = stored = state_floats = hidden = gathered = 0
     for name, shape in param_shapes(m).items():
+        if name not in held:
+            continue
         p = layout_placement(name, shape, par.tp, fsdp)
         size = p.shard_len if fsdp > 1 else p.local_numel
         n, stored = n + p.local_numel, stored + size
@@ -158,14 +188,21 @@ def terms(cfg: TrainConfig) -> Terms:
         gathered = max(gathered, p.local_numel) if fsdp > 1 else 0
     per_layer = _activation_bytes_per_layer(m, t.micro_batch_size, t.seq_len, par.tp, par.cp, par.sp)
     local_tokens = t.micro_batch_size * t.seq_len // par.cp
+    block_input = 4 * local_tokens * m.d_model // (par.tp if par.sp else 1)
+    # A stage's backward runs one micro-batch at a time (core.parallel.pipeline): the largest stage's activations
+    # are live at once. Full recompute keeps each block's input and rebuilds one block at a time.
+    activations = max(per_layer * layers for layers, _ in chunks)
     recomputed = None
-    if cfg.memory.recompute == "full":  # each block's input survives; one block is rebuilt at a time in backward
-        recomputed = local_tokens * m.d_model // (par.tp if par.sp else 1) * 4 * m.n_layers + per_layer
+    if any(r == "full" for _, r in chunks):
+        recomputed = max(block_input * layers + per_layer if r == "full" else per_layer * layers
+                         for layers, r in chunks)
+    stash = block_input * in_flight * (2 if has_loss else 1) if par.pp > 1 else 0
+    layers = sum(layers for layers, _ in chunks)
     return Terms(params=4 * stored, grads=4 * stored * (3 if cfg.grad_accum_steps > 1 else 1),
-                 optimizer=4 * state_floats, activations=per_layer * m.n_layers, recomputed=recomputed,
-                 logits=4 * local_tokens * (m.vocab_size // par.tp), layers=m.n_layers,
+                 optimizer=4 * state_floats, activations=activations, recomputed=recomputed,
+                 logits=4 * local_tokens * (m.vocab_size // par.tp) if has_loss else 0, layers=layers,
                  muon_hidden=4 * hidden, ranks=par.world_size, gathered=4 * gathered,
-                 comm_params=4 * stored if par.world_size > 1 else 0)
+                 comm_params=4 * stored if par.world_size > 1 else 0, stash=stash)
 
 
 @dataclass(frozen=True)
@@ -231,9 +268,10 @@ class MemoryEstimate:
 
 
 def estimate_memory(cfg: TrainConfig) -> MemoryEstimate:
-    """Per-rank peak estimate: the textbook ``terms`` through the device's measured ``runtime_profile``. The
-    agent recalibrates it against measured peaks (autoresearch.learn)."""
-    return apply_profile(terms(cfg), runtime_profile(cfg.device, cfg.training.mode))
+    """Per-rank peak estimate (the largest pipeline stage's): the textbook ``terms`` through the device's measured
+    ``runtime_profile``. The agent recalibrates it against measured peaks (autoresearch.learn)."""
+    profile = runtime_profile(cfg.device, cfg.training.mode)
+    return max((apply_profile(terms(cfg, r), profile) for r in range(cfg.parallel.pp)), key=lambda e: e.total)
 
 
 def apply_profile(t: Terms, p: RuntimeProfile) -> MemoryEstimate:
@@ -249,7 +287,7 @@ def apply_profile(t: Terms, p: RuntimeProfile) -> MemoryEstimate:
     if t.ranks > 1:
         runtime += p.distributed + p.distributed_per_rank * (t.ranks - 2) + p.distributed_param_copies * t.comm_params \
             + p.gathered_copies * t.gathered
-    activations = p.activation_copies * saved + p.logits_copies * t.logits
+    activations = p.activation_copies * saved + p.logits_copies * t.logits + t.stash
     return MemoryEstimate(params=t.params, grads=t.grads, optimizer=t.optimizer, activations=int(activations),
                           runtime=int(runtime))
 

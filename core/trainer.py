@@ -2,7 +2,7 @@
 optimizer, with the trial's budgets, NaN checks, validation and checkpoints.
 
 Parallelism is set up in one call, ``parallelize(model, dims, cfg)``; the loop never branches on a degree. It
-asks the ``Parallelized`` model for this rank's tokens, a ``GradientAccumulation`` schedule for the loss and
+asks the ``Parallelized`` model for this rank's tokens, a schedule (micro-batches, or a pipeline) for the loss and
 gradients of a step, and ``GradientSync`` for the gradients of the global mean loss, clipped.
 
 Determinism: the batch of step k is a pure function of (seed, k) and the weights of the seed, so the same seed
@@ -34,7 +34,7 @@ from core.parallel import init_distributed, node_ranks
 from core.parallel.dims import ParallelDims
 from core.parallel.grads import GradientSync
 from core.parallel.parallelize import parallelize
-from core.parallel.schedule import GradientAccumulation
+from core.parallel.schedule import build_schedule
 from core.profiling import StepProfiler, comm_time_share
 from core.trial import Exit, NonFinite, OutOfMemory, TrialRecorder
 
@@ -89,12 +89,10 @@ class Trainer:
         self.rec.flops_per_token = flops_per_token(cfg.model, cfg.training.seq_len)
         self.rec.estimated_memory_bytes = memory.estimate_memory_bytes(cfg)
 
-        grad_fn = ms.value_and_grad(self._loss, None, self.params)
-        grad_fn = ms.jit(grad_fn) if cfg.training.mode == "jit" else grad_fn
-        self.eval_fn = ms.jit(self._eval_loss) if cfg.training.mode == "jit" else self._eval_loss
-        self.schedule = GradientAccumulation(grad_fn, cfg.training.micro_batch_size)
+        self.schedule = build_schedule(self.par, cfg, self.params, self._loss, self._eval_loss)
         self.sync = GradientSync(names, [tuple(p.shape) for p in self.params], self.par.placements, self.dims,
-                                 self.par.groups, cfg.grad_accum_steps, cfg.optim.grad_clip)
+                                 self.par.groups, cfg.grad_accum_steps, cfg.optim.grad_clip, self.par.tied,
+                                 self.par.mirrors)
         self.rec.state_bytes = self._state_bytes()
 
     def _state_bytes(self) -> dict:
@@ -137,6 +135,7 @@ class Trainer:
         metrics_file = open(self.trial_dir / "metrics.jsonl", "a") if self.dist.rank == 0 else None
         step = start_step
         profiler, profiled_sec = None, 0.0
+        waits: list[tuple[float, float]] = []  # (seconds blocked in pipeline receives, step seconds)
         try:
             while max_steps is None or step < max_steps:
                 if wall is not None and time.time() - self.rec.started >= wall:
@@ -150,6 +149,8 @@ class Trainer:
                 t0 = time.perf_counter()
                 loss, grad_norm, lr = self._train_step(step)
                 dt = time.perf_counter() - t0
+                if step > start_step:  # the first step compiles: not the pipeline's steady state
+                    waits.append((getattr(self.schedule, "wait_sec", 0.0), dt))
                 profiled_sec += dt if profiler is not None else 0.0
                 step += 1
                 self.rec.record_step(loss, grad_norm, tokens_per_step, dt)
@@ -165,6 +166,9 @@ class Trainer:
                     self._save(step)
             if profiler is not None:
                 self.rec.comm_time_share = comm_time_share(profiler.stop(), profiled_sec)
+            if self.par.stages is not None and waits:
+                share = sum(w for w, _ in waits) / sum(dt for _, dt in waits)
+                self.rec.pipeline_bubble = self._mean_over_ranks(share, holders=self.dist.world_size)
             self._evaluate(step, metrics_file)
             already_saved = cfg.checkpoint.interval and step % cfg.checkpoint.interval == 0
             if cfg.checkpoint.at_end and not already_saved:
@@ -182,8 +186,7 @@ class Trainer:
                                      world_size=dims.size("batch"))            # (G / batch ranks, S + 1)
         loss_value, grads = self.schedule.run(*self.par.local_tokens(rows), self.positions)
         grads, norm = self.sync(grads)
-        if self.dist.world_size > 1:  # every rank must take the same decision on NaN
-            loss_value = self._mean_over_ranks([loss_value])[0]
+        loss_value = self._mean_over_ranks(loss_value)  # every rank must take the same decision on NaN
         norm_value = float(norm.asnumpy())
         if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
             raise NonFinite(f"nan: loss {loss_value} / grad norm {norm_value} at step {step + 1}; lower optim.lr "
@@ -192,17 +195,19 @@ class Trainer:
         self.optimizer.step(grads, lr)
         return loss_value, norm_value, lr
 
-    def _mean_over_ranks(self, values: list[float]) -> list[float]:
-        """Host scalars averaged over every rank. Ranks that repeat a value (tensor-parallel peers) repeat it
-        equally often, so the mean over the world is the mean over the loss ranks."""
+    def _mean_over_ranks(self, value: Optional[float], holders: Optional[int] = None) -> float:
+        """A loss averaged over the ranks that have one (``None``: a pipeline stage without the loss; by default
+        the last stage's ranks have one). Ranks that repeat a value (tensor-parallel peers) repeat it equally
+        often, so this is the mean over the loss ranks."""
         if self.dist.world_size == 1:
-            return values
-        t = Tensor(np.asarray(values, np.float32))
-        return [float(v) for v in (ops.AllReduce()(t) / self.dist.world_size).asnumpy()]
+            return value
+        holders = holders or self.dist.world_size // self.dims.pp
+        t = Tensor(np.asarray([0.0 if value is None else value], np.float32))
+        return float((ops.AllReduce()(t) / holders).asnumpy()[0])
 
     def _barrier(self) -> None:
         if self.dist.world_size > 1:
-            self._mean_over_ranks([0.0])
+            ops.AllReduce()(Tensor(np.zeros(1, np.float32))).asnumpy()
 
     def _check_memory(self) -> None:
         """A peak that came and went between two watchdog polls still counts (VmHWM is a high-water mark)."""
@@ -219,10 +224,7 @@ class Trainer:
         rows = self.val_data.eval_batches(t.eval_batches, t.global_batch_size, t.seq_len, rank=dims.index("batch"),
                                           world_size=dims.size("batch")).reshape(-1, t.seq_len + 1)
         inputs, targets = self.par.local_tokens(rows)                    # (n * G / batch ranks, S / cp)
-        m = t.micro_batch_size
-        losses = [float(self.eval_fn(Tensor(inputs[s:s + m]), Tensor(targets[s:s + m]), self.positions).asnumpy())
-                  for s in range(0, len(inputs), m)]                     # equal-sized micro-batches
-        value = self._mean_over_ranks([float(np.mean(losses))])[0]
+        value = self._mean_over_ranks(self.schedule.evaluate(inputs, targets, self.positions))
         self.rec.val_loss = value
         if metrics_file:
             self._log(metrics_file, {"step": step, "val_loss": value})
@@ -247,8 +249,10 @@ class Trainer:
         root = self.trial_dir / "checkpoints"
         writes = self.dims.coords()["dp_replicate"] == 0  # replicas hold identical shards
         if writes:
-            tensors = {f"model.{p.name}": p.asnumpy() for p in self.params}
-            tensors.update({f"optim.{k}": v for k, v in self.optimizer.state_dict().items()})
+            mirrors = self.par.mirrors  # copies of another stage's weights, saved there
+            tensors = {f"model.{p.name}": p.asnumpy() for p in self.params if p.name not in mirrors}
+            tensors.update({f"optim.{k}": v for k, v in self.optimizer.state_dict().items()
+                            if not any(k.endswith(f".{m}") for m in mirrors)})
             if self.dist.world_size == 1:
                 path = checkpoint.save_checkpoint(root, step, tensors, meta, keep=self.cfg.checkpoint.keep)
                 log.info("checkpoint: %s", path)

@@ -160,6 +160,7 @@ class TrialRecorder:
     flops_per_token: Optional[float] = None
     state_bytes: Optional[dict] = None   # {params, grads, optimizer} bytes this rank holds (what sharding divides)
     comm_time_share: Optional[float] = None  # with training.profile: share of step time in collectives
+    pipeline_bubble: Optional[float] = None  # with a pipeline: share of step time blocked in receives (rank mean)
     started_at: str = field(default_factory=utc_now)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _written: bool = False
@@ -199,6 +200,7 @@ class TrialRecorder:
             "matmul_flops_per_sec": self.matmul_flops_per_sec,
             "state_bytes": self.state_bytes,
             "comm_time_share": self.comm_time_share,
+            "pipeline_bubble": self.pipeline_bubble,
         }
 
     def summary(self, code: Exit, reason: str, error: Optional[dict] = None) -> dict:

@@ -12,7 +12,9 @@ A rank is a worker process started by ``core.launch`` (or msrun) with MindSpore'
     context_parallel.py   the sequence over cp ranks (load-balanced chunks), attention over gathered K/V
     fsdp.py               FSDP/HSDP: flat shards gathered per op, gradients reduce-scattered
     grads.py              GradientSync: the gradient of the global mean loss, clipped by the global norm
-    schedule.py           the micro-batch schedule of a step (gradient accumulation; pipelines next)
+    schedule.py           the micro-batch schedule of a step: gradient accumulation, or a pipeline's
+    pipeline_schedules.py GPipe, 1F1B, interleaved 1F1B as per-rank action lists, and a simulator that checks them
+    pipeline.py           pipeline stages (GPT-shaped cells) and the runtime that runs a schedule over them
 """
 
 from __future__ import annotations

@@ -342,9 +342,10 @@ class BroadcastFrom(_Paired):
 _P2P_READY = False
 
 
-def _enable_p2p() -> None:
+def enable_p2p() -> None:
     """CPU workaround: ``mint.distributed.send``/``recv`` look up a group named "hccl_world_group", which the CPU
-    backend never creates (MINDSPORE_CPU.md); creating it over every rank makes them work. Ascend has it."""
+    backend never creates (MINDSPORE_CPU.md); creating it over every rank makes them work. Ascend has it.
+    Every rank must call this at the same point (group creation is a rendezvous): pipelines call it at set-up."""
     global _P2P_READY
     if _P2P_READY:
         return
@@ -356,24 +357,31 @@ def _enable_p2p() -> None:
 
 
 def send(x: ms.Tensor, dst: int) -> None:
-    """Send ``x`` to global rank ``dst`` (blocking). The receiver should post its ``recv`` first."""
-    _enable_p2p()
+    """Send ``x`` to global rank ``dst``. On CPU the send is buffered (it returns before the receiver posts its
+    ``recv``: measured up to 16 MB); messages between two ranks arrive in the order they were sent."""
+    enable_p2p()
     mint.distributed.send(x, dst)
 
 
 def recv(shape: tuple[int, ...], dtype, src: int) -> ms.Tensor:
     """Receive a tensor of ``shape``/``dtype`` from global rank ``src`` (blocking)."""
-    _enable_p2p()
+    enable_p2p()
     out = ops.zeros(shape, dtype)
     mint.distributed.recv(out, src)
     return out
 
 
-def mesh_groups(dims, names=("tp", "cp", "dp_shard", "dp_replicate", "pp", "batch", "fsdp", "loss", "shard")) -> dict:
-    """{axis or view: Group} for this rank, created in one fixed order on every rank (so rendezvous match)."""
+def mesh_groups(dims, names=("tp", "cp", "dp_shard", "dp_replicate", "pp", "batch", "fsdp", "loss", "shard",
+                              "model")) -> dict:
+    """{axis or view: Group} for this rank, created in one fixed order on every rank (so rendezvous match); with
+    a pipeline, "embed" joins the first and the last stage (the two copies of a tied embedding), on those ranks."""
     import mindspore.communication as comm
 
     world = dims.world_size
     if world > 1 and comm.get_group_size() != world:
         raise RuntimeError(f"cluster of {comm.get_group_size()} ranks for a mesh of {world}")
-    return {n: new_group(dims.group_ranks(n), dims.rank, world, label=n) for n in names}
+    groups = {n: new_group(dims.group_ranks(n), dims.rank, world, label=n) for n in names}
+    stages = dims.group_ranks("pp")
+    if dims.pp > 1 and dims.rank in (stages[0], stages[-1]):
+        groups["embed"] = new_group((stages[0], stages[-1]), dims.rank, world, label="embed")
+    return groups

@@ -10,7 +10,8 @@ Flattened views (torchtitan's names):
     batch = dp_replicate * dp_shard       ranks that read different rows of the global batch
     fsdp  = dp_shard * cp                 ranks over which parameters, gradients and optimizer states are sharded
     loss  = dp_replicate * dp_shard * cp  ranks whose losses average into the global loss
-    shard = dp_shard * cp * tp            ranks that together hold one copy of the model
+    shard = dp_shard * cp * tp            ranks that together hold one copy of a pipeline stage
+    model = pp * dp_shard * cp * tp       ranks that together hold one copy of the model
 
 This module is pure Python: it knows which ranks form a group; ``core.parallel.comm`` turns a rank list into a
 MindSpore process group. The rules that make a layout valid for a model (heads, vocabulary, sequence, batch)
@@ -30,6 +31,7 @@ VIEWS = {
     "fsdp": ("dp_shard", "cp"),
     "loss": ("dp_replicate", "dp_shard", "cp"),
     "shard": ("dp_shard", "cp", "tp"),
+    "model": ("pp", "dp_shard", "cp", "tp"),
 }
 
 

@@ -146,5 +146,7 @@ def apply_fsdp(model: nn.Cell, group: comm.Group, placements: dict, loss: nn.Cel
             wrap = GatheredOp if id(cell) in in_blocks else ShardedOp
             cell.op = wrap(cell.op, group, seen[id(cell.weight)])
     head = model.head_weight()
+    if head is None:  # a pipeline stage without the head
+        return loss, eval_loss
     placement = placements[head.name]
     return ShardedLoss(loss, group, placement), ShardedLoss(eval_loss, group, placement)

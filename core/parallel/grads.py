@@ -7,12 +7,15 @@ Who holds a part of which gradient:
   whatever its size, MINDSPORE_CPU.md, so one big one beats one per weight);
 - with sequence parallelism, weights that tensor parallelism does not split (the norm gains) saw 1/tp of the
   tokens each, so they are summed over ``tp`` too.
+- with a pipeline and tied embeddings, the first stage's table and the last stage's copy (its head) are summed
+  between the two (``Parallelized.tied``), so that both take the same step.
 Then the sum is divided by the ranks whose losses average into the global loss (dp_replicate * dp_shard * cp)
 and by the micro-batches.
 
 The global norm (Pascanu et al. 2013, as PyTorch's ``clip_grad_norm_``): squares summed over this rank's
 gradients, a weight replicated over ``tp`` counted 1/tp times, then summed over the ranks that hold one copy
-of the model (dp_shard * cp * tp). FSDP padding is zero and adds nothing.
+of the model (pp * dp_shard * cp * tp), the copy of a tied table not counted. FSDP padding is zero and adds
+nothing.
 """
 
 from __future__ import annotations
@@ -45,27 +48,28 @@ class _FlatAllReduce(nn.Cell):
 
 class _Sync(nn.Cell):
     def __init__(self, names: list[str], shapes: list[tuple[int, ...]], placements: dict[str, Placement],
-                 dims: ParallelDims, groups: dict, scale: float, max_norm: float):
+                 dims: ParallelDims, groups: dict, scale: float, max_norm: float, tied: tuple, mirrors: tuple):
         super().__init__()
         n = len(names)
         self.replicas = _FlatAllReduce(groups["dp_replicate"], shapes) if dims.dp_replicate > 1 else None
+        self.tied = tuple(i for i, name in enumerate(names) if name in tied)
+        self.tied_sum = _FlatAllReduce(groups["embed"], [shapes[i] for i in self.tied]) if self.tied else None
         partial = [i for i, name in enumerate(names) if dims.sp and not placements[name].tp_split]
         self.partial = tuple(partial)
         self.tp_sum = _FlatAllReduce(groups["tp"], [shapes[i] for i in partial]) if partial else None
-        self.norm_weight = tuple(1.0 / dims.tp if dims.tp > 1 and not placements[name].tp_split else 1.0
+        self.norm_weight = tuple(0.0 if name in mirrors else
+                                 1.0 / dims.tp if dims.tp > 1 and not placements[name].tp_split else 1.0
                                  for name in names)
-        self.norm_sum = comm.all_reduce(groups["shard"])
+        self.norm_sum = comm.all_reduce(groups["model"])
         self.scale, self.max_norm, self.n = scale, max_norm, n
 
     def construct(self, grads):
         if self.replicas is not None:
             grads = self.replicas(grads)
         if self.tp_sum is not None:
-            summed = self.tp_sum(tuple(grads[i] for i in self.partial))
-            out = list(grads)
-            for j in range(len(self.partial)):
-                out[self.partial[j]] = summed[j]
-            grads = tuple(out)
+            grads = _replace(grads, self.partial, self.tp_sum(tuple(grads[i] for i in self.partial)))
+        if self.tied_sum is not None:
+            grads = _replace(grads, self.tied, self.tied_sum(tuple(grads[i] for i in self.tied)))
         grads = tuple(g * self.scale for g in grads)
         total = ops.sum(ops.square(grads[0])) * self.norm_weight[0]
         for i in range(1, self.n):
@@ -77,13 +81,21 @@ class _Sync(nn.Cell):
         return grads, norm
 
 
+def _replace(grads: tuple, indices: tuple, new: tuple) -> tuple:
+    out = list(grads)
+    for j in range(len(indices)):
+        out[indices[j]] = new[j]
+    return tuple(out)
+
+
 class GradientSync:
     """``sync(grads) -> (grads, norm)`` for the parameters ``names`` (in the optimizer's order)."""
 
     def __init__(self, names: list[str], shapes: list[tuple[int, ...]], placements: dict[str, Placement],
-                 dims: ParallelDims, groups: dict, micro_batches: int, max_norm: float):
+                 dims: ParallelDims, groups: dict, micro_batches: int, max_norm: float, tied: tuple = (),
+                 mirrors: tuple = ()):
         scale = 1.0 / (dims.size("loss") * micro_batches)
-        self._cell = _Sync(names, shapes, placements, dims, groups, scale, max_norm)
+        self._cell = _Sync(names, shapes, placements, dims, groups, scale, max_norm, tied, mirrors)
         self._fn = ms.jit(self._cell.construct)
 
     def __call__(self, grads):

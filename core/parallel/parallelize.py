@@ -1,6 +1,8 @@
 """``parallelize(model, dims, cfg)``: the one place where a model becomes a mesh-parallel one.
 
-In this order (torchtitan's): tensor and sequence parallelism split weights and wrap their ops; context
+A pipeline (``pp > 1``) first cuts the model into stages and keeps this rank's (core.parallel.pipeline); each
+stage is a GPT-shaped cell and gets what follows, with its own recompute setting. In this order (torchtitan's):
+tensor and sequence parallelism split weights and wrap their ops; context
 parallelism replaces attention; recompute; FSDP shards whatever weights are left (TP blocks included) and wraps
 every op once more, knowing which blocks recompute. The blocks are *marked* for recompute last, once every weight
 has its final Parameter: MindSpore's PyNative recompute captures a block's parameters when it is marked (marked
@@ -22,6 +24,7 @@ from core.parallel import comm
 from core.parallel.context_parallel import apply_context_parallel, chunk_positions
 from core.parallel.dims import ParallelDims
 from core.parallel.fsdp import apply_fsdp
+from core.parallel.pipeline import split_stages
 from core.parallel.placement import Placement, replicated
 from core.parallel.tensor_parallel import apply_tensor_parallel
 
@@ -37,6 +40,9 @@ class Parallelized:
     dims: ParallelDims
     groups: dict             # axis or view -> comm.Group
     positions: np.ndarray    # (S / cp,) int32: the sequence positions of this rank's tokens
+    stages: dict | None = None     # with a pipeline: {global stage: Stage} held by this rank (``model`` holds them)
+    tied: tuple[str, ...] = ()     # parameters whose gradient is summed with a copy on another stage
+    mirrors: tuple[str, ...] = ()  # those copies held here (another rank saves them)
 
     def local_tokens(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """This rank's (inputs, targets), each (b, S / cp), from its batch rows (b, S + 1)."""
@@ -44,19 +50,39 @@ class Parallelized:
 
 
 def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Parallelized:
+    """A pipeline first cuts the model into this rank's stages; each stage (or the whole model) is then made
+    parallel the same way."""
     groups = comm.mesh_groups(dims)
-    placements: dict[str, Placement] = {p.name: replicated(p.shape) for p in model.trainable_params()}
+    placements: dict[str, Placement] = {}
+    p = cfg.parallel
+    parts = split_stages(model, dims.pp, p.pp_virtual, dims.index("pp"), p.stage_split(len(model.layers))) if dims.pp > 1 else {0: model}
+    loss = eval_loss = None
+    for s, part in parts.items():
+        losses = _parallelize_part(part, dims, groups, placements, cfg.memory.recompute_of(s))
+        if s == max(parts) and part.head_weight() is not None:
+            loss, eval_loss = losses
+    S = cfg.training.seq_len
+    positions = chunk_positions(S, dims.cp, dims.index("cp")) if dims.cp > 1 else np.arange(S, dtype=np.int32)
+    if dims.pp == 1:
+        return Parallelized(model, loss, eval_loss, placements, dims, groups, positions)
+    mirrors = tuple(name for part in parts.values() for name in part.mirrors)
+    tied = mirrors + (("embed.weight",) if 0 in parts and model.tie_embeddings else ())
+    held = nn.CellList(list(parts.values()), auto_prefix=False)
+    return Parallelized(held, loss, eval_loss, placements, dims, groups, positions, parts, tied, mirrors)
+
+
+def _parallelize_part(model: nn.Cell, dims: ParallelDims, groups: dict, placements: dict, recompute: str):
+    """TP -> CP -> FSDP -> recompute on a GPT or a pipeline stage; returns its (train, eval) loss ops."""
+    placements.update({p.name: replicated(p.shape) for p in model.trainable_params()})
     loss, eval_loss = LinearCrossEntropyLoss(train=True), LinearCrossEntropyLoss(train=False)
     if dims.tp > 1:
         loss, eval_loss = apply_tensor_parallel(model, groups["tp"], dims.sp, placements)
     if dims.cp > 1:
         apply_context_parallel(model, groups["cp"])
-    recompute = cfg.memory.recompute == "full"
     if dims.size("fsdp") > 1:
-        loss, eval_loss = apply_fsdp(model, groups["fsdp"], placements, loss, eval_loss, recomputed=recompute)
-    if recompute:
+        loss, eval_loss = apply_fsdp(model, groups["fsdp"], placements, loss, eval_loss,
+                                     recomputed=recompute == "full")
+    if recompute == "full":
         for block in model.layers:
             block.recompute()
-    S = cfg.training.seq_len
-    positions = chunk_positions(S, dims.cp, dims.index("cp")) if dims.cp > 1 else np.arange(S, dtype=np.int32)
-    return Parallelized(model, loss, eval_loss, placements, dims, groups, positions)
+    return loss, eval_loss

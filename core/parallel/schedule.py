@@ -1,8 +1,12 @@
 """The micro-batch schedule of one optimizer step: what the trainer's step calls to get a loss and gradients.
 
-``GradientAccumulation`` runs forward and backward on each micro-batch in turn and sums the gradients; the
-pipeline schedules (GPipe, 1F1B, interleaved) replace it with the same interface, interleaving micro-batches
-across stages.
+``GradientAccumulation`` runs forward and backward on each micro-batch in turn and sums the gradients; with a
+pipeline, ``PipelineSchedule`` (core.parallel.pipeline) interleaves micro-batches across stages (GPipe, 1F1B,
+interleaved 1F1B) behind the same two calls:
+
+    run(inputs, targets, positions)      -> (mean loss of the micro-batches, or None on a rank without the loss;
+                                             the sum of their gradients for this rank's parameters)
+    evaluate(inputs, targets, positions) -> mean loss without gradients (None on a rank without the loss)
 """
 
 from __future__ import annotations
@@ -13,21 +17,46 @@ from mindspore import Tensor
 
 
 class GradientAccumulation:
-    def __init__(self, grad_fn, micro_batch_size: int):
-        """``grad_fn(inputs, targets, positions) -> (loss, grads)`` for one micro-batch."""
-        self.grad_fn, self.micro_batch_size = grad_fn, micro_batch_size
+    def __init__(self, grad_fn, eval_fn, micro_batch_size: int):
+        """``grad_fn(inputs, targets, positions) -> (loss, grads)`` and ``eval_fn(...) -> loss`` of one
+        micro-batch."""
+        self.grad_fn, self.eval_fn, self.micro_batch_size = grad_fn, eval_fn, micro_batch_size
         self._add = ms.jit(_add)
 
     def run(self, inputs: np.ndarray, targets: np.ndarray, positions: Tensor) -> tuple[float, tuple]:
         """inputs, targets (b, S) of this rank -> (mean of the micro-batches' losses, sum of their gradients)."""
-        m = self.micro_batch_size
         grads, losses = None, []
-        for s in range(0, len(inputs), m):
-            loss, g = self.grad_fn(Tensor(inputs[s:s + m]), Tensor(targets[s:s + m]), positions)
+        for x, y in self._micro_batches(inputs, targets):
+            loss, g = self.grad_fn(x, y, positions)
             losses.append(float(loss.asnumpy()))
             grads = g if grads is None else self._add(ms.mutable(grads), ms.mutable(g))
         return float(np.mean(losses)), grads
 
+    def evaluate(self, inputs: np.ndarray, targets: np.ndarray, positions: Tensor) -> float:
+        return float(np.mean([float(self.eval_fn(x, y, positions).asnumpy())
+                              for x, y in self._micro_batches(inputs, targets)]))
+
+    def _micro_batches(self, inputs, targets):
+        m = self.micro_batch_size
+        for s in range(0, len(inputs), m):
+            yield Tensor(inputs[s:s + m]), Tensor(targets[s:s + m])
+
 
 def _add(acc, grads):
     return tuple(a + g for a, g in zip(acc, grads))
+
+
+def build_schedule(par, cfg, params: list, loss_fn, eval_fn):
+    """The schedule of this rank: a pipeline's over ``par.stages``, else gradient accumulation over
+    ``loss_fn(inputs, targets, positions)`` (differentiated here) and ``eval_fn``."""
+    jit = cfg.training.mode == "jit"
+    if par.stages is None:
+        grad_fn = ms.value_and_grad(loss_fn, None, params)
+        return GradientAccumulation(ms.jit(grad_fn) if jit else grad_fn, ms.jit(eval_fn) if jit else eval_fn,
+                                    cfg.training.micro_batch_size)
+    from core.parallel.pipeline import PipelineSchedule
+
+    p, dims = cfg.parallel, par.dims
+    return PipelineSchedule(par.stages, par.loss, par.eval_loss, params, dims.group_ranks("pp"), p.pp_schedule,
+                            cfg.grad_accum_steps, cfg.training.micro_batch_size, p.pp_virtual, jit,
+                            seq_split=dims.tp if dims.sp else 1)

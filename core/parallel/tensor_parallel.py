@@ -94,10 +94,12 @@ def apply_tensor_parallel(model: nn.Cell, group: comm.Group, sequence_parallel: 
                        block.mlp.w_down):
             wrap = ColumnParallel if _split(linear, group, placements).tp_dim == 0 else RowParallel
             linear.op = wrap(linear.op, group, sp)
-    vocab = _split(model.embed, group, placements)
-    start, rows = group.index * vocab.local_shape[0], vocab.local_shape[0]
-    model.embed.op = VocabParallelLookup(model.embed.op, group, start, rows, sp)
-    if not model.tie_embeddings:
+    # A pipeline stage may lack the embedding or the head (core.parallel.pipeline); the rows follow from V either way.
+    start = group.index * model.cfg.vocab_size // group.size
+    if model.embed is not None:
+        vocab = _split(model.embed, group, placements)
+        model.embed.op = VocabParallelLookup(model.embed.op, group, start, vocab.local_shape[0], sp)
+    if getattr(model, "lm_head", None) is not None:
         _split(model.lm_head, group, placements)
     return (VocabParallelCrossEntropyLoss(group, start, sp, train=True),
             VocabParallelCrossEntropyLoss(group, start, sp, train=False))

@@ -64,7 +64,19 @@ def test_rejections_name_the_field_and_the_fix(overrides, field, fix):
     (["parallel.dp_shard=2", "parallel.dp_replicate=2", "training.micro_batch_size=4"],
      "training.global_batch_size", "4 * 4 = 16"),
     (["parallel.pp=2"], "parallel.pp", "do not divide model.n_layers=3"),
-    (["parallel.pp=3"], "parallel.pp", "not run by this core yet"),
+    (["parallel.pp=2", "parallel.pp_layers=[1,1]"], "parallel.pp_layers", "model.n_layers=3 in all"),
+    (["parallel.pp=2", "parallel.pp_layers=[3,0]"], "parallel.pp_layers", "at least one layer"),
+    (["parallel.pp=2", "parallel.pp_layers=[1,1,1]"], "parallel.pp_layers", "pp * pp_virtual = 2 stages"),
+    (["parallel.pp=2", "model.n_layers=4", "parallel.pp_offset=2"], "parallel.pp_offset", "split [4, 0]"),
+    (["parallel.pp=2", "parallel.pp_layers=[1,2]", "parallel.pp_offset=1"], "parallel.pp_offset", "pp_layers"),
+    (["parallel.pp_offset=1"], "parallel.pp_offset", "needs a pipeline"),
+    (["parallel.pp=2", "model.n_layers=4", "parallel.pp_virtual=2"], "parallel.pp_virtual", "interleaved"),
+    (["parallel.pp=2", "model.n_layers=4", "parallel.pp_virtual=2", "parallel.pp_schedule=interleaved",
+      "training.global_batch_size=6", "training.micro_batch_size=2"], "parallel.pp_schedule", "multiple of pp=2"),
+    (["parallel.pp_schedule=zb"], "parallel.pp_schedule", "gpipe, 1f1b or interleaved"),
+    (["parallel.pp=2", "model.n_layers=4", "memory.recompute_stages=[full]"], "memory.recompute_stages",
+     "one setting per pipeline stage"),
+    (["memory.recompute_stages=[all]"], "memory.recompute_stages", "none or full"),
     (["parallel.ep=2"], "parallel.ep", "dp_shard * cp * tp = 1"),
     (["parallel.ep=2", "parallel.tp=2"], "parallel.ep", "MoE"),
 ])
@@ -77,8 +89,13 @@ def test_every_layout_rule_names_the_field_and_the_fix(overrides, field, fix):
 
 def test_valid_layouts_compose():
     for overrides in (["parallel.dp_shard=2"], ["parallel.tp=2", "parallel.sp=true"], ["parallel.cp=2"],
-                      ["parallel.dp_replicate=2", "parallel.dp_shard=2"], ["parallel.cp=2", "parallel.tp=2"]):
+                      ["parallel.dp_replicate=2", "parallel.dp_shard=2"], ["parallel.cp=2", "parallel.tp=2"],
+                      ["parallel.pp=3"], ["parallel.pp=2", "parallel.pp_layers=[2,1]", "parallel.tp=2"],
+                      ["parallel.pp=2", "model.n_layers=4", "parallel.pp_offset=-1", "memory.recompute_stages=[full,none]"],
+                      ["parallel.pp=2", "model.n_layers=4", "parallel.pp_virtual=2", "parallel.pp_schedule=interleaved",
+                       "training.micro_batch_size=4"]):
         load_config(overrides)
+    assert load_config(["parallel.pp=2", "model.n_layers=4", "parallel.pp_offset=-1"]).parallel.stage_split(4) == [1, 3]
 
 
 def test_degrees_must_multiply_to_the_cluster_size():

@@ -174,7 +174,8 @@ def test_nan_does_not_imply_oom_or_vice_versa(memory):
 def test_on_the_shipped_spaces():
     par = FeasibilityMemory(load_space("parallel"))
     oom = {"parallel.dp_replicate": 1, "parallel.dp_shard": 1, "parallel.tp": 2, "parallel.sp": True,
-           "parallel.cp": 1, "training.micro_batch_size": 4, "memory.recompute": "full", "training.mode": "jit"}
+           "parallel.cp": 1, "parallel.pp": 1, "parallel.pp_schedule": "1f1b", "parallel.pp_virtual": 1,
+           "parallel.pp_offset": 0, "training.micro_batch_size": 4, "memory.recompute": "full", "training.mode": "jit"}
     par.record(oom, "oom", trial=0)
     assert par.check({**oom, "training.micro_batch_size": 8}).startswith(
         "dominated by OOM in trial 0 at training.micro_batch_size=4 (same parallel.dp_replicate, "

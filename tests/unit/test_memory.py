@@ -135,6 +135,29 @@ def test_terms_are_each_ranks_share(layout, divides):
     assert memory.terms(load_config(["model=small", "parallel.dp_shard=2"])).gathered == 4 * 4096 * 256
 
 
+def test_pipeline_terms_are_each_stages_share():
+    base = ["model=small", "training.global_batch_size=8", "training.micro_batch_size=1"]  # 8 micro-batches
+    one = memory.terms(load_config(base))
+    first, last = (memory.terms(load_config([*base, "parallel.pp=2"]), r) for r in (0, 1))
+    # small (4 blocks, a 4096 x 256 embedding and an untied head of the same shape): each stage holds 2 blocks;
+    # the first the embedding, the last the final norm and the head
+    table, norm = 4096 * 256, 256
+    block = (one.params / 4 - 2 * table - norm) / 4
+    assert first.params == 4 * (2 * block + table) and last.params == 4 * (2 * block + table + norm)
+    assert first.activations == last.activations == one.activations / 2 and first.layers == 2
+    assert first.logits == 0 and last.logits == one.logits            # the loss is the last stage's
+    stage_input = 4 * load_config(base).training.seq_len * 256           # one (1, S, D) fp32 stage input
+    # 1F1B keeps pp - r stage inputs in flight on rank r (the last also its input gradient); GPipe all 8
+    assert (first.stash, last.stash) == (2 * stage_input, 2 * stage_input)
+    gpipe = memory.terms(load_config([*base, "parallel.pp=2", "parallel.pp_schedule=gpipe"]), 0)
+    assert gpipe.stash == 8 * stage_input
+    # the estimate is the larger stage's
+    cfg = load_config([*base, "parallel.pp=2", "parallel.pp_offset=1"])
+    profile = memory.runtime_profile("CPU", "jit")
+    per_rank = [memory.apply_profile(memory.terms(cfg, r), profile).total for r in (0, 1)]
+    assert memory.estimate_memory_bytes(cfg) == max(per_rank) and per_rank[0] > per_rank[1]   # 3 blocks vs 1
+
+
 def test_sequence_parallel_and_cp_cut_activations():
     def act(*o):
         return memory.terms(load_config(["model=small", "training.seq_len=128", *o])).activations

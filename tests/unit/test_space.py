@@ -29,6 +29,8 @@ from autoresearch.space import SPACES_DIR, SearchSpace, SpaceError, load_space
     ("lr <= 1e-3", {"lr": 0.001}, True),
     ("flag == true", {"flag": True}, True),
     ("(a + b) * 2 != 6", {"a": 1, "b": 2}, False),
+    ("v == 1 or s == 'interleaved'", {"v": 2, "s": "interleaved"}, True),   # a choice's value as a string
+    ('v == 1 or s == "interleaved"', {"v": 2, "s": "gpipe"}, False),
 ])
 def test_expr_evaluates_the_grammar(text, env, expected):
     assert parse(text).evaluate(env) == expected
@@ -42,8 +44,8 @@ def test_expr_names_are_dotted_and_collected():
     ("__import__('os')", "'__import__' is not allowed"),
     ("a.b()", "calling a.b() is not allowed"),
     ("x[0]", "subscripts"),
-    ("'s'", "strings are not allowed"),
-    ('"s" == x', "strings are not allowed"),
+    ("'s", "unterminated string"),
+    ("x == 'it\\'s'", "unterminated string"),
     ("lambda: 1", "'lambda' is not allowed"),
     ("open(1)", "calling open() is not allowed"),
     ("2 ** 3", "'**' is not allowed"),
@@ -423,13 +425,18 @@ def test_shipped_spaces_load_and_use_known_config_keys(name, objective, world_si
 
 def test_parallel_space_grid_is_the_layouts_the_core_runs():
     grid = load_space("parallel").grid()
-    layouts = {tuple(p[f"parallel.{k}"] for k in ("dp_replicate", "dp_shard", "tp", "sp", "cp")) for p in grid}
+    layouts = {tuple(p[f"parallel.{k}"] for k in ("dp_replicate", "dp_shard", "tp", "sp", "cp", "pp")) for p in grid}
     # every layout of 1 or 2 ranks the core runs; sp only with tp
-    assert layouts == {(1, 1, 1, False, 1), (2, 1, 1, False, 1), (1, 2, 1, False, 1), (1, 1, 2, False, 1),
-                       (1, 1, 2, True, 1), (1, 1, 1, False, 2)}
-    # one batch rank: micro 1, 2, 4, 8 (4 layouts); two (dp_replicate or dp_shard = 2): micro 1, 2, 4, as
-    # 8 % (8 * 2) != 0 -- times recompute x mode
-    assert len(grid) == (4 * 4 + 2 * 3) * 2 * 2
+    assert layouts == {(1, 1, 1, False, 1, 1), (2, 1, 1, False, 1, 1), (1, 2, 1, False, 1, 1),
+                       (1, 1, 2, False, 1, 1), (1, 1, 2, True, 1, 1), (1, 1, 1, False, 2, 1), (1, 1, 1, False, 1, 2)}
+    pipelines = {tuple(p[f"parallel.{k}"] for k in ("pp_schedule", "pp_virtual", "pp_offset")) for p in grid
+                 if p["parallel.pp"] == 2}
+    # gpipe and 1f1b with each offset; interleaved with 2 one-block stages per rank
+    assert pipelines == {(s, 1, o) for s in ("gpipe", "1f1b") for o in (-1, 0, 1)} | {("interleaved", 2, 0)}
+    # one batch rank (1 process, tp, tp+sp, cp): micro 1, 2, 4, 8; two (dp_replicate or dp_shard = 2): micro 1,
+    # 2, 4, as 8 % (8 * 2) != 0; a pipeline: 6 (schedule, offset) pairs at micro 1, 2, 4, 8, interleaved only
+    # with an even number of micro-batches (micro 1, 2, 4) -- times recompute x mode
+    assert len(grid) == (4 * 4 + 2 * 3 + 4 * 6 + 3) * 2 * 2
 
 
 def test_config_key_problems_catch_typos(tmp_path):

@@ -1,0 +1,191 @@
+"""Pipeline schedules as per-rank lists of actions, and a simulator that checks and times them.
+
+A model of ``n_layers`` blocks is cut into ``pp * virtual`` stages; stage ``s`` runs on rank ``s % pp`` as its
+chunk ``s // pp`` (Megatron's interleaving; with ``virtual == 1`` rank r holds stage r). Every micro-batch passes
+forward through the stages in order and backward in reverse. A schedule says, for each rank, in which order
+its forwards (F) and backwards (B) run; the sends and receives between stages follow from that order:
+
+    gpipe        all forwards, then all backwards (Huang et al. 2019): m micro-batches' activations in flight
+    1f1b         pp - r - 1 warm-up forwards, then one forward / one backward (PipeDream-Flush, Narayanan et al.
+                 2021): at most pp - r micro-batches in flight on rank r, the same bubble as GPipe
+    interleaved  1F1B over ``virtual`` chunks per rank (Narayanan et al. 2021, section 2.2): the bubble divided by
+                 ``virtual``, for ``virtual`` times the point-to-point traffic; needs m to be a multiple of pp
+
+Pure Python, no MindSpore: ``simulate`` runs the lists with sends that never block (MindSpore's CPU send is
+buffered: measured, 16 MB included) and receives that wait for the next message from their peer, which must be
+the one they expect (messages between two ranks arrive in the order they were sent, and every activation has
+the same shape, so a mismatch would be silent); it raises on a deadlock, a message received out of order, a
+missing or repeated action, or a dependency run out of order, and returns each rank's busy time and the makespan, from which the bubble follows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+
+@dataclass(frozen=True)
+class Action:
+    """``op`` is F or B (compute), or send_F / recv_F (an activation) or send_B / recv_B (its gradient);
+    ``stage`` is the virtual stage the computation belongs to (for a send: the stage that receives it)."""
+
+    op: str
+    mb: int
+    stage: int
+    peer: int = -1  # the other rank of a send or receive
+
+    def __repr__(self) -> str:
+        return f"{self.op}{self.mb}@{self.stage}" + (f"->{self.peer}" if self.op.startswith("send") else
+                                                      f"<-{self.peer}" if self.op.startswith("recv") else "")
+
+
+def stage_layers(n_layers: int, stages: int, split: list[int] | None = None) -> list[range]:
+    """The blocks of each stage: ``split`` (layers per stage, summing to n_layers) or an even split."""
+    if split is None:
+        if n_layers % stages:
+            raise ValueError(f"{n_layers} layers do not split evenly into {stages} stages")
+        split = [n_layers // stages] * stages
+    if len(split) != stages or sum(split) != n_layers or min(split) < 1:
+        raise ValueError(f"split {split} must give each of {stages} stages >= 1 layer, {n_layers} in all")
+    starts = [sum(split[:i]) for i in range(stages)]
+    return [range(a, a + n) for a, n in zip(starts, split)]
+
+
+def compute_order(schedule: str, pp: int, micro_batches: int, virtual: int, rank: int) -> list[tuple[str, int, int]]:
+    """(op, micro-batch, stage) of rank ``rank``'s forwards and backwards, in the order it runs them."""
+    m, p, v = micro_batches, pp, virtual
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown pipeline schedule {schedule!r}; one of {SCHEDULES}")
+    if schedule != "interleaved" and v != 1:
+        raise ValueError(f"{schedule} runs one stage per rank; virtual stages need the interleaved schedule")
+    if schedule == "gpipe":
+        return [("F", i, rank) for i in range(m)] + [("B", i, rank) for i in range(m)]
+    if schedule == "interleaved" and m % p:
+        raise ValueError(f"the interleaved schedule needs the micro-batches ({m}) to be a multiple of pp ({p})")
+
+    def forward(k):   # the k-th forward of this rank: groups of pp micro-batches, chunk by chunk
+        return ("F", (k // (p * v)) * p + k % p, ((k // p) % v) * p + rank)
+
+    def backward(k):  # the same micro-batch order, chunks in reverse
+        return ("B", (k // (p * v)) * p + k % p, (v - 1 - (k // p) % v) * p + rank)
+
+    total = m * v
+    warmup = min(p - rank - 1 + (0 if v == 1 else (p - rank - 1) + (v - 1) * p), total)
+    order = [forward(k) for k in range(warmup)]
+    for k in range(total - warmup):
+        order += [forward(warmup + k), backward(k)]
+    return order + [backward(k) for k in range(total - warmup, total)]
+
+
+def build(schedule: str, pp: int, micro_batches: int, virtual: int = 1) -> list[list[Action]]:
+    """Every rank's actions: its compute order with each activation received before its forward and sent after
+    it, each gradient received before its backward and sent after it."""
+    if pp < 2:
+        raise ValueError("a pipeline needs pp >= 2 stages")
+    last = pp * virtual - 1
+    out = []
+    for rank in range(pp):
+        actions = []
+        for op, mb, s in compute_order(schedule, pp, micro_batches, virtual, rank):
+            if op == "F":
+                if s > 0:
+                    actions.append(Action("recv_F", mb, s, (s - 1) % pp))
+                actions.append(Action("F", mb, s))
+                if s < last:
+                    actions.append(Action("send_F", mb, s + 1, (s + 1) % pp))
+            else:
+                if s < last:
+                    actions.append(Action("recv_B", mb, s, (s + 1) % pp))
+                actions.append(Action("B", mb, s))
+                if s > 0:
+                    actions.append(Action("send_B", mb, s - 1, (s - 1) % pp))
+        out.append(actions)
+    return out
+
+
+class ScheduleError(RuntimeError):
+    pass
+
+
+@dataclass
+class Timing:
+    makespan: float
+    busy: list[float]      # per rank
+    in_flight: list[int]   # per rank: the most micro-batch stages forwarded and not yet backwarded (stashed inputs)
+
+    @property
+    def bubble(self) -> float:
+        """The idle share of the ranks' time: 1 - busy / (ranks * makespan)."""
+        return 1.0 - sum(self.busy) / (len(self.busy) * self.makespan)
+
+
+def simulate(actions: list[list[Action]], micro_batches: int, virtual: int = 1, t_forward: float = 1.0,
+             t_backward: float = 1.0) -> Timing:
+    """Run the ranks' lists (a forward of one stage takes ``t_forward / virtual``, a backward ``t_backward /
+    virtual``, messages take no time) and check them; see the module docstring."""
+    pp = len(actions)
+    stages = pp * virtual
+    sent: dict[tuple[str, int, int], float] = {}         # (kind, mb, stage) -> time its message left
+    done: dict[tuple[str, int, int], float] = {}         # (op, mb, stage) -> time it finished
+    clock, pos = [0.0] * pp, [0] * pp
+    received: list[set] = [set() for _ in range(pp)]
+    queues: dict[tuple[int, int], list] = {}              # (src, dst) -> keys sent, not yet received, in order
+    busy = [0.0] * pp
+    live, in_flight = [0] * pp, [0] * pp
+    while any(pos[r] < len(actions[r]) for r in range(pp)):
+        progressed = False
+        for r in range(pp):
+            while pos[r] < len(actions[r]):
+                a = actions[r][pos[r]]
+                if a.op.startswith("recv"):
+                    key, channel = (a.op[-1], a.mb, a.stage), queues.setdefault((a.peer, r), [])
+                    if not channel:
+                        break                                # blocks until the peer sends something
+                    if channel[0] != key:
+                        raise ScheduleError(f"rank {r}: {a} would receive {channel[0]} (messages arrive in order)")
+                    channel.pop(0)
+                    clock[r] = max(clock[r], sent[key])
+                    received[r].add(key)
+                elif a.op.startswith("send"):
+                    key = (a.op[-1], a.mb, a.stage)
+                    if key in sent:
+                        raise ScheduleError(f"rank {r}: {a} sent twice")
+                    src = a.stage - 1 if a.op == "send_F" else a.stage + 1
+                    if (a.op[-1], a.mb, src) not in done or a.peer != a.stage % pp:
+                        raise ScheduleError(f"rank {r}: {a} before its computation, or to the wrong rank")
+                    sent[key] = clock[r]
+                    queues.setdefault((r, a.peer), []).append(key)
+                else:
+                    _check_ready(a, r, pp, stages, done, received[r])
+                    cost = (t_forward if a.op == "F" else t_backward) / virtual
+                    clock[r] += cost
+                    busy[r] += cost
+                    done[(a.op, a.mb, a.stage)] = clock[r]
+                    live[r] += 1 if a.op == "F" else -1
+                    in_flight[r] = max(in_flight[r], live[r])
+                pos[r] += 1
+                progressed = True
+        if not progressed:
+            stuck = {r: actions[r][pos[r]] for r in range(pp) if pos[r] < len(actions[r])}
+            raise ScheduleError(f"deadlock: every unfinished rank waits on a receive: {stuck}")
+    want = {(op, mb, s) for op in "FB" for mb in range(micro_batches) for s in range(stages)}
+    if set(done) != want:
+        raise ScheduleError(f"missing {sorted(want - set(done))[:4]}, unexpected {sorted(set(done) - want)[:4]}")
+    if sum(len(a) for a in actions) != len(done) + 2 * len(sent):
+        raise ScheduleError("an action ran twice or a message was never received")
+    return Timing(max(clock), busy, in_flight)
+
+
+def _check_ready(a: Action, rank: int, pp: int, stages: int, done: dict, received: set) -> None:
+    if a.stage % pp != rank:
+        raise ScheduleError(f"rank {rank} runs {a} of a stage it does not hold")
+    if (a.op, a.mb, a.stage) in done:
+        raise ScheduleError(f"rank {rank}: {a} runs twice")
+    if a.op == "F" and a.stage > 0 and ("F", a.mb, a.stage) not in received:
+        raise ScheduleError(f"rank {rank}: {a} before its input arrived")
+    if a.op == "B":
+        if ("F", a.mb, a.stage) not in done:
+            raise ScheduleError(f"rank {rank}: {a} before its forward")
+        if a.stage < stages - 1 and ("B", a.mb, a.stage) not in received:
+            raise ScheduleError(f"rank {rank}: {a} before its output gradient arrived")

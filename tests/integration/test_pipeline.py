@@ -1,0 +1,69 @@
+"""Pipeline layouts, run by real worker processes, reproduce the 1-process run with the same global batch and
+seed (per-step losses, validation loss, final parameters after consolidating the sharded checkpoint): every
+schedule, an uneven stage split, and pipelines composed with data, tensor and fully sharded data parallelism."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.conftest import TrialRun, assert_same_run, final_params, run_trial
+from tests.schema import assert_summary_schema
+
+pytestmark = pytest.mark.slow
+
+STEPS = 10
+# tiny with 4 layers (2 per stage, or 1 per virtual stage with 2 per rank); 4 micro-batches of 2 per step
+BASE = ("model=tiny", "model.n_layers=4", "seed=5", f"trial.max_steps={STEPS}", "checkpoint.interval=5",
+        "training.global_batch_size=8", "training.micro_batch_size=2")
+PP = ("parallel.pp=2",)
+LAYOUTS = {
+    "gpipe": (*PP, "parallel.pp_schedule=gpipe"),
+    "1f1b muon": (*PP, "parallel.pp_schedule=1f1b", "optim=muon"),
+    "interleaved": (*PP, "parallel.pp_schedule=interleaved", "parallel.pp_virtual=2"),
+    "uneven 1+3 untied": (*PP, "parallel.pp_layers=[1,3]", "model.tie_embeddings=false"),
+    "pp=2 dp_replicate=2": (*PP, "parallel.dp_replicate=2"),
+    "pp=2 tp=2 sp": (*PP, "parallel.tp=2", "parallel.sp=true"),
+    "pp=2 dp_shard=2 recompute stage 0": (*PP, "parallel.dp_shard=2", "memory.recompute_stages=[full,none]"),
+}
+REFERENCE = {"1f1b muon": ("optim=muon",), "uneven 1+3 untied": ("model.tie_embeddings=false",)}
+_RUNS: dict = {}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pipeline")
+
+    def get(*overrides: str) -> TrialRun:
+        if overrides not in _RUNS:
+            _RUNS[overrides] = run_trial(root / f"run{len(_RUNS)}", *BASE, *overrides, timeout=900)
+        return _RUNS[overrides]
+
+    yield get
+    _RUNS.clear()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_pipeline_reproduces_the_single_process_run(runs, layout):
+    ref = runs(*REFERENCE.get(layout, ()))
+    run = runs(*LAYOUTS[layout])
+    assert ref.code == 0, ref.output
+    assert run.code == 0, run.output + "".join(p.read_text()[-2000:] for p in (run.dir / "logs").glob("rank_*.log"))
+    s = run.summary
+    assert_summary_schema(s)
+    assert s["layout"]["pp"] == 2
+    assert s["layout"]["world_size"] == len(s["metrics"]["peak_memory_bytes_per_rank"])
+    assert_same_run(run, ref, STEPS)
+    if "untied" in layout:
+        assert "model.lm_head.weight" in final_params(run, STEPS)
+
+
+def test_each_stage_holds_only_its_layers(runs):
+    """The state of each rank is its stage's: the uneven split puts 1 block (and the embedding) on rank 0 and
+    3 blocks (and the head) on rank 1."""
+    run = runs(*LAYOUTS["uneven 1+3 untied"])
+    assert run.code == 0, run.output
+    ranks = run.summary["ranks"]
+    block = 2 * 128 + 128 * 32 * (4 + 2 + 2 + 4) + 3 * 128 * 512  # tiny: norms, wq wk wv wo (E=32), MLP
+    table = 256 * 128
+    assert ranks[0]["state_bytes"]["params"] == 4 * (table + block)
+    assert ranks[1]["state_bytes"]["params"] == 4 * (3 * block + 128 + table)  # final norm, lm_head
