@@ -52,6 +52,15 @@ class ModelConfig:
     norm_eps: float = 1e-5
     tie_embeddings: bool = True    # lm_head shares the token embedding
     init_std: float = 0.02         # residual projections use init_std / sqrt(2 * n_layers) (GPT-2)
+    # Mixture of experts (core.model.moe): n_experts > 0 replaces the MLP of every block after the dense ones.
+    n_experts: int = 0             # routed experts; 0: a dense model
+    moe_top_k: int = 2             # experts per token
+    moe_router: str = "softmax"    # softmax (Mixtral) | sigmoid (DeepSeek-V3) scores; the top k renormalised
+    moe_capacity_factor: Optional[float] = None  # slots per expert = ceil(factor * tokens * k / n_experts); null: dropless
+    moe_aux_loss_weight: float = 0.01  # load-balance loss (Switch) weight
+    moe_shared_experts: int = 0    # experts every token uses (DeepSeek-MoE), as one MLP of that many widths
+    moe_dense_layers: int = 0      # the first blocks keep a dense MLP
+    moe_ffn_hidden: Optional[int] = None  # each expert's width; null: ffn_hidden
 
     def __post_init__(self):
         _positive("model", self, "vocab_size", "n_layers", "d_model", "n_heads", "n_kv_heads", "ffn_hidden",
@@ -62,6 +71,23 @@ class ModelConfig:
                  "head dim (d_model / n_heads) must be even for RoPE")
         _require(self.n_heads % self.n_kv_heads == 0, "model.n_kv_heads",
                  f"must divide model.n_heads={self.n_heads} (got {self.n_kv_heads})")
+        _require(self.n_experts >= 0, "model.n_experts", f"must be >= 0 (got {self.n_experts})")
+        if self.n_experts:
+            _require(1 <= self.moe_top_k <= self.n_experts, "model.moe_top_k",
+                     f"must be between 1 and model.n_experts={self.n_experts} (got {self.moe_top_k})")
+            _require(self.moe_router in ("softmax", "sigmoid"), "model.moe_router",
+                     f"must be softmax or sigmoid (got {self.moe_router!r})")
+            _require(self.moe_capacity_factor is None or self.moe_capacity_factor > 0, "model.moe_capacity_factor",
+                     f"must be > 0, or null for dropless routing (got {self.moe_capacity_factor})")
+            _require(self.moe_aux_loss_weight >= 0, "model.moe_aux_loss_weight", "must be >= 0")
+            _require(self.moe_shared_experts >= 0, "model.moe_shared_experts", "must be >= 0")
+            _require(0 <= self.moe_dense_layers < self.n_layers, "model.moe_dense_layers",
+                     f"must leave at least one MoE block of model.n_layers={self.n_layers}")
+            _require(self.moe_ffn_hidden is None or self.moe_ffn_hidden > 0, "model.moe_ffn_hidden", "must be > 0")
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether block ``i`` has a mixture of experts (every block after the dense ones, in an MoE model)."""
+        return self.n_experts > 0 and i >= self.moe_dense_layers
 
     @property
     def head_dim(self) -> int:
@@ -312,8 +338,12 @@ def _check_layout(m: ModelConfig, t: TrainingConfig, p: ParallelConfig) -> None:
         _require(min(split) >= 1, "parallel.pp_offset",
                  f"{p.pp_offset} leaves a stage without layers (split {split}); keep |pp_offset| below "
                  f"{m.n_layers // stages}")
-    _require(p.ep == 1, "parallel.ep", f"expert parallelism (ep={p.ep}) needs an MoE model, which this core does not "
-                                       "have yet; set parallel.ep=1")
+    _require(p.ep == 1, "parallel.ep", f"expert parallelism (ep={p.ep}) is not run by this core yet (experts are "
+                                       "replicated); set parallel.ep=1")
+    if m.n_experts:
+        _require(p.tp == 1 and p.dp_shard * p.cp == 1, "parallel",
+                 "an MoE model runs with data-parallel replicas and pipelines for now (tp, dp_shard and cp split "
+                 "or shard experts, which comes with expert parallelism); set parallel.tp, dp_shard and cp to 1")
 
 
 def compose(overrides: list[str] | tuple[str, ...] = ()) -> Any:

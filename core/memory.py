@@ -106,14 +106,23 @@ def param_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Names and shapes of the model's parameters without building it (core.model.gpt's layout)."""
     kv = m.n_kv_heads * m.head_dim
     shapes = {"embed.weight": (m.vocab_size, m.d_model)}
+    X, F = m.n_experts, m.moe_ffn_hidden or m.ffn_hidden
     for i in range(m.n_layers):
         b = f"layers.{i}."
         shapes.update({b + "attn_norm.weight": (m.d_model,), b + "attn.wq.weight": (m.d_model, m.d_model),
                        b + "attn.wk.weight": (kv, m.d_model), b + "attn.wv.weight": (kv, m.d_model),
-                       b + "attn.wo.weight": (m.d_model, m.d_model), b + "mlp_norm.weight": (m.d_model,),
-                       b + "mlp.w_gate.weight": (m.ffn_hidden, m.d_model),
-                       b + "mlp.w_up.weight": (m.ffn_hidden, m.d_model),
-                       b + "mlp.w_down.weight": (m.d_model, m.ffn_hidden)})
+                       b + "attn.wo.weight": (m.d_model, m.d_model), b + "mlp_norm.weight": (m.d_model,)})
+        if not m.is_moe_layer(i):
+            shapes.update({b + "mlp.w_gate.weight": (m.ffn_hidden, m.d_model),
+                           b + "mlp.w_up.weight": (m.ffn_hidden, m.d_model),
+                           b + "mlp.w_down.weight": (m.d_model, m.ffn_hidden)})
+            continue
+        shapes.update({b + "mlp.router.weight": (X, m.d_model), b + "mlp.experts.w_gate": (X, F, m.d_model),
+                       b + "mlp.experts.w_up": (X, F, m.d_model), b + "mlp.experts.w_down": (X, m.d_model, F)})
+        if m.moe_shared_experts:
+            S = F * m.moe_shared_experts
+            shapes.update({b + "mlp.shared.w_gate.weight": (S, m.d_model), b + "mlp.shared.w_up.weight": (S, m.d_model),
+                           b + "mlp.shared.w_down.weight": (m.d_model, S)})
     shapes["norm.weight"] = (m.d_model,)
     if not m.tie_embeddings:
         shapes["lm_head.weight"] = (m.vocab_size, m.d_model)
@@ -121,7 +130,7 @@ def param_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 def _activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int, tp: int = 1, cp: int = 1,
-                                sp: bool = False) -> int:
+                                sp: bool = False, moe: bool = False) -> int:
     """Saved-for-backward floats of one Llama block, hand-attention (no flash), on one rank: a rough, documented
     count. ``seq`` is the whole sequence; this rank holds seq / cp of its tokens.
 
@@ -132,14 +141,26 @@ def _activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int, tp: int = 
     """
     kv = m.n_kv_heads * m.head_dim
     local = seq // cp
-    per_token = (4 * m.d_model) // (tp if sp else 1) + (2 * m.d_model + 2 * kv + 4 * m.ffn_hidden) // tp
+    mlp = 4 * m.ffn_hidden
+    if moe:  # per token: its share of the experts' slots (input, gate/up/silu/product, output), router scores
+        F, tokens = m.moe_ffn_hidden or m.ffn_hidden, batch * local
+        slots = m.n_experts * _moe_capacity(m, tokens) / tokens
+        mlp = int(slots * (2 * m.d_model + 4 * F)) + 4 * F * m.moe_shared_experts + 4 * m.n_experts
+    per_token = (4 * m.d_model) // (tp if sp else 1) + (2 * m.d_model + 2 * kv + mlp) // tp
     attention = 2 * (m.n_heads // tp) * local * seq
     gathered_kv = 2 * (kv // tp) * seq if cp > 1 else 0
     return 4 * batch * (local * per_token + attention + gathered_kv)
 
 
+def _moe_capacity(m: ModelConfig, tokens: int) -> int:
+    """Slots per expert for ``tokens`` tokens (core.model.moe.MoE.capacity)."""
+    if m.moe_capacity_factor is None:
+        return tokens
+    return min(tokens, math.ceil(m.moe_capacity_factor * tokens * m.moe_top_k / m.n_experts))
+
+
 def _pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple[int, str]], bool, int]:
-    """What pipeline rank ``pp_rank`` holds: (its parameter names, (layers, recompute) of each of its stages,
+    """What pipeline rank ``pp_rank`` holds: (its parameter names, (blocks, recompute) of each of its stages,
     whether it computes the loss, the most micro-batch stages in flight on it). Without a pipeline: everything."""
     from core.parallel.pipeline_schedules import build, simulate, stage_layers
 
@@ -154,7 +175,7 @@ def _pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple
         held.add("embed.weight")  # the last stage's copy of a tied table is its head
     if last:
         held |= {"norm.weight"} | ({"lm_head.weight"} if not m.tie_embeddings else set())
-    chunks = [(len(ranges[s]), cfg.memory.recompute_of(s)) for s in mine]
+    chunks = [(ranges[s], cfg.memory.recompute_of(s)) for s in mine]
     in_flight = 1
     if par.pp > 1:
         timing = simulate(build(par.pp_schedule, par.pp, cfg.grad_accum_steps, par.pp_virtual), cfg.grad_accum_steps,
@@ -186,18 +207,19 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         else:
             state_floats += 2 * size                 # AdamW: m and v
         gathered = max(gathered, p.local_numel) if fsdp > 1 else 0
-    per_layer = _activation_bytes_per_layer(m, t.micro_batch_size, t.seq_len, par.tp, par.cp, par.sp)
+    act = [_activation_bytes_per_layer(m, t.micro_batch_size, t.seq_len, par.tp, par.cp, par.sp, m.is_moe_layer(i))
+           for i in range(m.n_layers)]
     local_tokens = t.micro_batch_size * t.seq_len // par.cp
     block_input = 4 * local_tokens * m.d_model // (par.tp if par.sp else 1)
     # A stage's backward runs one micro-batch at a time (core.parallel.pipeline): the largest stage's activations
     # are live at once. Full recompute keeps each block's input and rebuilds one block at a time.
-    activations = max(per_layer * layers for layers, _ in chunks)
+    activations = max(sum(act[i] for i in blocks) for blocks, _ in chunks)
     recomputed = None
     if any(r == "full" for _, r in chunks):
-        recomputed = max(block_input * layers + per_layer if r == "full" else per_layer * layers
-                         for layers, r in chunks)
+        recomputed = max(block_input * len(blocks) + max(act[i] for i in blocks) if r == "full" else
+                         sum(act[i] for i in blocks) for blocks, r in chunks)
     stash = block_input * in_flight * (2 if has_loss else 1) if par.pp > 1 else 0
-    layers = sum(layers for layers, _ in chunks)
+    layers = sum(len(blocks) for blocks, _ in chunks)
     return Terms(params=4 * stored, grads=4 * stored * (3 if cfg.grad_accum_steps > 1 else 1),
                  optimizer=4 * state_floats, activations=activations, recomputed=recomputed,
                  logits=4 * local_tokens * (m.vocab_size // par.tp) if has_loss else 0, layers=layers,

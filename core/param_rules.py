@@ -10,7 +10,9 @@ from __future__ import annotations
 
 # Parameters whose name contains one of these go to AdamW even when they are 2-D: the token embedding and the
 # output head. Names are the model's Parameter names, e.g. ``embed.weight``, ``lm_head.weight``.
-ADAMW_NAME_PATTERNS = ("embed", "lm_head")
+# MoE routers too: each row scores one expert, like a head row scores a token. (3-D expert stacks are not
+# matrices to Muon here: AdamW.)
+ADAMW_NAME_PATTERNS = ("embed", "lm_head", "router")
 
 
 def uses_muon(name: str, shape: tuple[int, ...]) -> bool:

@@ -29,6 +29,7 @@ from core import checkpoint, memory, sharded_checkpoint
 from core.config import ConfigError, TrainConfig, to_dict
 from core.data import TokenDataset, default_corpus
 from core.model import GPT, flops_per_token
+from core.model.moe import moe_layers
 from core.optim import build_optimizer, lr_at
 from core.parallel import init_distributed, node_ranks
 from core.parallel.dims import ParallelDims
@@ -94,6 +95,8 @@ class Trainer:
                                  self.par.groups, cfg.grad_accum_steps, cfg.optim.grad_clip, self.par.tied,
                                  self.par.mirrors)
         self.rec.state_bytes = self._state_bytes()
+        self.moe = moe_layers(self.model)
+        self.moe_pairs = [0.0, 0.0]  # (token, choice) pairs dropped / routed, in each step's last micro-batch
 
     def _state_bytes(self) -> dict:
         """Bytes this rank holds for parameters, their gradients and the optimizer states (counted, not measured:
@@ -166,6 +169,9 @@ class Trainer:
                     self._save(step)
             if profiler is not None:
                 self.rec.comm_time_share = comm_time_share(profiler.stop(), profiled_sec)
+            if cfg.model.n_experts:  # every rank joins the sum, with MoE blocks or not (pipeline stages)
+                dropped, routed = self._sum_over_ranks(self.moe_pairs)
+                self.rec.moe_dropped_fraction = dropped / routed if routed else None
             if self.par.stages is not None and waits:
                 share = sum(w for w, _ in waits) / sum(dt for _, dt in waits)
                 self.rec.pipeline_bubble = self._mean_over_ranks(share, holders=self.dist.world_size)
@@ -191,6 +197,10 @@ class Trainer:
         if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
             raise NonFinite(f"nan: loss {loss_value} / grad norm {norm_value} at step {step + 1}; lower optim.lr "
                             f"(now {cfg.optim.lr:g}), raise optim.warmup_steps or keep optim.grad_clip on")
+        if self.moe:  # each MoE block keeps the count of its last forward (core.model.moe)
+            self.moe_pairs[0] += sum(float(m.dropped.asnumpy()) for m in self.moe)
+            tokens = t.micro_batch_size * len(self.par.positions)
+            self.moe_pairs[1] += sum(m.top_k * tokens for m in self.moe)
         lr = lr_at(step, cfg.optim, cfg.trial.max_steps)
         self.optimizer.step(grads, lr)
         return loss_value, norm_value, lr
@@ -204,6 +214,11 @@ class Trainer:
         holders = holders or self.dist.world_size // self.dims.pp
         t = Tensor(np.asarray([0.0 if value is None else value], np.float32))
         return float((ops.AllReduce()(t) / holders).asnumpy()[0])
+
+    def _sum_over_ranks(self, values: list[float]) -> list[float]:
+        if self.dist.world_size == 1:
+            return values
+        return [float(v) for v in ops.AllReduce()(Tensor(np.asarray(values, np.float32))).asnumpy()]
 
     def _barrier(self) -> None:
         if self.dist.world_size > 1:

@@ -161,6 +161,7 @@ class TrialRecorder:
     state_bytes: Optional[dict] = None   # {params, grads, optimizer} bytes this rank holds (what sharding divides)
     comm_time_share: Optional[float] = None  # with training.profile: share of step time in collectives
     pipeline_bubble: Optional[float] = None  # with a pipeline: share of step time blocked in receives (rank mean)
+    moe_dropped_fraction: Optional[float] = None  # MoE: (token, choice) pairs over capacity, of those routed
     started_at: str = field(default_factory=utc_now)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _written: bool = False
@@ -201,6 +202,7 @@ class TrialRecorder:
             "state_bytes": self.state_bytes,
             "comm_time_share": self.comm_time_share,
             "pipeline_bubble": self.pipeline_bubble,
+            "moe_dropped_fraction": self.moe_dropped_fraction,
         }
 
     def summary(self, code: Exit, reason: str, error: Optional[dict] = None) -> dict:

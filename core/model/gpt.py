@@ -8,6 +8,9 @@ Parameter names (optimizer patterns and checkpoints rely on them; MindSpore deri
     embed.weight
     layers.{i}.attn_norm.weight  layers.{i}.attn.{wq,wk,wv,wo}.weight
     layers.{i}.mlp_norm.weight   layers.{i}.mlp.{w_gate,w_up,w_down}.weight
+                                 or, in an MoE block: layers.{i}.mlp.router.weight (X, D),
+                                 layers.{i}.mlp.experts.{w_gate,w_up,w_down} (X, F, D), (X, F, D), (X, D, F),
+                                 layers.{i}.mlp.shared.{w_gate,w_up,w_down}.weight (with shared experts)
     norm.weight
     lm_head.weight               (only when cfg.tie_embeddings is false)
 """
@@ -36,7 +39,7 @@ class GPT(nn.Cell):
         self.cfg = cfg
         self.tie_embeddings = cfg.tie_embeddings  # a plain bool: graph mode reads it as a constant
         self.embed = Embedding(cfg.vocab_size, cfg.d_model, cfg.init_std, dtype)
-        self.layers = nn.CellList([Block(cfg, dtype) for _ in range(cfg.n_layers)])
+        self.layers = nn.CellList([Block(cfg, dtype, moe=cfg.is_moe_layer(i)) for i in range(cfg.n_layers)])
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
         if not cfg.tie_embeddings:
             self.lm_head = Linear(cfg.d_model, cfg.vocab_size, cfg.init_std, dtype)
@@ -78,8 +81,9 @@ class GPT(nn.Cell):
 
 
 def count_params(model: nn.Cell) -> int:
-    """Number of distinct parameter scalars, frozen ones included (a tied embedding counts once)."""
-    return sum(int(np.prod(p.shape)) for p in model.get_parameters())
+    """Number of distinct trainable scalars (a tied embedding counts once; an MoE block's dropped-pair counter is
+    a metric, not a parameter)."""
+    return sum(int(np.prod(p.shape)) for p in model.trainable_params())
 
 
 def matmul_params(cfg: ModelConfig) -> int:
@@ -88,7 +92,12 @@ def matmul_params(cfg: ModelConfig) -> int:
     E = cfg.head_dim
     attn = cfg.d_model * E * (2 * cfg.n_heads + 2 * cfg.n_kv_heads)  # wq, wo: H*E; wk, wv: K*E
     mlp = 3 * cfg.d_model * cfg.ffn_hidden
-    return cfg.n_layers * (attn + mlp) + cfg.vocab_size * cfg.d_model
+    # An MoE block: the router, and the k experts a token is routed to plus the shared ones (active weights;
+    # dispatch to empty capacity slots is not model FLOPs)
+    hidden = cfg.moe_ffn_hidden or cfg.ffn_hidden
+    moe = cfg.n_experts * cfg.d_model + 3 * cfg.d_model * hidden * (cfg.moe_top_k + cfg.moe_shared_experts)
+    blocks = sum(attn + (moe if cfg.is_moe_layer(i) else mlp) for i in range(cfg.n_layers))
+    return blocks + cfg.vocab_size * cfg.d_model
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:

@@ -236,12 +236,13 @@ class MLP(nn.Cell):
 
 
 class Block(nn.Cell):
-    """Pre-norm residual block (GPT-2 / Llama): x + attn(norm(x)), then + mlp(norm(.)).
+    """Pre-norm residual block (GPT-2 / Llama): x + attn(norm(x)), then + mlp(norm(.)); the MLP is a mixture of
+    experts (core.model.moe) with ``moe``.
 
     The unit of activation recompute: `block.recompute()` re-runs this cell's forward in backward.
     """
 
-    def __init__(self, cfg, dtype=ms.float32):
+    def __init__(self, cfg, dtype=ms.float32, moe: bool = False):
         super().__init__()
         # GPT-2 (Radford et al. 2019): residual-stream writers scaled by 1/sqrt(2 L), two writers per block,
         # so the residual stream's variance at init does not grow with depth.
@@ -249,7 +250,12 @@ class Block(nn.Cell):
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
         self.attn = Attention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.init_std, out_std, dtype)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
-        self.mlp = MLP(cfg.d_model, cfg.ffn_hidden, cfg.init_std, out_std, dtype)
+        if moe:
+            from core.model.moe import MoE  # moe builds on this module's layers
+
+            self.mlp = MoE(cfg, out_std, dtype)
+        else:
+            self.mlp = MLP(cfg.d_model, cfg.ffn_hidden, cfg.init_std, out_std, dtype)
 
     def construct(self, x, cos, sin, positions):
         x = x + self.attn(self.attn_norm(x), cos, sin, positions)  # (B, S, D)

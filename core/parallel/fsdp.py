@@ -21,6 +21,11 @@ reduce-scatters): recompute re-runs the block's forward, gather included, in bac
 re-gathering; and MindSpore's recompute cannot re-run an op whose own bprop differentiates it (measured: a graph
 cycle under jit, wrong gradients in PyNative).
 
+Every gather waits for the activation its op consumes (``ops.depend``; in backward, the incoming gradient): a
+gather that depends on nothing but its shard may be scheduled anywhere in the compiled graph, and ranks that
+schedule it differently pair different collectives (measured: dp_shard=4 on the small model paired the final
+norm's gather with the head's, "RunRingAllReduce Memcpy error"; equal-sized ones would swap silently).
+
 The gradient leaves the bprop summed over the fsdp ranks; ``GradientSync`` then sums over ``dp_replicate`` and
 divides by the number of ranks whose losses average into the global loss.
 """
@@ -75,10 +80,10 @@ class ShardedOp(nn.Cell):
         self.grad = ops.GradOperation(get_all=True, sens_param=True)
 
     def construct(self, x, shard):
-        return self.op(x, self.unshard(shard))
+        return self.op(x, self.unshard(ops.depend(shard, x)))
 
     def bprop(self, x, shard, out, dout):
-        dx, dw = self.grad(self.op)(x, self.unshard_again(shard), dout)
+        dx, dw = self.grad(self.op)(x, self.unshard_again(ops.depend(shard, dout)), dout)
         return dx, self.shard_grad(dw)
 
 
@@ -109,7 +114,7 @@ class ShardedLoss(nn.Cell):
         self.loss, self.gather = loss, _GatherShard(group, placement)
 
     def construct(self, hidden, shard, labels):
-        return self.loss(hidden, self.gather(shard), labels)
+        return self.loss(hidden, self.gather(ops.depend(shard, hidden)), labels)
 
 
 class GatheredOp(nn.Cell):
@@ -120,7 +125,7 @@ class GatheredOp(nn.Cell):
         self.op, self.gather = op, _GatherShard(group, placement)
 
     def construct(self, x, shard):
-        return self.op(x, self.gather(shard))
+        return self.op(x, self.gather(ops.depend(shard, x)))
 
 
 def _shard_parameter(cell: nn.Cell, group: comm.Group, placements: dict) -> Placement:

@@ -159,7 +159,9 @@ def test_muon_update_rms_matches_adamw_scale():
 
 
 def test_routing_by_name_and_shape():
-    assert ADAMW_NAME_PATTERNS == ("embed", "lm_head")
+    assert ADAMW_NAME_PATTERNS == ("embed", "lm_head", "router")
+    assert not uses_muon("layers.1.mlp.router.weight", (8, 256))            # an MoE router scores experts
+    assert not uses_muon("layers.1.mlp.experts.w_gate", (8, 344, 256))       # 3-D expert stacks: AdamW
     assert uses_muon("layers.0.attn.wq.weight", (256, 256))
     assert uses_muon("layers.3.mlp.w2.weight", (256, 688))
     assert not uses_muon("embed.weight", (4096, 256))

@@ -413,6 +413,7 @@ def test_describe_mentions_objective_params_constraints_and_budget(space):
 
 @pytest.mark.parametrize("name, objective, world_size", [
     ("parallel", ("tokens_per_sec", "maximize"), 2),
+    ("moe", ("val_loss", "minimize"), 2),
     ("hparams", ("val_loss", "minimize"), 1),
 ])
 def test_shipped_spaces_load_and_use_known_config_keys(name, objective, world_size):

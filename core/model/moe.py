@@ -1,0 +1,139 @@
+"""Mixture of experts: a top-k router over SwiGLU experts in place of a block's MLP (Shazeer et al. 2017; GShard,
+Lepikhin et al. 2021; Switch, Fedus et al. 2022; Mixtral, Jiang et al. 2024; DeepSeek-V3, 2024).
+
+Routing. Router logits (T, X) for T tokens and X experts become scores by softmax (Mixtral) or sigmoid
+(DeepSeek-V3); each token picks its k highest, and its gates are those k scores renormalised to sum to 1.
+
+Dispatch with static shapes (what ``mindspore.jit`` compiles). Every expert has C slots. The (token, choice)
+pairs claim slots choice-major (all first choices before any second, GShard's priority), tokens in order; a pair
+whose expert is full is dropped (it adds nothing; the token keeps its residual and its other choices). Dropless
+(``moe_capacity_factor: null``) gives every expert C = T slots, which no expert can overflow since a token picks
+an expert at most once; a capacity factor c gives C = ceil(c T k / X). The experts run as one batched matmul over
+(X, C, D): empty slots hold zeros and cost compute, which is what a capacity factor bounds (dropless computes
+X / k times the routed work; a grouped matmul would not, and CPU MindSpore has none).
+
+Load balance (Switch, eq. 4): aux = X * sum_x f_x P_x, with f_x the share of (token, choice) pairs routed to
+expert x and P_x its mean score; 1 at perfect balance. Its gradient reaches the router through ``AuxLoss``, an
+identity on the hidden states whose backward adds ``weight`` d aux (Megatron's MoEAuxLossAutoScaler), so the
+loss path and the pipeline stay unchanged. The statistics are a micro-batch's, as in one process: a data-parallel
+rank's micro-batch is one of the 1-process run's. ``reduce_stats`` is the seam where ranks that split one
+micro-batch's tokens (context or sequence parallelism, with expert parallelism) will sum them; identity here.
+
+Shape letters: T tokens (B * S), X experts, C slots per expert, k choices, D model width, F expert width.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mindspore as ms
+import numpy as np
+from mindspore import Parameter, Tensor, mint, nn, ops
+
+from core.model.layers import MLP, Linear, _normal, _param
+
+_bmm_nt = ops.BatchMatMul(transpose_b=True)
+
+
+class GroupedExperts(nn.Cell):
+    """X SwiGLU experts as stacked weights: w_gate, w_up (X, F, D), w_down (X, D, F); (X, C, D) -> (X, C, D)."""
+
+    def __init__(self, n_experts: int, d_model: int, hidden: int, init_std: float, out_std: float,
+                 dtype=ms.float32):
+        super().__init__()
+        self.stds = (init_std, init_std, out_std)
+        self.w_gate = _param((n_experts, hidden, d_model), dtype)
+        self.w_up = _param((n_experts, hidden, d_model), dtype)
+        self.w_down = _param((n_experts, d_model, hidden), dtype)
+
+    def reset_parameters(self, rng: np.random.Generator):
+        for w, std in zip((self.w_gate, self.w_up, self.w_down), self.stds):
+            w.set_data(_normal(rng, w.shape, std, w.dtype))
+
+    def construct(self, x):
+        h = mint.nn.functional.silu(_bmm_nt(x, self.w_gate)) * _bmm_nt(x, self.w_up)   # (X, C, F)
+        return _bmm_nt(h, self.w_down)                                                  # (X, C, D)
+
+
+class AuxLoss(nn.Cell):
+    """(h, aux) -> h; backward: dh passes through and aux receives ``scale``, as if ``scale * aux`` were added to
+    the loss (``scale`` = the aux-loss weight, times what the gradient sync later divides by)."""
+
+    def __init__(self, scale: float):
+        super().__init__()
+        self.scale = scale
+
+    def construct(self, h, aux):
+        return h * 1.0  # a new tensor: a bprop-Cell that returns its input loses its bprop (core.parallel.comm)
+
+    def bprop(self, h, aux, out, dout):
+        return dout, ops.ones_like(aux) * self.scale
+
+
+class _Identity(nn.Cell):
+    def construct(self, x):
+        return x
+
+
+class MoE(nn.Cell):
+    """(B, S, D) -> (B, S, D): routed experts (plus shared experts, which every token uses)."""
+
+    def __init__(self, cfg, out_std: float, dtype=ms.float32):
+        super().__init__()
+        X, k = cfg.n_experts, cfg.moe_top_k
+        self.n_experts, self.top_k, self.sigmoid = X, k, cfg.moe_router == "sigmoid"
+        self.capacity_factor = cfg.moe_capacity_factor
+        hidden = cfg.moe_ffn_hidden or cfg.ffn_hidden
+        self.router = Linear(cfg.d_model, X, cfg.init_std, dtype)
+        self.experts = GroupedExperts(X, cfg.d_model, hidden, cfg.init_std, out_std, dtype)
+        self.shared = (MLP(cfg.d_model, hidden * cfg.moe_shared_experts, cfg.init_std, out_std, dtype)
+                       if cfg.moe_shared_experts else None)
+        self.aux_loss = AuxLoss(cfg.moe_aux_loss_weight)
+        self.reduce_stats = _Identity()  # see the module docstring
+        # Not trainable: the (token, choice) pairs this layer dropped in its last forward (a metric).
+        self.dropped = Parameter(Tensor(0.0, ms.float32), requires_grad=False)
+
+    def capacity(self, tokens: int) -> int:
+        if self.capacity_factor is None:
+            return tokens
+        return min(tokens, math.ceil(self.capacity_factor * tokens * self.top_k / self.n_experts))
+
+    def construct(self, x):
+        B, S, D = x.shape
+        T, X, k = B * S, self.n_experts, self.top_k
+        C = self.capacity(T)
+        xt = x.reshape(T, D)
+        logits = self.router(xt)                                                 # (T, X)
+        scores = ops.sigmoid(logits) if self.sigmoid else ops.softmax(logits, -1)
+        top, expert = ops.topk(scores, k)                                        # (T, k), (T, k) int32
+        gates = top / top.sum(-1, keepdims=True)                                 # (T, k)
+
+        # Slots, choice-major: pair (choice j, token t) is row j * T + t.
+        chosen = ops.one_hot(expert.T.reshape(-1), X, Tensor(1, ms.int32), Tensor(0, ms.int32))   # (kT, X)
+        position = ((ops.cumsum(chosen, 0) - 1) * chosen).sum(-1)              # (kT,) place in its expert
+        keep = position < C                                                      # (kT,)
+        pair_expert = expert.T.reshape(-1)                                       # (kT,)
+        slot = ops.select(keep, pair_expert * C + position, ops.full_like(position, X * C))       # X*C: a bin
+        token = ops.tile(ops.cumsum(ops.ones((T,), ms.int32), 0) - 1, (k,))    # (kT,) 0..T-1 (no CPU Arange)
+        # each slot's token (T: the zero row for an empty slot); the bin row takes every dropped pair
+        source = ops.tensor_scatter_elements(ops.full((X * C + 1,), T, dtype=ms.int32), slot, token, 0)
+        rows = ops.concat((xt, ops.zeros((1, D), xt.dtype)))                    # (T + 1, D)
+        out = self.experts(ops.gather(rows, source[:X * C], 0).reshape(X, C, D))  # (X, C, D)
+        out = ops.concat((out.reshape(X * C, D), ops.zeros((1, D), out.dtype)))   # (X C + 1, D)
+        routed = ops.gather(out, slot, 0).reshape(k, T, D)                       # (k, T, D)
+        y = (routed * gates.T.reshape(k, T, 1)).sum(0)                           # (T, D)
+
+        # Load balance over the (token, choice) pairs of every loss rank.
+        stats = ops.concat((ops.stop_gradient(chosen.astype(scores.dtype).sum(0)), scores.sum(0),
+                            Tensor([T], scores.dtype)))                          # (2X + 1,)
+        stats = self.reduce_stats(stats)
+        n = stats[2 * X]
+        aux = X * (stats[:X] / (n * k) * (stats[X:2 * X] / n)).sum()
+        y = self.aux_loss(y, aux)
+        ops.assign(self.dropped, (k * T - keep.astype(ms.float32).sum()).astype(ms.float32))
+        y = y.reshape(B, S, D)
+        return y + self.shared(x) if self.shared is not None else y
+
+
+def moe_layers(model: nn.Cell) -> list[MoE]:
+    return [cell for _, cell in model.cells_and_names() if isinstance(cell, MoE)]

@@ -1,0 +1,33 @@
+"""An MoE model (capacity-bounded, so that pairs are dropped) on data-parallel replicas and on a pipeline
+reproduces the 1-process run: per-step losses (the load-balance gradient included), validation loss, final
+parameters; the pipeline drops the same pairs."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.conftest import assert_same_run, run_trial
+
+pytestmark = pytest.mark.slow
+
+STEPS = 10
+BASE = ("model=moe-tiny", "model.n_layers=4", "model.moe_capacity_factor=1.0", "seed=5", f"trial.max_steps={STEPS}",
+        "checkpoint.interval=5", "training.global_batch_size=8", "training.micro_batch_size=2")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    run = run_trial(tmp_path_factory.mktemp("moe") / "single", *BASE, timeout=900)
+    assert run.code == 0, run.output
+    return run
+
+
+@pytest.mark.parametrize("layout", [("parallel.dp_replicate=2",), ("parallel.pp=2", "optim=adamw")])
+def test_moe_layout_reproduces_the_single_process_run(reference, tmp_path, layout):
+    run = run_trial(tmp_path / "run", *BASE, *layout, timeout=900)
+    assert run.code == 0, run.output + "".join(p.read_text()[-2000:] for p in (run.dir / "logs").glob("rank_*.log"))
+    assert_same_run(run, reference, STEPS)
+    dropped = reference.summary["metrics"]["moe_dropped_fraction"]
+    assert 0 < dropped < 1
+    if "parallel.pp=2" in layout:  # the same micro-batches pass the same MoE blocks
+        assert run.summary["metrics"]["moe_dropped_fraction"] == pytest.approx(dropped)
