@@ -141,7 +141,7 @@ class ParallelConfig:
     tp: int = 1                    # tensor parallel: heads, KV heads, FFN width and vocabulary split
     pp: int = 1                    # pipeline stages (core.parallel.pipeline)
     cp: int = 1                    # context parallel: the sequence split into 2*cp load-balanced chunks
-    ep: int = 1                    # expert parallel, borrows from dp_shard * cp * tp (needs an MoE model, not yet)
+    ep: int = 1                    # expert parallel: an MoE model's experts split over the dp_shard ranks
     sp: bool = False               # sequence parallel in the norm/residual regions (with tp > 1)
     pp_schedule: str = "1f1b"      # gpipe | 1f1b | interleaved
     pp_virtual: int = 1            # stages per rank (the interleaved schedule)
@@ -338,12 +338,18 @@ def _check_layout(m: ModelConfig, t: TrainingConfig, p: ParallelConfig) -> None:
         _require(min(split) >= 1, "parallel.pp_offset",
                  f"{p.pp_offset} leaves a stage without layers (split {split}); keep |pp_offset| below "
                  f"{m.n_layers // stages}")
-    _require(p.ep == 1, "parallel.ep", f"expert parallelism (ep={p.ep}) is not run by this core yet (experts are "
-                                       "replicated); set parallel.ep=1")
+    _require(p.ep == 1 or m.n_experts > 0, "parallel.ep",
+             f"expert parallelism (ep={p.ep}) splits an MoE model's experts; choose model=moe-tiny or moe-small, "
+             "or set parallel.ep=1")
     if m.n_experts:
-        _require(p.tp == 1 and p.dp_shard * p.cp == 1, "parallel",
-                 "an MoE model runs with data-parallel replicas and pipelines for now (tp, dp_shard and cp split "
-                 "or shard experts, which comes with expert parallelism); set parallel.tp, dp_shard and cp to 1")
+        _require(p.tp == 1 and p.cp == 1, "parallel",
+                 "an MoE model runs with data-parallel replicas, expert parallelism over FSDP ranks and pipelines "
+                 "(tensor and context parallelism of experts are not built yet); set parallel.tp and cp to 1")
+        _require(p.ep == p.dp_shard, "parallel.ep",
+                 f"experts are split over the FSDP ranks (they are not FSDP-sharded themselves): set parallel.ep = "
+                 f"parallel.dp_shard = {p.dp_shard}")
+        _require(m.n_experts % p.ep == 0, "parallel.ep",
+                 f"{p.ep} ranks do not split model.n_experts={m.n_experts} evenly; choose an ep that divides it")
 
 
 def compose(overrides: list[str] | tuple[str, ...] = ()) -> Any:

@@ -188,7 +188,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     """The textbook bytes of one rank's step for ``cfg`` (no MindSpore: the agent calls this on proposals); with
     a pipeline, of a rank of pipeline stage ``pp_rank``."""
     from core.param_rules import uses_muon
-    from core.parallel.placement import layout_placement
+    from core.parallel.placement import Placement, layout_placement
 
     m, t, par = cfg.model, cfg.training, cfg.parallel
     fsdp = par.dp_shard * par.cp
@@ -198,8 +198,12 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     for name, shape in param_shapes(m).items():
         if name not in held:
             continue
-        p = layout_placement(name, shape, par.tp, fsdp)
-        size = p.shard_len if fsdp > 1 else p.local_numel
+        if ".experts." in name:  # split over ep (core.parallel.expert_parallel), not FSDP-sharded
+            p = Placement(tuple(shape), 0, par.ep, 0)
+            size = p.local_numel
+        else:
+            p = layout_placement(name, shape, par.tp, fsdp)
+            size = p.shard_len if fsdp > 1 else p.local_numel
         n, stored = n + p.local_numel, stored + size
         if muon and uses_muon(name, shape):
             hidden += math.prod(shape)

@@ -90,6 +90,8 @@ class MoE(nn.Cell):
                        if cfg.moe_shared_experts else None)
         self.aux_loss = AuxLoss(cfg.moe_aux_loss_weight)
         self.reduce_stats = _Identity()  # see the module docstring
+        # Expert parallelism's seams (core.parallel.expert_parallel): slots to the experts' ranks and back.
+        self.dispatch, self.combine = _Identity(), _Identity()
         # Not trainable: the (token, choice) pairs this layer dropped in its last forward (a metric).
         self.dropped = Parameter(Tensor(0.0, ms.float32), requires_grad=False)
 
@@ -118,7 +120,8 @@ class MoE(nn.Cell):
         # each slot's token (T: the zero row for an empty slot); the bin row takes every dropped pair
         source = ops.tensor_scatter_elements(ops.full((X * C + 1,), T, dtype=ms.int32), slot, token, 0)
         rows = ops.concat((xt, ops.zeros((1, D), xt.dtype)))                    # (T + 1, D)
-        out = self.experts(ops.gather(rows, source[:X * C], 0).reshape(X, C, D))  # (X, C, D)
+        slots = ops.gather(rows, source[:X * C], 0).reshape(X, C, D)           # (X, C, D)
+        out = self.combine(self.experts(self.dispatch(slots)))                   # (X, C, D)
         out = ops.concat((out.reshape(X * C, D), ops.zeros((1, D), out.dtype)))   # (X C + 1, D)
         routed = ops.gather(out, slot, 0).reshape(k, T, D)                       # (k, T, D)
         y = (routed * gates.T.reshape(k, T, 1)).sum(0)                           # (T, D)

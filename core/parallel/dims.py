@@ -2,8 +2,8 @@
 
 The mesh is laid out outermost first as ``MESH`` = (pp, dp_replicate, dp_shard, cp, tp), row-major, so ``tp`` is
 innermost: tensor-parallel peers are neighbouring ranks, which a launcher places on one host (the heaviest,
-most frequent traffic), as in Megatron and torchtitan. ``ep`` borrows ranks from dp_shard * cp * tp (the next
-issue) and adds no axis.
+most frequent traffic), as in Megatron and torchtitan. ``ep`` borrows ranks (today: the dp_shard ranks) and
+adds no axis.
 
 Flattened views (torchtitan's names):
 
@@ -44,11 +44,13 @@ class ParallelDims:
     tp: int = 1
     sp: bool = False
     rank: int = 0
+    ep: int = 1  # not a mesh axis: expert parallelism runs over the dp_shard ranks (core.parallel.expert_parallel)
 
     @classmethod
     def from_config(cls, p: ParallelConfig, rank: int = 0, world_size: int | None = None) -> "ParallelDims":
         """The mesh of ``p`` seen from ``rank``; ``world_size`` (the cluster's) must equal the degrees' product."""
-        dims = cls(pp=p.pp, dp_replicate=p.dp_replicate, dp_shard=p.dp_shard, cp=p.cp, tp=p.tp, sp=p.sp, rank=rank)
+        dims = cls(pp=p.pp, dp_replicate=p.dp_replicate, dp_shard=p.dp_shard, cp=p.cp, tp=p.tp, sp=p.sp, rank=rank,
+                   ep=p.ep)
         if world_size is not None and world_size != dims.world_size:
             raise ConfigError("parallel", f"the degrees multiply to {dims.world_size} ranks ("
                                           f"{' * '.join(f'{a}={dims.degree(a)}' for a in MESH)}) but the cluster "

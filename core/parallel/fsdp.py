@@ -21,10 +21,11 @@ reduce-scatters): recompute re-runs the block's forward, gather included, in bac
 re-gathering; and MindSpore's recompute cannot re-run an op whose own bprop differentiates it (measured: a graph
 cycle under jit, wrong gradients in PyNative).
 
-Every gather waits for the activation its op consumes (``ops.depend``; in backward, the incoming gradient): a
-gather that depends on nothing but its shard may be scheduled anywhere in the compiled graph, and ranks that
-schedule it differently pair different collectives (measured: dp_shard=4 on the small model paired the final
-norm's gather with the head's, "RunRingAllReduce Memcpy error"; equal-sized ones would swap silently).
+Every forward gather waits for the activation its op consumes (``ops.depend``): a gather that depends on nothing
+but its shard may be scheduled anywhere in the compiled graph, and ranks that schedule it differently pair
+different collectives (measured: dp_shard=4 on the small model paired the final norm's gather with the head's,
+"RunRingAllReduce Memcpy error"; equal-sized ones would swap silently). The same dependency on the incoming
+gradient in the bprop made that run's gradients NaN (measured), so backward re-gathers go without it.
 
 The gradient leaves the bprop summed over the fsdp ranks; ``GradientSync`` then sums over ``dp_replicate`` and
 divides by the number of ranks whose losses average into the global loss.
@@ -83,7 +84,7 @@ class ShardedOp(nn.Cell):
         return self.op(x, self.unshard(ops.depend(shard, x)))
 
     def bprop(self, x, shard, out, dout):
-        dx, dw = self.grad(self.op)(x, self.unshard_again(ops.depend(shard, dout)), dout)
+        dx, dw = self.grad(self.op)(x, self.unshard_again(shard), dout)
         return dx, self.shard_grad(dw)
 
 

@@ -23,6 +23,7 @@ from core.loss import LinearCrossEntropyLoss
 from core.parallel import comm
 from core.parallel.context_parallel import apply_context_parallel, chunk_positions
 from core.parallel.dims import ParallelDims
+from core.parallel.expert_parallel import apply_expert_parallel
 from core.parallel.fsdp import apply_fsdp
 from core.parallel.pipeline import split_stages
 from core.parallel.placement import Placement, replicated
@@ -72,13 +73,15 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
 
 
 def _parallelize_part(model: nn.Cell, dims: ParallelDims, groups: dict, placements: dict, recompute: str):
-    """TP -> CP -> FSDP -> recompute on a GPT or a pipeline stage; returns its (train, eval) loss ops."""
+    """TP -> CP -> EP -> FSDP -> recompute on a GPT or a pipeline stage; returns its (train, eval) loss ops."""
     placements.update({p.name: replicated(p.shape) for p in model.trainable_params()})
     loss, eval_loss = LinearCrossEntropyLoss(train=True), LinearCrossEntropyLoss(train=False)
     if dims.tp > 1:
         loss, eval_loss = apply_tensor_parallel(model, groups["tp"], dims.sp, placements)
     if dims.cp > 1:
         apply_context_parallel(model, groups["cp"])
+    if dims.ep > 1:
+        apply_expert_parallel(model, groups["dp_shard"], placements)
     if dims.size("fsdp") > 1:
         loss, eval_loss = apply_fsdp(model, groups["fsdp"], placements, loss, eval_loss,
                                      recomputed=recompute == "full")

@@ -1,6 +1,6 @@
-"""An MoE model (capacity-bounded, so that pairs are dropped) on data-parallel replicas and on a pipeline
-reproduces the 1-process run: per-step losses (the load-balance gradient included), validation loss, final
-parameters; the pipeline drops the same pairs."""
+"""An MoE model (capacity-bounded, so that pairs are dropped) on data-parallel replicas, with expert parallelism
+(with replicas too) and on a pipeline reproduces the 1-process run: per-step losses (the load-balance gradient
+included), validation loss, final parameters (expert shards consolidated); the pipeline drops the same pairs."""
 
 from __future__ import annotations
 
@@ -22,7 +22,11 @@ def reference(tmp_path_factory):
     return run
 
 
-@pytest.mark.parametrize("layout", [("parallel.dp_replicate=2",), ("parallel.pp=2", "optim=adamw")])
+EP = ("parallel.dp_shard=2", "parallel.ep=2")
+
+
+@pytest.mark.parametrize("layout", [("parallel.dp_replicate=2",), ("parallel.pp=2",), EP,
+                                    (*EP, "parallel.dp_replicate=2")])
 def test_moe_layout_reproduces_the_single_process_run(reference, tmp_path, layout):
     run = run_trial(tmp_path / "run", *BASE, *layout, timeout=900)
     assert run.code == 0, run.output + "".join(p.read_text()[-2000:] for p in (run.dir / "logs").glob("rank_*.log"))

@@ -78,7 +78,7 @@ def test_rejections_name_the_field_and_the_fix(overrides, field, fix):
      "one setting per pipeline stage"),
     (["memory.recompute_stages=[all]"], "memory.recompute_stages", "none or full"),
     (["parallel.ep=2"], "parallel.ep", "dp_shard * cp * tp = 1"),
-    (["parallel.ep=2", "parallel.tp=2"], "parallel.ep", "not run by this core yet"),
+    (["parallel.ep=2", "parallel.tp=2"], "parallel.ep", "MoE model's experts"),
 ])
 def test_every_layout_rule_names_the_field_and_the_fix(overrides, field, fix):
     with pytest.raises(ConfigError) as info:

@@ -128,8 +128,10 @@ def test_moe_counts_active_parameters():
     (["model=moe-tiny", "model.moe_router=relu"], "model.moe_router", "softmax or sigmoid"),
     (["model=moe-tiny", "model.moe_capacity_factor=0"], "model.moe_capacity_factor", "null for dropless"),
     (["model=moe-tiny", "model.moe_dense_layers=3"], "model.moe_dense_layers", "at least one MoE block"),
-    (["model=moe-tiny", "parallel.tp=2"], "parallel", "expert parallelism"),
-    (["model=moe-tiny", "parallel.dp_shard=2"], "parallel", "expert parallelism"),
+    (["model=moe-tiny", "parallel.tp=2"], "parallel", "set parallel.tp and cp to 1"),
+    (["model=moe-tiny", "parallel.dp_shard=2"], "parallel.ep", "parallel.dp_shard = 2"),
+    (["model=moe-tiny", "parallel.dp_shard=2", "parallel.ep=2", "model.n_experts=3", "model.moe_top_k=1"],
+     "parallel.ep", "model.n_experts=3"),
 ])
 def test_moe_rules_name_the_field_and_the_fix(overrides, field, fix):
     with pytest.raises(ConfigError) as info:
