@@ -158,8 +158,12 @@ class PipelineSchedule:
         for a in actions:
             fns = self.fns.get(a.stage)
             if a.op == "recv_F" or a.op == "recv_B":
+                # PyNative queues ops and returns: synchronize before (this rank's own work is done) and after
+                # (the message is here), so that the time between is waiting for the peer (the bubble)
+                ms.runtime.synchronize()
                 t0 = time.perf_counter()
                 box[(a.op[-1], a.mb, a.stage)] = comm.recv(shape, ms.float32, self.ranks[a.peer])
+                ms.runtime.synchronize()
                 self.wait_sec += time.perf_counter() - t0
             elif a.op == "send_F" or a.op == "send_B":
                 comm.send(box.pop(("out" + a.op[-1], a.mb, a.stage)), self.ranks[a.peer])
