@@ -88,14 +88,6 @@ LAYOUT_SWEEP = [
                                "training.global_batch_size=16"], True),
     ("medium tp2 sp muon b4", ["model=medium", "optim=muon", "parallel.tp=2", "parallel.sp=true",
                                "training.global_batch_size=4"], True),
-    # Pipelines and mixtures of experts: none in the fit, all held out.
-    *[(f"small pp2 {sched} b8", ["model=small", "parallel.pp=2", f"parallel.pp_schedule={sched}", *extra,
-                                 "training.global_batch_size=8", "training.micro_batch_size=1"], True)
-      for sched, extra in (("gpipe", []), ("1f1b", []), ("interleaved", ["parallel.pp_virtual=2"]))],
-    ("moe-tiny b8", ["model=moe-tiny", "training.global_batch_size=8"], True),
-    ("moe-small b4", ["model=moe-small", "training.global_batch_size=4"], True),
-    ("moe-tiny pp2 b8", ["model=moe-tiny", "model.n_layers=4", "parallel.pp=2", "training.global_batch_size=8",
-                         "training.micro_batch_size=2"], True),
 ]
 SWEEP = [(name, ov, False) for name, ov in SWEEP] + LAYOUT_SWEEP
 MODES = ("jit", "pynative")
