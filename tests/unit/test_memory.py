@@ -66,11 +66,11 @@ def _memory_model():
 
 
 # (mode, held out) -> bound on |estimate - peak| / peak: what benchmarks/RESULTS.md reports, rounded up.
-BOUNDS = {("jit", False): 0.10, ("pynative", False): 0.11, ("jit", True): 0.06, ("pynative", True): 0.18}
+BOUNDS = {("jit", False): 0.10, ("pynative", False): 0.12, ("jit", True): 0.09, ("pynative", True): 0.19}
 
 
 def test_estimate_error_on_fitted_runs_and_held_out_layouts():
-    """benchmarks/memory_model.py measured these peaks (real trials, 3 steps); the shipped CPU profiles must keep
+    """benchmarks/memory_model.py measured these peaks (real trials, 10 steps); the shipped CPU profiles must keep
     the estimate close to them, on the runs they were fitted on and on the layouts held out of the fit, or the
     agent's memory gate starts out wrong."""
     mm = _memory_model()
