@@ -53,6 +53,27 @@ def run(overrides: list[str], out: Path) -> dict:
     return s
 
 
+def run_rounds(rows: dict[str, list[str]], rounds: int, tmp: Path) -> dict[str, list[dict]]:
+    """Each row's trial (its full overrides) once per round, rows alternating within a round, so that load on a
+    shared machine hits them alike: {row: [summary per round]}."""
+    results: dict = {}
+    for r in range(rounds):
+        for i, (name, overrides) in enumerate(rows.items()):
+            s = run(overrides, tmp / f"{i}_{r}")
+            results.setdefault(name, []).append(s)
+            print(f"  {name} #{r + 1}: {s['metrics']['step_time_ms_median']:.0f} ms", file=sys.stderr)
+    return results
+
+
+def bench_args(doc: str, model: str) -> argparse.Namespace:
+    """--model, --steps and --rounds of a side-by-side benchmark."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--model", default=model)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--rounds", type=int, default=2)
+    return ap.parse_args()
+
+
 def state_bytes(s: dict) -> int:
     per_rank = [r["state_bytes"] for r in s.get("ranks", [])] or [s["metrics"]["state_bytes"]]
     return max(b["params"] + b["grads"] + b["optimizer"] for b in per_rank)

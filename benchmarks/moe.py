@@ -13,14 +13,13 @@ estimate's error (MoE was not in the estimate's fit: held out).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from layouts import MiB, run
+from layouts import MiB, bench_args, run, run_rounds
 from provenance import git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,20 +37,11 @@ def main() -> None:
     from core.config import load_config
     from core.memory import estimate_memory_bytes
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="moe-small")
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--rounds", type=int, default=2)
-    args = ap.parse_args()
+    args = bench_args(__doc__, "moe-small")
     base = [f"model={args.model}", "training.global_batch_size=8", "training.micro_batch_size=2",
             "training.seq_len=64", f"trial.max_steps={args.steps}", "training.eval_batches=1"]
-    results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
-            for i, (name, overrides) in enumerate(ROWS.items()):
-                s = run([*base, *overrides], Path(tmp) / f"{i}_{r}")
-                results.setdefault(name, []).append(s)
-                print(f"  {name} #{r + 1}: {s['metrics']['step_time_ms_median']:.0f} ms", file=sys.stderr)
+        results = run_rounds({name: [*base, *overrides] for name, overrides in ROWS.items()}, args.rounds, Path(tmp))
         for i, (name, overrides) in enumerate(ROWS.items()):
             results[(name, "profiled")] = run([*base, *overrides, "training.profile=true"], Path(tmp) / f"{i}_p")
     print(f"\n### MoE layouts — {time.strftime('%Y-%m-%d')}, commit {git_commit()}, model={args.model}, {args.rounds} "

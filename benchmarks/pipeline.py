@@ -16,14 +16,13 @@ A stage re-runs its forward in backward (core/parallel/pipeline.py), which the t
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from layouts import MiB, run
+from layouts import MiB, bench_args, run_rounds
 from provenance import git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,20 +45,12 @@ def main() -> None:
     from core.config import load_config
     from core.memory import estimate_memory_bytes
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="small")
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--rounds", type=int, default=2)
-    args = ap.parse_args()
+    args = bench_args(__doc__, "small")
     base = [f"model={args.model}", "training.global_batch_size=8", "training.seq_len=64",
             f"trial.max_steps={args.steps}", "training.eval_batches=1"]
-    results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
-            for i, (name, (overrides, micro, _)) in enumerate(ROWS.items()):
-                s = run([*base, f"training.micro_batch_size={micro}", *overrides], Path(tmp) / f"{i}_{r}")
-                results.setdefault(name, []).append(s)
-                print(f"  {name} #{r + 1}: {s['metrics']['step_time_ms_median']:.0f} ms", file=sys.stderr)
+        results = run_rounds({name: [*base, f"training.micro_batch_size={micro}", *overrides]
+                              for name, (overrides, micro, _) in ROWS.items()}, args.rounds, Path(tmp))
     print(f"\n### Pipelines — {time.strftime('%Y-%m-%d')}, commit {git_commit()}, model={args.model}, {args.rounds} "
           f"alternating rounds of {args.steps} steps, AdamW, jit, global batch 8 x 64, pp=2\n")
     print("| schedule | step (ms) | vs 1 process | tokens/s | bubble measured | bubble (p-1)/(vm+p-1) | "
