@@ -115,13 +115,14 @@ class PipelineSchedule:
                  schedule: str, micro_batches: int, micro_batch_size: int, virtual: int, jit: bool, seq_split: int):
         """``seq_split``: the factor by which the hidden states between stages are split on the sequence beyond
         context parallelism (tp with sequence parallelism, else 1)."""
-        self.pp, self.ranks, self.m, self.mbs = len(pp_ranks), pp_ranks, micro_batches, micro_batch_size
+        self.pp, self.ranks, self.mbs = len(pp_ranks), pp_ranks, micro_batch_size
         self.seq_split, self.d_model = seq_split, next(iter(stages.values())).cfg.d_model
         self.index = next(s for s in stages) % self.pp
         self.fns = {s: _StageFns(stage, loss, eval_loss, jit) for s, stage in stages.items()}
         self.last = max(stages) == self.pp * virtual - 1
         self.actions = build(schedule, self.pp, micro_batches, virtual)[self.index]
-        self.forward_actions = [a for a in self.actions if a.op in ("recv_F", "F", "send_F")]
+        # one micro-batch's forwards, in the schedule's chunk order: evaluation repeats them per micro-batch
+        self.forwards = [a for a in self.actions if a.op in ("recv_F", "F", "send_F") and a.mb == 0]
         position = {id(p): i for i, p in enumerate(params)}
         self.slots = {s: [position[id(p)] for p in f.params] for s, f in self.fns.items()}
         self.n_params = len(params)
@@ -140,13 +141,10 @@ class PipelineSchedule:
     def evaluate(self, inputs: np.ndarray, targets: np.ndarray, positions: Tensor):
         """The forwards alone (no gradients) over any number of micro-batches: their mean loss on the last stage."""
         n = len(inputs) // self.mbs
-        actions = [Action(a.op, mb, a.stage, a.peer) for mb in range(n) for a in self._first_mb_forwards()]
+        actions = [Action(a.op, mb, a.stage, a.peer) for mb in range(n) for a in self.forwards]
         wait, losses = self.wait_sec, self._execute(actions, inputs, targets, positions, None)
         self.wait_sec = wait  # a step's figure, not evaluation's
         return float(np.mean(losses)) if self.last else None
-
-    def _first_mb_forwards(self) -> list[Action]:
-        return [a for a in self.forward_actions if a.mb == 0]
 
     def _execute(self, actions, inputs, targets, positions, grads):
         b = self.mbs
