@@ -152,8 +152,8 @@ class Trainer:
                 t0 = time.perf_counter()
                 loss, grad_norm, lr = self._train_step(step)
                 dt = time.perf_counter() - t0
-                if step > start_step:  # the first step compiles: not the pipeline's steady state
-                    waits.append((getattr(self.schedule, "wait_sec", 0.0), dt))
+                if self.par.stages is not None and step > start_step:  # the first step compiles
+                    waits.append((self.schedule.wait_sec, dt))
                 profiled_sec += dt if profiler is not None else 0.0
                 step += 1
                 self.rec.record_step(loss, grad_norm, tokens_per_step, dt)
@@ -172,7 +172,7 @@ class Trainer:
             if cfg.model.n_experts:  # every rank joins the sum, with MoE blocks or not (pipeline stages)
                 dropped, routed = self._sum_over_ranks(self.moe_pairs)
                 self.rec.moe_dropped_fraction = dropped / routed if routed else None
-            if self.par.stages is not None and waits:
+            if waits:
                 share = sum(w for w, _ in waits) / sum(dt for _, dt in waits)
                 self.rec.pipeline_bubble = self._mean_over_ranks(share, holders=self.dist.world_size)
             self._evaluate(step, metrics_file)
@@ -212,8 +212,7 @@ class Trainer:
         if self.dist.world_size == 1:
             return value
         holders = holders or self.dist.world_size // self.dims.pp
-        t = Tensor(np.asarray([0.0 if value is None else value], np.float32))
-        return float((ops.AllReduce()(t) / holders).asnumpy()[0])
+        return self._sum_over_ranks([0.0 if value is None else value])[0] / holders
 
     def _sum_over_ranks(self, values: list[float]) -> list[float]:
         if self.dist.world_size == 1:
@@ -221,8 +220,7 @@ class Trainer:
         return [float(v) for v in ops.AllReduce()(Tensor(np.asarray(values, np.float32))).asnumpy()]
 
     def _barrier(self) -> None:
-        if self.dist.world_size > 1:
-            ops.AllReduce()(Tensor(np.zeros(1, np.float32))).asnumpy()
+        self._sum_over_ranks([0.0])
 
     def _check_memory(self) -> None:
         """A peak that came and went between two watchdog polls still counts (VmHWM is a high-water mark)."""
