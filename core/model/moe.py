@@ -111,10 +111,10 @@ class MoE(nn.Cell):
         gates = top / top.sum(-1, keepdims=True)                                 # (T, k)
 
         # Slots, choice-major: pair (choice j, token t) is row j * T + t.
-        chosen = ops.one_hot(expert.T.reshape(-1), X, Tensor(1, ms.int32), Tensor(0, ms.int32))   # (kT, X)
+        pair_expert = expert.T.reshape(-1)                                       # (kT,)
+        chosen = ops.one_hot(pair_expert, X, Tensor(1, ms.int32), Tensor(0, ms.int32))            # (kT, X)
         position = ((ops.cumsum(chosen, 0) - 1) * chosen).sum(-1)              # (kT,) place in its expert
         keep = position < C                                                      # (kT,)
-        pair_expert = expert.T.reshape(-1)                                       # (kT,)
         slot = ops.select(keep, pair_expert * C + position, ops.full_like(position, X * C))       # X*C: a bin
         token = ops.tile(ops.cumsum(ops.ones((T,), ms.int32), 0) - 1, (k,))    # (kT,) 0..T-1 (no CPU Arange)
         # each slot's token (T: the zero row for an empty slot); the bin row takes every dropped pair
@@ -126,7 +126,7 @@ class MoE(nn.Cell):
         routed = ops.gather(out, slot, 0).reshape(k, T, D)                       # (k, T, D)
         y = (routed * gates.T.reshape(k, T, 1)).sum(0)                           # (T, D)
 
-        # Load balance over the (token, choice) pairs of every loss rank.
+        # Load balance over this micro-batch's (token, choice) pairs (module docstring).
         stats = ops.concat((ops.stop_gradient(chosen.astype(scores.dtype).sum(0)), scores.sum(0),
                             Tensor([T], scores.dtype)))                          # (2X + 1,)
         stats = self.reduce_stats(stats)
