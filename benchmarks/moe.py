@@ -44,8 +44,8 @@ def main() -> None:
         results = run_rounds({name: [*base, *overrides] for name, overrides in ROWS.items()}, args.rounds, Path(tmp))
         for i, (name, overrides) in enumerate(ROWS.items()):
             results[(name, "profiled")] = run([*base, *overrides, "training.profile=true"], Path(tmp) / f"{i}_p")
-    print(f"\n### MoE layouts — {time.strftime('%Y-%m-%d')}, commit {git_commit()}, model={args.model}, {args.rounds} "
-          f"alternating rounds of {args.steps} steps, AdamW, jit, global batch 8 x 64, micro-batch 2\n")
+    print(f"\n### MoE layouts — {time.strftime('%Y-%m-%d')}, commit {git_commit()}, model={args.model}, "
+          f"{args.rounds} alternating rounds of {args.steps} steps, AdamW, jit, global batch 8 x 64, micro-batch 2\n")
     print("| layout | step (ms) | vs 1 process | tokens/s | pairs dropped | time in collectives | peak MiB per rank | "
           "estimate error (held out) |")
     print("|---|---:|---:|---:|---:|---:|---|---:|")

@@ -10,6 +10,7 @@ This module must not import MindSpore: the agent imports it to validate and esti
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -56,7 +57,7 @@ class ModelConfig:
     n_experts: int = 0             # routed experts; 0: a dense model
     moe_top_k: int = 2             # experts per token
     moe_router: str = "softmax"    # softmax (Mixtral) | sigmoid (DeepSeek-V3) scores; the top k renormalised
-    moe_capacity_factor: Optional[float] = None  # slots per expert = ceil(factor * tokens * k / n_experts); null: dropless
+    moe_capacity_factor: Optional[float] = None  # slots per expert: moe_capacity(); null: dropless
     moe_aux_loss_weight: float = 0.01  # load-balance loss (Switch) weight
     moe_shared_experts: int = 0    # experts every token uses (DeepSeek-MoE), as one MLP of that many widths
     moe_dense_layers: int = 0      # the first blocks keep a dense MLP
@@ -304,6 +305,15 @@ class TrainConfig:
     @property
     def grad_accum_steps(self) -> int:
         return self.training.global_batch_size // (self.training.micro_batch_size * self.parallel.dp)
+
+
+def moe_capacity(tokens: int, top_k: int, n_experts: int, factor: Optional[float]) -> int:
+    """Slots per expert for ``tokens`` tokens: ceil(factor * tokens * k / n_experts), at most ``tokens``; all
+    ``tokens`` when ``factor`` is None (dropless: a token picks an expert at most once). core.model.moe dispatches
+    into them; core.memory counts them."""
+    if factor is None:
+        return tokens
+    return min(tokens, math.ceil(factor * tokens * top_k / n_experts))
 
 
 def _check_layout(m: ModelConfig, t: TrainingConfig, p: ParallelConfig) -> None:

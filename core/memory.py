@@ -11,11 +11,12 @@ Import-light on purpose (no MindSpore): the agent calls ``estimate_memory_bytes`
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
 
-from core.config import ModelConfig, TrainConfig
+from core.config import ModelConfig, TrainConfig, moe_capacity
 
 GiB, MiB = 1024**3, 1024**2
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -144,7 +145,7 @@ def _activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int, tp: int = 
     mlp = 4 * m.ffn_hidden
     if moe:  # per token: its share of the experts' slots (input, gate/up/silu/product, output), router scores
         F, tokens = m.moe_ffn_hidden or m.ffn_hidden, batch * local
-        slots = m.n_experts * _moe_capacity(m, tokens) / tokens
+        slots = m.n_experts * moe_capacity(tokens, m.moe_top_k, m.n_experts, m.moe_capacity_factor) / tokens
         mlp = int(slots * (2 * m.d_model + 4 * F)) + 4 * F * m.moe_shared_experts + 4 * m.n_experts
     per_token = (4 * m.d_model) // (tp if sp else 1) + (2 * m.d_model + 2 * kv + mlp) // tp
     attention = 2 * (m.n_heads // tp) * local * seq
@@ -152,17 +153,10 @@ def _activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int, tp: int = 
     return 4 * batch * (local * per_token + attention + gathered_kv)
 
 
-def _moe_capacity(m: ModelConfig, tokens: int) -> int:
-    """Slots per expert for ``tokens`` tokens (core.model.moe.MoE.capacity)."""
-    if m.moe_capacity_factor is None:
-        return tokens
-    return min(tokens, math.ceil(m.moe_capacity_factor * tokens * m.moe_top_k / m.n_experts))
-
-
 def _pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple[int, str]], bool, int]:
     """What pipeline rank ``pp_rank`` holds: (its parameter names, (blocks, recompute) of each of its stages,
     whether it computes the loss, the most micro-batch stages in flight on it). Without a pipeline: everything."""
-    from core.parallel.pipeline_schedules import build, simulate, stage_layers
+    from core.parallel.pipeline_schedules import stage_layers
 
     m, par = cfg.model, cfg.parallel
     n_stages = par.pp * par.pp_virtual
@@ -178,10 +172,16 @@ def _pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple
     chunks = [(ranges[s], cfg.memory.recompute_of(s)) for s in mine]
     in_flight = 1
     if par.pp > 1:
-        timing = simulate(build(par.pp_schedule, par.pp, cfg.grad_accum_steps, par.pp_virtual), cfg.grad_accum_steps,
-                          par.pp_virtual)
-        in_flight = timing.in_flight[pp_rank]
+        in_flight = _in_flight(par.pp_schedule, par.pp, cfg.grad_accum_steps, par.pp_virtual)[pp_rank]
     return held, chunks, last, in_flight
+
+
+@functools.lru_cache(maxsize=64)
+def _in_flight(schedule: str, pp: int, micro_batches: int, virtual: int) -> tuple[int, ...]:
+    """Per pipeline rank, the most micro-batch stages in flight (simulated once per schedule, not per rank)."""
+    from core.parallel.pipeline_schedules import build, simulate
+
+    return tuple(simulate(build(schedule, pp, micro_batches, virtual), micro_batches, virtual).in_flight)
 
 
 def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:

@@ -161,7 +161,7 @@ class TrialRecorder:
     state_bytes: Optional[dict] = None   # {params, grads, optimizer} bytes this rank holds (what sharding divides)
     comm_time_share: Optional[float] = None  # with training.profile: share of step time in collectives
     pipeline_bubble: Optional[float] = None  # with a pipeline: share of step time blocked in receives (rank mean)
-    moe_dropped_fraction: Optional[float] = None  # MoE: pairs over capacity, of those routed (each rank's last micro-batch)
+    moe_dropped_fraction: Optional[float] = None  # MoE: pairs over capacity / routed (ranks' last micro-batches)
     started_at: str = field(default_factory=utc_now)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _written: bool = False

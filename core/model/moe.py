@@ -24,12 +24,11 @@ Shape letters: T tokens (B * S), X experts, C slots per expert, k choices, D mod
 
 from __future__ import annotations
 
-import math
-
 import mindspore as ms
 import numpy as np
 from mindspore import Parameter, Tensor, mint, nn, ops
 
+from core.config import moe_capacity
 from core.model.layers import MLP, Linear, _normal, _param
 
 _bmm_nt = ops.BatchMatMul(transpose_b=True)
@@ -56,8 +55,8 @@ class GroupedExperts(nn.Cell):
 
 
 class AuxLoss(nn.Cell):
-    """(h, aux) -> h; backward: dh passes through and aux receives ``scale``, as if ``scale * aux`` were added to
-    the loss (``scale`` = the aux-loss weight, times what the gradient sync later divides by)."""
+    """(h, aux) -> h; backward: dh passes through and aux receives ``scale`` (the aux-loss weight), as if
+    ``scale * aux`` were added to the loss."""
 
     def __init__(self, scale: float):
         super().__init__()
@@ -96,9 +95,7 @@ class MoE(nn.Cell):
         self.dropped = Parameter(Tensor(0.0, ms.float32), requires_grad=False)
 
     def capacity(self, tokens: int) -> int:
-        if self.capacity_factor is None:
-            return tokens
-        return min(tokens, math.ceil(self.capacity_factor * tokens * self.top_k / self.n_experts))
+        return moe_capacity(tokens, self.top_k, self.n_experts, self.capacity_factor)
 
     def construct(self, x):
         B, S, D = x.shape

@@ -56,7 +56,8 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
     groups = comm.mesh_groups(dims)
     placements: dict[str, Placement] = {}
     p = cfg.parallel
-    parts = split_stages(model, dims.pp, p.pp_virtual, dims.index("pp"), p.stage_split(len(model.layers))) if dims.pp > 1 else {0: model}
+    parts = ({0: model} if dims.pp == 1 else
+             split_stages(model, dims.pp, p.pp_virtual, dims.index("pp"), p.stage_split(len(model.layers))))
     loss = eval_loss = None
     for s, part in parts.items():
         losses = _parallelize_part(part, dims, groups, placements, cfg.memory.recompute_of(s))

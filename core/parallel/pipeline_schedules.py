@@ -15,7 +15,8 @@ Pure Python, no MindSpore: ``simulate`` runs the lists with sends that never blo
 buffered: measured, 16 MB included) and receives that wait for the next message from their peer, which must be
 the one they expect (messages between two ranks arrive in the order they were sent, and every activation has
 the same shape, so a mismatch would be silent); it raises on a deadlock, a message received out of order, a
-missing or repeated action, or a dependency run out of order, and returns each rank's busy time and the makespan, from which the bubble follows.
+missing or repeated action, or a dependency run out of order, and returns each rank's busy time and the
+makespan, from which the bubble follows.
 """
 
 from __future__ import annotations

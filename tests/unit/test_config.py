@@ -91,7 +91,8 @@ def test_valid_layouts_compose():
     for overrides in (["parallel.dp_shard=2"], ["parallel.tp=2", "parallel.sp=true"], ["parallel.cp=2"],
                       ["parallel.dp_replicate=2", "parallel.dp_shard=2"], ["parallel.cp=2", "parallel.tp=2"],
                       ["parallel.pp=3"], ["parallel.pp=2", "parallel.pp_layers=[2,1]", "parallel.tp=2"],
-                      ["parallel.pp=2", "model.n_layers=4", "parallel.pp_offset=-1", "memory.recompute_stages=[full,none]"],
+                      ["parallel.pp=2", "model.n_layers=4", "parallel.pp_offset=-1",
+                       "memory.recompute_stages=[full,none]"],
                       ["parallel.pp=2", "model.n_layers=4", "parallel.pp_virtual=2", "parallel.pp_schedule=interleaved",
                        "training.micro_batch_size=4"]):
         load_config(overrides)
