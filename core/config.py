@@ -182,18 +182,26 @@ class ParallelConfig:
         return self.dp_replicate * self.dp_shard
 
 
+RECOMPUTE = ("none", "selective", "full")
+
+
 @dataclass
 class MemoryConfig:
-    recompute: str = "none"        # none | full (recompute every block's activations in backward)
+    recompute: str = "none"        # none | selective (norms, SwiGLU, attention's softmax) | full (whole blocks);
+                                   # core.recompute says how each runs under jit and PyNative
+    recompute_layers: Optional[int] = None  # recompute the first this many blocks (of each stage); null: all
     recompute_stages: Optional[list[str]] = None  # per pipeline stage (pp * pp_virtual), overriding recompute
     swap: bool = False             # offload saved activations to host storage (not yet supported)
     limit_gb: Optional[float] = None  # per-rank memory budget; exceeding it ends the trial with exit 10
 
     def __post_init__(self):
-        _require(self.recompute in ("none", "full"), "memory.recompute",
-                 f"must be none or full (got {self.recompute!r})")
+        _require(self.recompute in RECOMPUTE, "memory.recompute",
+                 f"must be one of {', '.join(RECOMPUTE)} (got {self.recompute!r})")
         for value in self.recompute_stages or []:
-            _require(value in ("none", "full"), "memory.recompute_stages", f"must be none or full (got {value!r})")
+            _require(value in RECOMPUTE, "memory.recompute_stages",
+                     f"must be one of {', '.join(RECOMPUTE)} (got {value!r})")
+        _require(self.recompute_layers is None or self.recompute_layers >= 1, "memory.recompute_layers",
+                 f"must be >= 1, or null for every block (got {self.recompute_layers})")
         _require(not self.swap, "memory.swap", "activation swap is not supported yet; set memory.swap=false")
         _require(self.limit_gb is None or self.limit_gb > 0, "memory.limit_gb", "must be > 0 or null")
 
@@ -285,6 +293,15 @@ class TrainConfig:
         _require(self.memory.recompute_stages is None or len(self.memory.recompute_stages) == stages,
                  "memory.recompute_stages", f"needs one setting per pipeline stage (pp * pp_virtual = {stages}), "
                  f"got {self.memory.recompute_stages}")
+        settings = set(self.memory.recompute_stages or [self.memory.recompute])
+        _require(not ("selective" in settings and _selective_costs_memory(self.device, t.mode)),
+                 "memory.recompute", "selective recompute raises the peak under training.mode=jit on CPU (measured "
+                 "1.10x of none: the recomputation is compiled on top of the saved graph, benchmarks/RESULTS.md "
+                 "'Recompute'); use memory.recompute=full, which runs as compiled segments there, or training.mode="
+                 "pynative")
+        r = self.memory.recompute_layers
+        _require(r is None or r <= self.model.n_layers, "memory.recompute_layers",
+                 f"{r} exceeds model.n_layers={self.model.n_layers}; lower it, or set it to null for every block")
         _require(t.global_batch_size % p.dp == 0, "training.global_batch_size",
                  f"{t.global_batch_size} must be a multiple of the data-parallel degree {p.dp} "
                  "(parallel.dp_replicate * parallel.dp_shard)")
@@ -305,6 +322,13 @@ class TrainConfig:
     @property
     def grad_accum_steps(self) -> int:
         return self.training.global_batch_size // (self.training.micro_batch_size * self.parallel.dp)
+
+
+def _selective_costs_memory(device: str, mode: str) -> bool:
+    """CPU workaround: under jit MindSpore's CPU runtime keeps a bprop-Cell's forward intermediates as well as
+    recomputing them, so selective recompute (core.recompute) adds memory there instead of saving it (measured on
+    model=small, seq 512, micro-batch 8: 6.27 vs 5.73 GB). It saves in PyNative (1.76 vs 1.88 GB)."""
+    return device == "CPU" and mode == "jit"
 
 
 def moe_capacity(tokens: int, top_k: int, n_experts: int, factor: Optional[float]) -> int:
@@ -352,9 +376,10 @@ def _check_layout(m: ModelConfig, t: TrainingConfig, p: ParallelConfig) -> None:
              f"expert parallelism (ep={p.ep}) splits an MoE model's experts; choose model=moe-tiny or moe-small, "
              "or set parallel.ep=1")
     if m.n_experts:
-        _require(p.tp == 1 and p.cp == 1, "parallel",
-                 "an MoE model runs with data-parallel replicas, expert parallelism over FSDP ranks and pipelines "
-                 "(tensor and context parallelism of experts are not built yet); set parallel.tp and cp to 1")
+        width = m.moe_ffn_hidden or m.ffn_hidden
+        _require(width % p.tp == 0, "parallel.tp",
+                 f"{p.tp} does not divide each expert's width (model.moe_ffn_hidden or ffn_hidden = {width}); "
+                 "choose a tp that divides it")
         _require(p.ep == p.dp_shard, "parallel.ep",
                  f"experts are split over the FSDP ranks (they are not FSDP-sharded themselves): set parallel.ep = "
                  f"parallel.dp_shard = {p.dp_shard}")

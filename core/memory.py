@@ -89,7 +89,7 @@ class Terms:
     grads: int          # accumulating over micro-batches: the old sum, the new gradient and the new sum
     optimizer: int
     activations: int    # saved for backward by the blocks
-    recomputed: int | None  # with full recompute: block inputs + one block's activations; None without
+    recomputed: int | None  # what recompute saves instead (full: block inputs + one block's); None without
     logits: int         # (tokens on this rank, vocab / tp) floats of the output head
     layers: int
     muon_hidden: int    # bytes of the hidden matrices Muon orthogonalises, whole (0 with AdamW)
@@ -97,6 +97,7 @@ class Terms:
     gathered: int = 0   # FSDP: bytes of the largest weight gathered whole for one op (0 without FSDP)
     comm_params: int = 0  # bytes of the parameters as a collective buffer: dp_replicate all-reduce, FSDP shards
     stash: int = 0      # pipeline: stage inputs (and last-stage input gradients) of the micro-batches in flight
+    selective: bool = False  # ``recomputed`` is selective recompute's count (of some stage)
 
     @property
     def states(self) -> int:
@@ -131,26 +132,30 @@ def param_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 def _activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int, tp: int = 1, cp: int = 1,
-                                sp: bool = False, moe: bool = False) -> int:
+                                sp: bool = False, moe: bool = False, selective: bool = False) -> int:
     """Saved-for-backward floats of one Llama block, hand-attention (no flash), on one rank: a rough, documented
     count. ``seq`` is the whole sequence; this rank holds seq / cp of its tokens.
 
     Per token: norm inputs and residuals 4D (split over tp only with sequence parallelism), q and attention
     output 2D, k/v 2*kv, MLP gate/up/silu/product 4F (split over tp); per head: scores and probabilities, this
     rank's tokens times the whole sequence (the S x S matrices dominate at long sequences); context parallelism
-    keeps the gathered keys and values of the whole sequence.
+    keeps the gathered keys and values of the whole sequence. ``selective`` recompute (core.recompute) keeps
+    neither the S x S matrices nor the SwiGLU's silu.
     """
     kv = m.n_kv_heads * m.head_dim
     local = seq // cp
-    mlp = 4 * m.ffn_hidden
-    if moe:  # per token: its share of the experts' slots (input, gate/up/silu/product, output), router scores
-        F, tokens = m.moe_ffn_hidden or m.ffn_hidden, batch * local
-        slots = m.n_experts * moe_capacity(tokens, m.moe_top_k, m.n_experts, m.moe_capacity_factor) / tokens
-        mlp = int(slots * (2 * m.d_model + 4 * F)) + 4 * F * m.moe_shared_experts + 4 * m.n_experts
+    mlp, routed = (3 if selective else 4) * m.ffn_hidden, 0
+    if moe:  # routing sees whole sequences on every rank (core.parallel.expert_parallel): the experts' slots
+        # (input, gate/up/silu/product split over tp, output), router scores, the gathered tokens of a split sequence
+        F, tokens = m.moe_ffn_hidden or m.ffn_hidden, batch * seq
+        slots = m.n_experts * moe_capacity(tokens, m.moe_top_k, m.n_experts, m.moe_capacity_factor)
+        routed = slots * (2 * m.d_model + 4 * F // tp) + tokens * (4 * m.n_experts
+                                                                    + (m.d_model if cp > 1 or sp else 0))
+        mlp = 4 * F * m.moe_shared_experts
     per_token = (4 * m.d_model) // (tp if sp else 1) + (2 * m.d_model + 2 * kv + mlp) // tp
-    attention = 2 * (m.n_heads // tp) * local * seq
+    attention = 0 if selective else 2 * (m.n_heads // tp) * local * seq
     gathered_kv = 2 * (kv // tp) * seq if cp > 1 else 0
-    return 4 * batch * (local * per_token + attention + gathered_kv)
+    return 4 * (batch * (local * per_token + attention + gathered_kv) + routed)
 
 
 def _pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple[int, str]], bool, int]:
@@ -188,7 +193,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     """The textbook bytes of one rank's step for ``cfg`` (no MindSpore: the agent calls this on proposals); with
     a pipeline, of a rank of pipeline stage ``pp_rank``."""
     from core.param_rules import uses_muon
-    from core.parallel.placement import Placement, layout_placement
+    from core.parallel.placement import layout_placement
 
     m, t, par = cfg.model, cfg.training, cfg.parallel
     fsdp = par.dp_shard * par.cp
@@ -198,37 +203,50 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     for name, shape in param_shapes(m).items():
         if name not in held:
             continue
-        if ".experts." in name:  # split over ep (core.parallel.expert_parallel), not FSDP-sharded
-            p = Placement(tuple(shape), 0, par.ep, 0)
-            size = p.local_numel
-        else:
-            p = layout_placement(name, shape, par.tp, fsdp)
-            size = p.shard_len if fsdp > 1 else p.local_numel
+        p = layout_placement(name, shape, par.tp, fsdp, par.ep)
+        size = p.shard_len if p.fsdp_size > 1 else p.local_numel
         n, stored = n + p.local_numel, stored + size
         if muon and uses_muon(name, shape):
             hidden += math.prod(shape)
             state_floats += size                     # Muon: one momentum buffer
         else:
             state_floats += 2 * size                 # AdamW: m and v
-        gathered = max(gathered, p.local_numel) if fsdp > 1 else 0
-    act = [_activation_bytes_per_layer(m, t.micro_batch_size, t.seq_len, par.tp, par.cp, par.sp, m.is_moe_layer(i))
-           for i in range(m.n_layers)]
+        gathered = max(gathered, p.local_numel) if p.fsdp_size > 1 else gathered
+    act, act_selective = ([_activation_bytes_per_layer(m, t.micro_batch_size, t.seq_len, par.tp, par.cp, par.sp,
+                                                       m.is_moe_layer(i), selective) for i in range(m.n_layers)]
+                          for selective in (False, True))
     local_tokens = t.micro_batch_size * t.seq_len // par.cp
     block_input = 4 * local_tokens * m.d_model // (par.tp if par.sp else 1)
     # A stage's backward runs one micro-batch at a time (core.parallel.pipeline): the largest stage's activations
-    # are live at once. Full recompute keeps each block's input and rebuilds one block at a time.
+    # are live at once. Full recompute keeps each recomputed block's input and rebuilds one block at a time;
+    # selective keeps less of each recomputed block.
     activations = max(sum(act[i] for i in blocks) for blocks, _ in chunks)
+
+    segmented = cfg.training.mode == "jit" and par.pp == 1  # core.recompute.segmented: its last segment's
+    # blocks are never recomputed, and its graphs hold their working memory (a rebuilt block beside them)
+
+    def saved(blocks, r: str) -> int:
+        first = cfg.memory.recompute_layers or len(blocks)
+        if r == "full" and segmented:
+            first = min(first, len(blocks) - 1)
+        redo, keep = blocks[:first], blocks[first:]
+        if not redo:
+            return sum(act[i] for i in keep)
+        if r == "full":
+            return block_input * len(redo) + max(act[i] for i in redo) + sum(act[i] for i in keep)
+        return sum((act_selective if r == "selective" else act)[i] for i in redo) + sum(act[i] for i in keep)
+
     recomputed = None
-    if any(r == "full" for _, r in chunks):
-        recomputed = max(block_input * len(blocks) + max(act[i] for i in blocks) if r == "full" else
-                         sum(act[i] for i in blocks) for blocks, r in chunks)
+    if any(r != "none" for _, r in chunks):
+        recomputed = max(saved(blocks, r) for blocks, r in chunks)
     stash = block_input * in_flight * (2 if has_loss else 1) if par.pp > 1 else 0
     layers = sum(len(blocks) for blocks, _ in chunks)
     return Terms(params=4 * stored, grads=4 * stored * (3 if cfg.grad_accum_steps > 1 else 1),
                  optimizer=4 * state_floats, activations=activations, recomputed=recomputed,
                  logits=4 * local_tokens * (m.vocab_size // par.tp) if has_loss else 0, layers=layers,
                  muon_hidden=4 * hidden, ranks=par.world_size, gathered=4 * gathered,
-                 comm_params=4 * stored if par.world_size > 1 else 0, stash=stash)
+                 comm_params=4 * stored if par.world_size > 1 else 0, stash=stash,
+                 selective=any(r == "selective" for _, r in chunks))
 
 
 @dataclass(frozen=True)
@@ -244,6 +262,7 @@ class RuntimeProfile:
     muon_copies: float = 0.0          # of the hidden matrices, for Newton-Schulz temporaries
     recompute_saves: bool = True      # False: recompute keeps the activations (and adds recompute_per_layer)
     recompute_per_layer: int = 0
+    selective_saves: bool = True      # False: count selective recompute as keeping every activation
     distributed: int = 0              # the collective runtime of a 2-rank trial ...
     distributed_per_rank: int = 0     # ... and what each further rank adds to it ...
     distributed_param_copies: float = 0.0  # ... and its buffers, as copies of this rank's parameters
@@ -254,19 +273,23 @@ class RuntimeProfile:
 # runs of 10 steps (as studies run them), of which 7 layouts combining axes (HSDP, TP x FSDP, CP x TP, TP+SP...)
 # were held out of the fit. Figures: RESULTS.md "Memory estimate". Under jit the CPU runtime keeps ~6x the
 # textbook activations and ~8.6 copies of the logits (forward and backward temporaries, fp32, little reuse by
-# the memory pool), recompute saves nothing (the recomputed graph is compiled on top), a collective runtime takes
+# the memory pool), full recompute saves (compiled segments, core.recompute; its 4 jit runs re-measured after the
+# segments replaced MindSpore's recompute, which saved nothing there), a collective runtime takes
 # ~118 MiB on 2 ranks and ~49 MiB per further rank, and FSDP's gathers ~14 copies of the largest weight. A
 # least-squares fit: a few coefficients come out slightly negative where terms are nearly collinear (PyNative's
-# logits with its activations); they are what fits the data, not a physical count.
+# logits with its activations); they are what fits the data, not a physical count. Not in the fit: selective
+# recompute (PyNative: 0.93x of none's peak measured on one config, where the textbook count expects far less; it
+# counts as saving nothing until fitted, over-predicting by ~8% rather than under; refused under jit on CPU).
 _PROFILES = {
     ("CPU", "jit"): RuntimeProfile(baseline=488 * MiB, per_layer=50 * MiB, state_copies=1.69,
                                    activation_copies=6.4, logits_copies=8.56, muon_graph=-14 * MiB,
-                                   muon_copies=17.2, recompute_saves=False, recompute_per_layer=11 * MiB,
+                                   muon_copies=17.2, recompute_saves=True, selective_saves=False,
                                    distributed=118 * MiB, distributed_per_rank=49 * MiB,
-                                   distributed_param_copies=1.68, gathered_copies=13.9),
+                                   distributed_param_copies=1.7, gathered_copies=13.7),
     ("CPU", "pynative"): RuntimeProfile(baseline=472 * MiB, per_layer=46 * MiB, state_copies=1.68,
                                         activation_copies=1.86, logits_copies=-0.233, muon_graph=0 * MiB,
-                                        muon_copies=16.9, recompute_saves=True, distributed=68 * MiB,
+                                        muon_copies=16.9, recompute_saves=True, selective_saves=False,
+                                        distributed=68 * MiB,
                                         distributed_per_rank=-14 * MiB, distributed_param_copies=4.15,
                                         gathered_copies=1.84),
 }
@@ -304,7 +327,7 @@ def estimate_memory(cfg: TrainConfig) -> MemoryEstimate:
 def apply_profile(t: Terms, p: RuntimeProfile) -> MemoryEstimate:
     saved = t.activations
     runtime = p.baseline + p.per_layer * t.layers + (p.state_copies - 1.0) * t.states
-    if t.recomputed is not None:
+    if t.recomputed is not None and not (t.selective and not p.selective_saves):
         if p.recompute_saves:
             saved = t.recomputed
         else:  # the activations stay and the recompute graph comes on top

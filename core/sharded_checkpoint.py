@@ -107,7 +107,7 @@ def consolidate(path: str | Path, verify: bool = True) -> tuple[dict[str, np.nda
 
     path = Path(path)
     index = read_index(path)
-    pieces: dict[str, dict[tuple[int, int], np.ndarray]] = {}
+    pieces: dict[str, dict[tuple[int, int, int], np.ndarray]] = {}
     placements: dict[str, Placement] = {}
     for rank, name in sorted(index["files"].items(), key=lambda kv: int(kv[0])):
         file = path / name
@@ -122,10 +122,10 @@ def consolidate(path: str | Path, verify: bool = True) -> tuple[dict[str, np.nda
         for key, d in json.loads(header[_PLACEMENTS_KEY]).items():
             p = Placement.from_json(d)
             placements.setdefault(key, p)
-            pieces.setdefault(key, {})[(p.tp_index, p.fsdp_index)] = tensors[key]
+            pieces.setdefault(key, {})[p.key] = tensors[key]
     full = {}
     for key, p in placements.items():
-        need = {(t, f) for t in range(p.tp_size if p.tp_split else 1) for f in range(p.fsdp_size)}
+        need = set(p.piece_keys())
         if not need <= set(pieces[key]):
             raise ck.CheckpointError(f"{path}: {key} lacks shards {sorted(need - set(pieces[key]))}")
         full[key] = p.assemble(pieces[key])

@@ -199,7 +199,7 @@ class Trainer:
                             f"(now {cfg.optim.lr:g}), raise optim.warmup_steps or keep optim.grad_clip on")
         if self.moe:  # each MoE block keeps the count of its last forward (core.model.moe)
             self.moe_pairs[0] += sum(float(m.dropped.asnumpy()) for m in self.moe)
-            tokens = t.micro_batch_size * len(self.par.positions)
+            tokens = t.micro_batch_size * t.seq_len  # every rank routes whole sequences (core.parallel.expert_parallel)
             self.moe_pairs[1] += sum(m.top_k * tokens for m in self.moe)
         lr = lr_at(step, cfg.optim, cfg.trial.max_steps)
         self.optimizer.step(grads, lr)

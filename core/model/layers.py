@@ -222,6 +222,14 @@ def repeat_kv(x, n_rep: int):
     return mint.broadcast_to(x.reshape(B, K, 1, S, E), (B, K, n_rep, S, E)).reshape(B, K * n_rep, S, E)
 
 
+class SwiGLU(nn.Cell):
+    """(gate, up) -> silu(gate) * up: the element-wise part of the MLP (a seam that selective recompute wraps)."""
+
+    def construct(self, gate, up):
+        # silu(gate) * up, spelled out: mint's silu fails to compile when differentiated inside a bprop under jit
+        return ops.sigmoid(gate) * gate * up
+
+
 class MLP(nn.Cell):
     """SwiGLU feed-forward (Shazeer 2020, "GLU Variants Improve Transformer"): down(silu(gate(x)) * up(x))."""
 
@@ -230,9 +238,10 @@ class MLP(nn.Cell):
         self.w_gate = Linear(d_model, ffn_hidden, init_std, dtype)
         self.w_up = Linear(d_model, ffn_hidden, init_std, dtype)
         self.w_down = Linear(ffn_hidden, d_model, out_std, dtype)
+        self.act = SwiGLU()
 
     def construct(self, x):
-        return self.w_down(mint.nn.functional.silu(self.w_gate(x)) * self.w_up(x))  # (B, S, F) -> (B, S, D)
+        return self.w_down(self.act(self.w_gate(x), self.w_up(x)))  # (B, S, F) -> (B, S, D)
 
 
 class Block(nn.Cell):

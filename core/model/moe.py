@@ -15,11 +15,16 @@ X / k times the routed work; a grouped matmul would not, and CPU MindSpore has n
 Load balance (Switch, eq. 4): aux = X * sum_x f_x P_x, with f_x the share of (token, choice) pairs routed to
 expert x and P_x its mean score; 1 at perfect balance. Its gradient reaches the router through ``AuxLoss``, an
 identity on the hidden states whose backward adds ``weight`` d aux (Megatron's MoEAuxLossAutoScaler), so the
-loss path and the pipeline stay unchanged. The statistics are a micro-batch's, as in one process: a data-parallel
-rank's micro-batch is one of the 1-process run's. ``reduce_stats`` is the seam where ranks that split one
-micro-batch's tokens (context or sequence parallelism, with expert parallelism) will sum them; identity here.
+loss path and the pipeline stay unchanged. The statistics, like capacity and drops, are a micro-batch's, as in one
+process.
 
-Shape letters: T tokens (B * S), X experts, C slots per expert, k choices, D model width, F expert width.
+Seams for the mesh (identities here; core.parallel.expert_parallel): ``gather_tokens`` and ``gather_logits`` give
+every rank that holds part of a micro-batch's sequence (context or sequence parallelism) the whole of it, in
+sequence order, so that routing is the 1-process routing; ``take_tokens`` returns the rank its own part;
+``dispatch`` and ``combine`` carry slots to the ranks that hold their experts and back.
+
+Shape letters: T tokens (B * S), X experts, C slots per expert, k choices, D model width, F expert width; s this
+rank's part of a sequence (S without context or sequence parallelism).
 """
 
 from __future__ import annotations
@@ -88,8 +93,8 @@ class MoE(nn.Cell):
         self.shared = (MLP(cfg.d_model, hidden * cfg.moe_shared_experts, cfg.init_std, out_std, dtype)
                        if cfg.moe_shared_experts else None)
         self.aux_loss = AuxLoss(cfg.moe_aux_loss_weight)
-        self.reduce_stats = _Identity()  # see the module docstring
-        # Expert parallelism's seams (core.parallel.expert_parallel): slots to the experts' ranks and back.
+        # The mesh's seams (module docstring).
+        self.gather_tokens, self.gather_logits, self.take_tokens = _Identity(), _Identity(), _Identity()
         self.dispatch, self.combine = _Identity(), _Identity()
         # Not trainable: the (token, choice) pairs this layer dropped in its last forward (a metric).
         self.dropped = Parameter(Tensor(0.0, ms.float32), requires_grad=False)
@@ -98,11 +103,13 @@ class MoE(nn.Cell):
         return moe_capacity(tokens, self.top_k, self.n_experts, self.capacity_factor)
 
     def construct(self, x):
-        B, S, D = x.shape
+        logits = self.gather_logits(self.router(x))                             # (B, s, D) -> (B, S, X)
+        # after the logits: two gathers over one group must come in the same order on every rank
+        xs = self.gather_tokens(ops.depend(x, logits))                           # (B, S, D)
+        B, S, D = xs.shape
         T, X, k = B * S, self.n_experts, self.top_k
         C = self.capacity(T)
-        xt = x.reshape(T, D)
-        logits = self.router(xt)                                                 # (T, X)
+        xt, logits = xs.reshape(T, D), logits.reshape(T, X)                    # (T, D), (T, X)
         scores = ops.sigmoid(logits) if self.sigmoid else ops.softmax(logits, -1)
         top, expert = ops.topk(scores, k)                                        # (T, k), (T, k) int32
         gates = top / top.sum(-1, keepdims=True)                                 # (T, k)
@@ -126,12 +133,11 @@ class MoE(nn.Cell):
         # Load balance over this micro-batch's (token, choice) pairs (module docstring).
         stats = ops.concat((ops.stop_gradient(chosen.astype(scores.dtype).sum(0)), scores.sum(0),
                             Tensor([T], scores.dtype)))                          # (2X + 1,)
-        stats = self.reduce_stats(stats)
         n = stats[2 * X]
         aux = X * (stats[:X] / (n * k) * (stats[X:2 * X] / n)).sum()
         y = self.aux_loss(y, aux)
         ops.assign(self.dropped, (k * T - keep.astype(ms.float32).sum()).astype(ms.float32))
-        y = y.reshape(B, S, D)
+        y = self.take_tokens(y.reshape(B, S, D))                                # (B, s, D)
         return y + self.shared(x) if self.shared is not None else y
 
 

@@ -14,12 +14,14 @@ Two layers:
       GatherFrom      all-gather        | reduce-scatter     (SP/CP/FSDP: a shard becomes the whole)
       ReduceScatterTo reduce-scatter    | all-gather         (SP: leave a row-parallel linear)
       ScatterTo       keep own chunk    | all-gather
+      GatherRepeated  all-gather        | keep own chunk     (the whole feeds a computation every rank repeats)
       AllToAll        all-to-all        | the inverse all-to-all
       BroadcastFrom   broadcast         | all-reduce, kept on the source
 
   The gradient convention is Megatron's: the objective is the sum of what every rank computes from values that
   differ between ranks, and a computation that every rank of the group repeats on identical values (after
-  ``ReduceFrom``) counts once.
+  ``ReduceFrom``) counts once. ``ScatterTo`` and ``GatherRepeated`` may take a permutation (``order``) between
+  the group-order concatenation and the whole (context parallelism's chunks are not in sequence order).
 
 Devices: on Ascend (and GPU) the native kernels run. MindSpore 2.10's CPU collective library has AllReduce(sum)
 on any group, AllGather and Broadcast only on the world group, and no ReduceScatter or AlltoAll (its
@@ -41,6 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mindspore as ms
+import numpy as np
 from mindspore import mint, nn, ops
 
 _GROUPS: dict[tuple[int, ...], "Group"] = {}
@@ -224,6 +227,38 @@ class _AllToAll(nn.Cell):
         return ops.concat(blocks, self.concat_dim)
 
 
+class _Take(nn.Cell):
+    """The entries ``index`` of x along ``dim``: a constant index, no communication."""
+
+    def __init__(self, index, dim: int):
+        super().__init__()
+        self.index, self.dim = ms.Tensor(np.asarray(index, np.int32)), dim
+
+    def construct(self, x):
+        return ops.gather(x, self.index, self.dim)
+
+
+class _GatherOrdered(nn.Cell):
+    """All-gather along ``dim``, then permuted: entry i of the result is entry ``order[i]`` of the group-order
+    concatenation (``order`` None: the concatenation)."""
+
+    def __init__(self, group: Group, dim: int, order=None):
+        super().__init__()
+        self.gather = all_gather(group, dim)
+        self.take = _Identity() if order is None else _Take(order, dim)
+
+    def construct(self, x):
+        return self.take(self.gather(x))
+
+
+def _own(group: Group, dim: int, order=None) -> nn.Cell:
+    """This rank's block of a whole made by ``_GatherOrdered(group, dim, order)``."""
+    if order is None:
+        return chunk(group, dim)
+    n = len(order) // group.size
+    return _Take(np.argsort(order)[group.index * n:(group.index + 1) * n], dim)
+
+
 def all_reduce(group: Group) -> nn.Cell:
     """Sum over the group."""
     return _Identity() if group.size == 1 else _AllReduce(group)
@@ -307,10 +342,20 @@ class ReduceScatterTo(_Paired):
 
 
 class ScatterTo(_Paired):
-    """Forward: keep this rank's block of ``dim``. Backward: all-gather along ``dim``."""
+    """Forward: keep this rank's block of ``dim``. Backward: all-gather along ``dim`` (a whole of length L
+    permuted by ``order`` (L,), if given, as in ``GatherRepeated``)."""
 
-    def __init__(self, group: Group, dim: int):
-        super().__init__(chunk(group, dim), all_gather(group, dim))
+    def __init__(self, group: Group, dim: int, order=None):
+        super().__init__(_own(group, dim, order), _GatherOrdered(group, dim, order))
+
+
+class GatherRepeated(_Paired):
+    """Forward: all-gather along ``dim`` (then permuted by ``order``: entry i of the whole is entry ``order[i]``
+    of the group-order concatenation). Backward: this rank's block of the gradient, which every rank holds whole
+    because the whole feeds a computation every rank repeats (Megatron's gather without reduce-scatter)."""
+
+    def __init__(self, group: Group, dim: int, order=None):
+        super().__init__(_GatherOrdered(group, dim, order), _own(group, dim, order))
 
 
 class AllToAll(_Paired):

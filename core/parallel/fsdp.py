@@ -24,8 +24,12 @@ cycle under jit, wrong gradients in PyNative).
 Every forward gather waits for the activation its op consumes (``ops.depend``): a gather that depends on nothing
 but its shard may be scheduled anywhere in the compiled graph, and ranks that schedule it differently pair
 different collectives (measured: dp_shard=4 on the small model paired the final norm's gather with the head's,
-"RunRingAllReduce Memcpy error"; equal-sized ones would swap silently). The same dependency on the incoming
-gradient in the bprop made that run's gradients NaN (measured), so backward re-gathers go without it.
+"RunRingAllReduce Memcpy error"; equal-sized ones would swap silently). Backward re-gathers go without that
+dependency on the incoming gradient: with it, every layer's re-gather raced the reduce-scatters of the layers
+after it and dp_shard=4 paired mismatched sizes again (measured; once the gradients were NaN). Only an op that
+asks for it (``regather_after_grad``: an MoE router whose tokens are gathered over a cp x tp group, where the
+free re-gather ran against that group's gather) gets ``GradOrderedShardedOp``. Not every ordering is guaranteed
+by construction: each layout runs in the tests.
 
 The gradient leaves the bprop summed over the fsdp ranks; ``GradientSync`` then sums over ``dp_replicate`` and
 divides by the number of ranks whose losses average into the global loss.
@@ -88,6 +92,15 @@ class ShardedOp(nn.Cell):
         return dx, self.shard_grad(dw)
 
 
+class GradOrderedShardedOp(ShardedOp):
+    """``ShardedOp`` whose backward re-gather waits for the incoming gradient (module docstring: for an op whose
+    re-gather would otherwise race a collective of another group)."""
+
+    def bprop(self, x, shard, out, dout):
+        dx, dw = self.grad(self.op)(x, self.unshard_again(ops.depend(shard, dout)), dout)
+        return dx, self.shard_grad(dw)
+
+
 class _GatherShard(nn.Cell):
     """flat shard -> the full (TP-block) weight; backward: the gradient reduce-scattered back to the shard."""
 
@@ -139,17 +152,18 @@ def _shard_parameter(cell: nn.Cell, group: comm.Group, placements: dict) -> Plac
 
 
 def apply_fsdp(model: nn.Cell, group: comm.Group, placements: dict, loss: nn.Cell, eval_loss: nn.Cell,
-               recomputed: bool = False) -> tuple[nn.Cell, nn.Cell]:
-    """Shard every weight of ``model`` over ``group`` and wrap its op (``recomputed``: the blocks re-run their
+               recomputed: range = range(0)) -> tuple[nn.Cell, nn.Cell]:
+    """Shard every weight of ``model`` over ``group`` and wrap its op (``recomputed``: the blocks that re-run their
     forward in backward, see the module docstring); returns the wrapped (train, eval) loss ops, which gather the
     head weight (the tied embedding or lm_head) the same way."""
-    in_blocks = {id(c) for block in model.layers for _, c in block.cells_and_names()} if recomputed else set()
+    in_blocks = {id(c) for i in recomputed for _, c in model.layers[i].cells_and_names()}
     seen: dict[int, Placement] = {}
     for _, cell in model.cells_and_names():
         if isinstance(getattr(cell, "weight", None), Parameter) and hasattr(cell, "op"):
             if id(cell.weight) not in seen:
                 seen[id(cell.weight)] = _shard_parameter(cell, group, placements)
-            wrap = GatheredOp if id(cell) in in_blocks else ShardedOp
+            wrap = GatheredOp if id(cell) in in_blocks else \
+                GradOrderedShardedOp if getattr(cell, "regather_after_grad", False) else ShardedOp
             cell.op = wrap(cell.op, group, seen[id(cell.weight)])
     head = model.head_weight()
     if head is None:  # a pipeline stage without the head

@@ -13,9 +13,9 @@ Then the sum is divided by the ranks whose losses average into the global loss (
 and by the micro-batches.
 
 The global norm (Pascanu et al. 2013, as PyTorch's ``clip_grad_norm_``): squares summed over this rank's
-gradients, a weight replicated over ``tp`` counted 1/tp times, then summed over the ranks that hold one copy
-of the model (pp * dp_shard * cp * tp), the copy of a tied table not counted. FSDP padding is zero and adds
-nothing.
+gradients, a weight replicated over ``tp`` counted 1/tp times (MoE experts, replicated over ``cp``, 1/cp), then
+summed over the ranks that hold one copy of the model (pp * dp_shard * cp * tp), the copy of a tied table not
+counted. FSDP padding is zero and adds nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from mindspore import mint, nn, ops
 from core.optim.clip import NORM_EPS
 from core.parallel import comm
 from core.parallel.dims import ParallelDims
-from core.parallel.placement import Placement
+from core.parallel.placement import Placement, is_expert
 
 
 class _FlatAllReduce(nn.Cell):
@@ -57,8 +57,7 @@ class _Sync(nn.Cell):
         partial = [i for i, name in enumerate(names) if dims.sp and not placements[name].tp_split]
         self.partial = tuple(partial)
         self.tp_sum = _FlatAllReduce(groups["tp"], [shapes[i] for i in partial]) if partial else None
-        self.norm_weight = tuple(0.0 if name in mirrors else
-                                 1.0 / dims.tp if dims.tp > 1 and not placements[name].tp_split else 1.0
+        self.norm_weight = tuple(0.0 if name in mirrors else _norm_weight(name, placements[name], dims)
                                  for name in names)
         self.norm_sum = comm.all_reduce(groups["model"])
         self.scale, self.max_norm, self.n = scale, max_norm, n
@@ -79,6 +78,13 @@ class _Sync(nn.Cell):
             coef = ops.minimum(self.max_norm / (norm + NORM_EPS), 1.0)  # as core.optim.clip
             grads = tuple(g * coef for g in grads)
         return grads, norm
+
+
+def _norm_weight(name: str, placement: Placement, dims: ParallelDims) -> float:
+    """1 / the number of ranks of the ``model`` group that hold the same gradient: tensor-parallel replicas of a
+    weight TP does not split, and the context-parallel replicas of experts (never FSDP-sharded)."""
+    copies = dims.tp if dims.tp > 1 and not placement.tp_split else 1
+    return 1.0 / (copies * (dims.cp if is_expert(name) else 1))
 
 
 def _replace(grads: tuple, indices: tuple, new: tuple) -> tuple:

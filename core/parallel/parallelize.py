@@ -3,10 +3,11 @@
 A pipeline (``pp > 1``) first cuts the model into stages and keeps this rank's (core.parallel.pipeline); each
 stage is a GPT-shaped cell and gets what follows, with its own recompute setting. In this order (torchtitan's):
 tensor and sequence parallelism split weights and wrap their ops; context
-parallelism replaces attention; recompute; FSDP shards whatever weights are left (TP blocks included) and wraps
-every op once more, knowing which blocks recompute. The blocks are *marked* for recompute last, once every weight
-has its final Parameter: MindSpore's PyNative recompute captures a block's parameters when it is marked (marked
-before FSDP, it differentiated the replaced full weights and lost the shards' gradients: measured). The model's
+parallelism replaces attention; MoE blocks go on the mesh; selective recompute wraps its ops; FSDP shards
+whatever weights are left (TP blocks included) and wraps every op once more, knowing which blocks recompute.
+The blocks are *marked* for full recompute last, once every weight has its final Parameter: MindSpore's
+PyNative recompute captures a block's parameters when it is marked (marked before FSDP, it differentiated the
+replaced full weights and lost the shards' gradients: measured). The model's
 code never changes: only its ``op`` and ``sdpa`` seams and its weights (core.model.layers). The trainer asks for
 a ``Parallelized`` and never branches on a degree.
 """
@@ -23,11 +24,12 @@ from core.loss import LinearCrossEntropyLoss
 from core.parallel import comm
 from core.parallel.context_parallel import apply_context_parallel, chunk_positions
 from core.parallel.dims import ParallelDims
-from core.parallel.expert_parallel import apply_expert_parallel
+from core.parallel.expert_parallel import apply_moe_parallel
 from core.parallel.fsdp import apply_fsdp
 from core.parallel.pipeline import split_stages
 from core.parallel.placement import Placement, replicated
 from core.parallel.tensor_parallel import apply_tensor_parallel
+from core.recompute import apply_selective, mark_full, recomputed_blocks, segmented
 
 
 @dataclass
@@ -60,7 +62,7 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
              split_stages(model, dims.pp, p.pp_virtual, dims.index("pp"), p.stage_split(len(model.layers))))
     loss = eval_loss = None
     for s, part in parts.items():
-        losses = _parallelize_part(part, dims, groups, placements, cfg.memory.recompute_of(s))
+        losses = _parallelize_part(part, dims, groups, placements, cfg, cfg.memory.recompute_of(s))
         if s == max(parts) and part.head_weight() is not None:
             loss, eval_loss = losses
     S = cfg.training.seq_len
@@ -73,20 +75,23 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
     return Parallelized(held, loss, eval_loss, placements, dims, groups, positions, parts, tied, mirrors)
 
 
-def _parallelize_part(model: nn.Cell, dims: ParallelDims, groups: dict, placements: dict, recompute: str):
-    """TP -> CP -> EP -> FSDP -> recompute on a GPT or a pipeline stage; returns its (train, eval) loss ops."""
+def _parallelize_part(model: nn.Cell, dims: ParallelDims, groups: dict, placements: dict, cfg: TrainConfig,
+                      recompute: str):
+    """TP -> CP -> MoE (EP) -> selective recompute -> FSDP -> full recompute on a GPT or a pipeline stage;
+    returns its (train, eval) loss ops."""
     placements.update({p.name: replicated(p.shape) for p in model.trainable_params()})
     loss, eval_loss = LinearCrossEntropyLoss(train=True), LinearCrossEntropyLoss(train=False)
     if dims.tp > 1:
         loss, eval_loss = apply_tensor_parallel(model, groups["tp"], dims.sp, placements)
     if dims.cp > 1:
         apply_context_parallel(model, groups["cp"])
-    if dims.ep > 1:
-        apply_expert_parallel(model, groups["dp_shard"], placements)
+    apply_moe_parallel(model, dims, groups, placements, cfg.training.seq_len)
+    blocks = recomputed_blocks(len(model.layers), cfg.memory.recompute_layers)
+    if recompute == "selective":
+        apply_selective(model, blocks)
+    full = blocks if recompute == "full" else range(0)
     if dims.size("fsdp") > 1:
-        loss, eval_loss = apply_fsdp(model, groups["fsdp"], placements, loss, eval_loss,
-                                     recomputed=recompute == "full")
-    if recompute == "full":
-        for block in model.layers:
-            block.recompute()
+        loss, eval_loss = apply_fsdp(model, groups["fsdp"], placements, loss, eval_loss, recomputed=full)
+    if not segmented(cfg.training.mode, dims.pp > 1):  # (else core.parallel.schedule builds a SegmentedStep)
+        mark_full(model, full)
     return loss, eval_loss

@@ -36,7 +36,9 @@ class Stage(nn.Cell):
 
     construct: tokens (B, S) int32 on the first stage, else hidden (B, S, D) -> hidden (B, S, D)."""
 
-    def __init__(self, model: nn.Cell, layers: range, first: bool, last: bool):
+    def __init__(self, model: nn.Cell, layers: range, first: bool, last: bool, head_copy: bool = True):
+        """``head_copy``: a last stage of a tied model holds a copy of the table (another rank holds the first
+        stage); False: it uses the model's own (one rank holds both, core.recompute)."""
         super().__init__(auto_prefix=False)  # keep the GPT's parameter names: checkpoints and the optimizer use them
         self.first, self.last = first, last
         self.cfg, self.tie_embeddings = model.cfg, model.tie_embeddings
@@ -47,6 +49,8 @@ class Stage(nn.Cell):
         self.mirrors: tuple[str, ...] = ()  # parameters that copy another stage's (saved there, not here)
         if last and not model.tie_embeddings:
             self.lm_head = model.lm_head
+        elif last and not first and not head_copy:
+            self.embed = model.embed   # for its table only: a stage that is not first does not embed
         elif last and not first:
             table = model.embed.weight
             self.embed = type(model.embed)(*table.shape, model.cfg.init_std)  # the head's copy of the table
@@ -79,7 +83,7 @@ def _sum(a, b):
     return a + b
 
 
-class _StageFns:
+class StageFns:
     """The compiled functions of one stage: forward; forward+backward from an output gradient (or, on the last
     stage, from the loss)."""
 
@@ -118,7 +122,7 @@ class PipelineSchedule:
         self.pp, self.ranks, self.mbs = len(pp_ranks), pp_ranks, micro_batch_size
         self.seq_split, self.d_model = seq_split, next(iter(stages.values())).cfg.d_model
         self.index = next(s for s in stages) % self.pp
-        self.fns = {s: _StageFns(stage, loss, eval_loss, jit) for s, stage in stages.items()}
+        self.fns = {s: StageFns(stage, loss, eval_loss, jit) for s, stage in stages.items()}
         self.last = max(stages) == self.pp * virtual - 1
         self.actions = build(schedule, self.pp, micro_batches, virtual)[self.index]
         # one micro-batch's forwards, in the schedule's chunk order: evaluation repeats them per micro-batch
@@ -192,6 +196,11 @@ class PipelineSchedule:
         return losses
 
     def _accumulate(self, grads: list, stage: int, g) -> None:
-        for i, gi in zip(self.slots[stage], g):
-            grads[i] = gi if grads[i] is None else self._add(grads[i], gi)
+        accumulate(grads, self.slots[stage], g, self._add)
+
+
+def accumulate(grads: list, slots: list[int], g, add) -> None:
+    """grads[slots[j]] += g[j] (a parameter's first gradient of the step is taken as it is)."""
+    for i, gi in zip(slots, g):
+        grads[i] = gi if grads[i] is None else add(grads[i], gi)
 

@@ -1,6 +1,7 @@
 """The micro-batch schedule of one optimizer step: what the trainer's step calls to get a loss and gradients.
 
-``GradientAccumulation`` runs forward and backward on each micro-batch in turn and sums the gradients; with a
+``GradientAccumulation`` runs forward and backward on each micro-batch in turn and sums the gradients; full
+recompute under jit runs each micro-batch as a chain of compiled segments (``core.recompute.SegmentedStep``); with a
 pipeline, ``PipelineSchedule`` (core.parallel.pipeline) interleaves micro-batches across stages (GPipe, 1F1B,
 interleaved 1F1B) behind the same two calls:
 
@@ -47,10 +48,18 @@ def _add(acc, grads):
 
 
 def build_schedule(par, cfg, params: list, loss_fn, eval_fn):
-    """The schedule of this rank: a pipeline's over ``par.stages``, else gradient accumulation over
-    ``loss_fn(inputs, targets, positions)`` (differentiated here) and ``eval_fn``."""
+    """The schedule of this rank: a pipeline's over ``par.stages``; full recompute's segments under jit
+    (core.recompute); else gradient accumulation over ``loss_fn(inputs, targets, positions)`` (differentiated
+    here) and ``eval_fn``."""
+    from core.recompute import SegmentedStep, recomputed_blocks, segmented
+
     jit = cfg.training.mode == "jit"
     if par.stages is None:
+        n = len(par.model.layers)
+        blocks = recomputed_blocks(n, cfg.memory.recompute_layers)
+        if cfg.memory.recompute == "full" and segmented(cfg.training.mode, False) and min(len(blocks), n - 1) >= 1:
+            return SegmentedStep(par.model, par.loss, par.eval_loss, params, blocks, cfg.training.micro_batch_size,
+                                 jit)
         grad_fn = ms.value_and_grad(loss_fn, None, params)
         return GradientAccumulation(ms.jit(grad_fn) if jit else grad_fn, ms.jit(eval_fn) if jit else eval_fn,
                                     cfg.training.micro_batch_size)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from mindspore import Parameter, Tensor, nn, ops
 
+from core.model.layers import MLP
 from core.parallel import comm
 from core.parallel.placement import Placement, tp_split_dim
 from core.parallel.vocab_parallel_loss import VocabParallelCrossEntropyLoss
@@ -78,7 +79,7 @@ def _split(cell: nn.Cell, group: comm.Group, placements: dict) -> Placement:
     """Replace ``cell.weight`` by this rank's block along its ``tp_split_dim`` (same Parameter name), record it."""
     old = cell.weight
     placement = Placement(tuple(old.shape), tp_split_dim(old.name), group.size, group.index)
-    cell.weight = Parameter(Tensor(placement.tp_block(old.asnumpy())), name=old.name,
+    cell.weight = Parameter(Tensor(placement.block(old.asnumpy())), name=old.name,
                             requires_grad=old.requires_grad)
     placements[old.name] = placement
     return placement
@@ -90,8 +91,10 @@ def apply_tensor_parallel(model: nn.Cell, group: comm.Group, sequence_parallel: 
     each split weight's placement; returns the vocab-parallel (train, eval) loss ops."""
     sp = sequence_parallel
     for block in model.layers:
-        for linear in (block.attn.wq, block.attn.wk, block.attn.wv, block.attn.wo, block.mlp.w_gate, block.mlp.w_up,
-                       block.mlp.w_down):
+        # an MoE block's experts split in core.parallel.expert_parallel; its shared experts are an MLP like this
+        mlp = block.mlp if isinstance(block.mlp, MLP) else block.mlp.shared
+        mlp_linears = (mlp.w_gate, mlp.w_up, mlp.w_down) if mlp is not None else ()
+        for linear in (block.attn.wq, block.attn.wk, block.attn.wv, block.attn.wo, *mlp_linears):
             wrap = ColumnParallel if _split(linear, group, placements).tp_dim == 0 else RowParallel
             linear.op = wrap(linear.op, group, sp)
     # A pipeline stage may lack the embedding or the head (core.parallel.pipeline); the rows follow from V either way.

@@ -1,6 +1,7 @@
 """An MoE model (capacity-bounded, so that pairs are dropped) on data-parallel replicas, with expert parallelism
-(with replicas too) and on a pipeline reproduces the 1-process run: per-step losses (the load-balance gradient
-included), validation loss, final parameters (expert shards consolidated); the pipeline drops the same pairs."""
+(with replicas, or with experts split by width over tensor-parallel ranks too), on a pipeline, and over a sequence
+split by context and sequence parallelism reproduces the 1-process run: per-step losses (the load-balance gradient
+included), validation loss, final parameters (expert shards consolidated), and the same pairs dropped."""
 
 from __future__ import annotations
 
@@ -26,12 +27,14 @@ EP = ("parallel.dp_shard=2", "parallel.ep=2")
 
 
 @pytest.mark.parametrize("layout", [("parallel.dp_replicate=2",), ("parallel.pp=2",), EP,
-                                    (*EP, "parallel.dp_replicate=2")])
+                                    (*EP, "parallel.dp_replicate=2"), (*EP, "parallel.tp=2"),
+                                    ("parallel.cp=2", "parallel.tp=2", "parallel.sp=true")])
 def test_moe_layout_reproduces_the_single_process_run(reference, tmp_path, layout):
     run = run_trial(tmp_path / "run", *BASE, *layout, timeout=900)
     assert run.code == 0, run.output + "".join(p.read_text()[-2000:] for p in (run.dir / "logs").glob("rank_*.log"))
     assert_same_run(run, reference, STEPS)
     dropped = reference.summary["metrics"]["moe_dropped_fraction"]
     assert 0 < dropped < 1
-    if "parallel.pp=2" in layout:  # the same micro-batches pass the same MoE blocks
+    if "parallel.dp_replicate=2" not in layout and "parallel.dp_shard=2" not in layout:
+        # the same micro-batches pass the same MoE blocks (data-parallel ranks count other micro-batches' drops)
         assert run.summary["metrics"]["moe_dropped_fraction"] == pytest.approx(dropped)

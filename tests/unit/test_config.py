@@ -39,7 +39,10 @@ def test_resolved_config_round_trips():
     (["training.seq_len=1024"], "training.seq_len", "max_seq_len"),
     (["memory.limit_gb=0"], "memory.limit_gb", "> 0"),
     (["trial.max_steps=null"], "trial.max_steps", "budget"),
-    (["memory.recompute=some"], "memory.recompute", "none or full"),
+    (["memory.recompute=some"], "memory.recompute", "none, selective, full"),
+    (["memory.recompute=selective"], "memory.recompute", "training.mode=pynative"),
+    (["memory.recompute_layers=0"], "memory.recompute_layers", "must be >= 1"),
+    (["memory.recompute_layers=7", "model=tiny"], "memory.recompute_layers", "exceeds model.n_layers"),
     (["training.mode=graph"], "training.mode", "jit or pynative"),
     (["checkpoint.interval=50", "trial.max_steps=10"], "checkpoint.interval", "longer"),
 ])
@@ -76,7 +79,7 @@ def test_rejections_name_the_field_and_the_fix(overrides, field, fix):
     (["parallel.pp_schedule=zb"], "parallel.pp_schedule", "gpipe, 1f1b or interleaved"),
     (["parallel.pp=2", "model.n_layers=4", "memory.recompute_stages=[full]"], "memory.recompute_stages",
      "one setting per pipeline stage"),
-    (["memory.recompute_stages=[all]"], "memory.recompute_stages", "none or full"),
+    (["memory.recompute_stages=[all]"], "memory.recompute_stages", "none, selective, full"),
     (["parallel.ep=2"], "parallel.ep", "dp_shard * cp * tp = 1"),
     (["parallel.ep=2", "parallel.tp=2"], "parallel.ep", "MoE model's experts"),
 ])

@@ -9,7 +9,7 @@ import pytest
 from core import checkpoint as ck
 from core import sharded_checkpoint as sck
 from core.parallel.dims import MESH, ParallelDims
-from core.parallel.placement import Placement, replicated
+from core.parallel.placement import Placement, layout_placement, replicated
 
 LAYOUTS = [dict(dp_shard=2), dict(dp_replicate=2, dp_shard=2), dict(tp=2), dict(cp=2), dict(tp=2, dp_shard=2),
            dict(cp=2, tp=2), dict(pp=2, dp_replicate=2, dp_shard=2, cp=2, tp=2)]
@@ -42,24 +42,37 @@ def test_batch_rank_is_not_the_global_rank():
     assert [ParallelDims(tp=2, dp_shard=2, rank=r).index("batch") for r in range(4)] == [0, 0, 1, 1]
 
 
-@pytest.mark.parametrize("shape, tp_dim, tp, fsdp", [((12, 7), 0, 2, 1), ((12, 7), 1, 1, 3), ((12, 8), 1, 2, 3),
-                                                    ((5,), None, 2, 4), ((), None, 1, 1), ((6, 4), 0, 3, 2)])
-def test_placements_cut_and_reassemble_any_array(shape, tp_dim, tp, fsdp):
+@pytest.mark.parametrize("shape, tp_dim, tp, fsdp, ep", [
+    ((12, 7), 0, 2, 1, 1), ((12, 7), 1, 1, 3, 1), ((12, 8), 1, 2, 3, 1), ((5,), None, 2, 4, 1), ((), None, 1, 1, 1),
+    ((6, 4), 0, 3, 2, 1), ((4, 6, 5), 1, 2, 1, 2), ((4, 5, 6), 2, 3, 1, 4), ((6, 3, 2), None, 1, 1, 3)])
+def test_placements_cut_and_reassemble_any_array(shape, tp_dim, tp, fsdp, ep):
     full = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    tp = tp if tp_dim is not None else 1
     pieces, stored = {}, 0
-    for t in range(tp):
-        for f in range(fsdp):
-            p = Placement(shape, tp_dim, tp if tp_dim is not None else 1, t if tp_dim is not None else 0, fsdp, f)
-            piece = p.shard(full)
-            assert piece.shape == p.stored_shape
-            pieces[(p.tp_index, f)] = piece
-            stored += piece.size
-    p = Placement(shape, tp_dim, tp if tp_dim is not None else 1, 0, fsdp, 0)
+    for e in range(ep):
+        for t in range(tp):
+            for f in range(fsdp):
+                p = Placement(shape, tp_dim, tp, t, fsdp, f, ep, e)
+                piece = p.shard(full)
+                assert piece.shape == p.stored_shape
+                pieces[p.key] = piece
+                stored += piece.size
+    p = Placement(shape, tp_dim, tp, 0, fsdp, 0, ep, 0)
+    assert sorted(pieces) == sorted(p.piece_keys())
     assert np.array_equal(p.assemble(pieces), full)
-    # per rank: 1/(tp*fsdp) of the array plus the padding (< fsdp elements per TP block)
-    ranks = (tp if tp_dim is not None else 1) * fsdp
+    # per rank: 1/(ep*tp*fsdp) of the array plus the padding (< fsdp elements per TP block)
+    ranks = ep * tp * fsdp
     assert full.size <= stored < full.size + ranks * fsdp or full.size == 0
     assert Placement.from_json(p.to_json()) == p
+
+
+def test_expert_blocks_are_whole_experts_split_by_width():
+    full = np.arange(4 * 6 * 2).reshape(4, 6, 2)  # (X, F, D)
+    p = layout_placement("layers.1.mlp.experts.w_up", full.shape, tp=2, fsdp=4, ep=2, tp_index=1, ep_index=1)
+    assert (p.fsdp_size, p.local_shape) == (1, (2, 3, 2))   # never FSDP-sharded
+    assert np.array_equal(p.shard(full), full[2:4, 3:6])
+    assert Placement.from_json({"full_shape": [4], "tp_dim": None, "tp_size": 1, "tp_index": 0, "fsdp_size": 2,
+                                "fsdp_index": 1}) == Placement((4,), fsdp_size=2, fsdp_index=1)  # before ep
 
 
 def _simulate_checkpoint(root, degrees, full: dict, step=3):

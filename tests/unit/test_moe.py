@@ -128,7 +128,7 @@ def test_moe_counts_active_parameters():
     (["model=moe-tiny", "model.moe_router=relu"], "model.moe_router", "softmax or sigmoid"),
     (["model=moe-tiny", "model.moe_capacity_factor=0"], "model.moe_capacity_factor", "null for dropless"),
     (["model=moe-tiny", "model.moe_dense_layers=3"], "model.moe_dense_layers", "at least one MoE block"),
-    (["model=moe-tiny", "parallel.tp=2"], "parallel", "set parallel.tp and cp to 1"),
+    (["model=moe-tiny", "parallel.tp=2", "model.moe_ffn_hidden=255"], "parallel.tp", "each expert's width"),
     (["model=moe-tiny", "parallel.dp_shard=2"], "parallel.ep", "parallel.dp_shard = 2"),
     (["model=moe-tiny", "parallel.dp_shard=2", "parallel.ep=2", "model.n_experts=3", "model.moe_top_k=1"],
      "parallel.ep", "model.n_experts=3"),
@@ -137,3 +137,21 @@ def test_moe_rules_name_the_field_and_the_fix(overrides, field, fix):
     with pytest.raises(ConfigError) as info:
         load_config(overrides)
     assert info.value.field == field and fix in str(info.value)
+
+
+@pytest.mark.parametrize("cp, tp", [(2, 1), (2, 2), (3, 2)])
+def test_sequence_order_restores_positions_and_each_rank_takes_its_own(cp, tp):
+    """What the MoE block's gathers do with a sequence split by context (and sequence) parallelism: the group-order
+    concatenation of the ranks' parts, permuted by ``sequence_order``, is the sequence in order; ``_own`` of the
+    permuted whole is each rank's part again."""
+    from core.parallel import comm
+    from core.parallel.context_parallel import chunk_positions
+    from core.parallel.expert_parallel import sequence_order
+
+    S = 4 * cp * tp
+    parts = [chunk_positions(S, cp, c)[t * S // cp // tp:(t + 1) * S // cp // tp] for c in range(cp) for t in range(tp)]
+    order = sequence_order(S, cp)
+    np.testing.assert_array_equal(np.concatenate(parts)[order], np.arange(S))
+    for g, part in enumerate(parts):
+        own = comm._own(comm.Group("sequence", tuple(range(cp * tp)), g), 1, order)
+        np.testing.assert_array_equal(own.index.asnumpy(), part)  # in sequence order, index = position

@@ -436,8 +436,9 @@ def test_parallel_space_grid_is_the_layouts_the_core_runs():
     assert pipelines == {(s, 1, o) for s in ("gpipe", "1f1b") for o in (-1, 0, 1)} | {("interleaved", 2, 0)}
     # one batch rank (1 process, tp, tp+sp, cp): micro 1, 2, 4, 8; two (dp_replicate or dp_shard = 2): micro 1,
     # 2, 4, as 8 % (8 * 2) != 0; a pipeline: 6 (schedule, offset) pairs at micro 1, 2, 4, 8, interleaved only
-    # with an even number of micro-batches (micro 1, 2, 4) -- times recompute x mode
-    assert len(grid) == (4 * 4 + 2 * 3 + 4 * 6 + 3) * 2 * 2
+    # with an even number of micro-batches (micro 1, 2, 4) -- times (recompute, mode): none and full in both modes,
+    # selective in PyNative only
+    assert len(grid) == (4 * 4 + 2 * 3 + 4 * 6 + 3) * 5
 
 
 def test_config_key_problems_catch_typos(tmp_path):
@@ -446,7 +447,7 @@ def test_config_key_problems_catch_typos(tmp_path):
 
 
 @pytest.mark.skipif(not (SPACES_DIR.parent / "configs" / "train.yaml").exists(), reason="configs/ not written yet")
-@pytest.mark.parametrize("name, stride", [("parallel", 3), ("hparams", 7)])
+@pytest.mark.parametrize("name, stride", [("parallel", 3), ("moe", 5), ("hparams", 7)])
 def test_shipped_space_points_compose_into_valid_configs(name, stride):
     from core.config import load_config
 
