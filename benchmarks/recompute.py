@@ -44,7 +44,7 @@ def main() -> None:
                 refused[(mode, r)] = exc
     with tempfile.TemporaryDirectory() as tmp:
         results = run_rounds({f"{m} {r}": o for (m, r), o in rows.items()}, args.rounds, Path(tmp))
-    print(f"\n### Recompute — {time.strftime('%Y-%m-%d')}, commit {git_commit()}, model={args.model}, "
+    print(f"\n**Recompute** — {time.strftime('%Y-%m-%d')}, commit {git_commit()}, model={args.model}, "
           f"seq 512, micro-batch 8, {args.rounds} round(s) of {args.steps} steps, AdamW, 1 process\n")
     print("| mode | recompute | step (ms) | vs none | peak MiB | vs none | estimate error |")
     print("|---|---|---:|---:|---:|---:|---:|")
