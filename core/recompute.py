@@ -8,8 +8,9 @@ Recomputation in Large Transformer Models").
   attention's scores and softmax (per head a (S, S) pair, which dominates at long sequences) — save only their
   inputs, the matmul and communication outputs they are computed from, and run again in backward. Each is wrapped
   in a bprop-Cell whose bprop re-runs its forward under ``GradOperation`` (the form whose gradients survive
-  ``mindspore.jit``, MINDSPORE_CPU.md), so the same mechanism serves jit and PyNative. An MoE block's experts
-  are not covered (their slots are matmul outputs).
+  ``mindspore.jit``, MINDSPORE_CPU.md), so the same mechanism serves jit and PyNative. It saves memory in
+  PyNative; under jit on CPU it adds some (the graph keeps the forward's temporaries as well: measured), so
+  core.config refuses it there. An MoE block's experts are not covered (their slots are matmul outputs).
 - ``full``: a block keeps only its input and re-runs whole in backward.
   PyNative: MindSpore's own ``Cell.recompute()``, which frees the block's activations there (measured).
   jit: ``Cell.recompute()`` frees nothing on CPU (measured: 1.018x the peak of ``none``, the recomputed graph is
