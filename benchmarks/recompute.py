@@ -1,12 +1,13 @@
-"""Activation recompute against none, in jit and PyNative, side by side in one run (issue "Memory II", Measure).
+"""Activation recompute and SWAP against neither, in jit and PyNative, side by side in one run (issue "Memory II",
+Measure).
 
     .venv/bin/python benchmarks/recompute.py [--model small] [--steps 12] [--rounds 2]
 
 Each row is a real 1-process trial through the CLI (AdamW, global batch 8 x 512 tokens in one micro-batch of 8,
 where activations dominate the peak). Rows alternate within each round; medians over rounds. Reported: median
 step time and its ratio to ``none`` in the same mode, the peak resident memory (VmHWM) and its ratio to ``none``,
-and the memory estimate's error. Selective recompute under jit is refused on CPU (core.config says why): its row
-says so instead of running.
+and the memory estimate's error. Selective recompute and SWAP under jit are refused on CPU (core.config says why):
+their rows say so instead of running.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from provenance import git_commit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SETTINGS = ("none", "selective", "full")
+SETTINGS = ("none", "selective", "full", "swap")  # swap: memory.swap=true (core.swap), PyNative only
 
 
 def main() -> None:
@@ -36,7 +37,8 @@ def main() -> None:
     rows, refused = {}, {}
     for mode in ("jit", "pynative"):
         for r in SETTINGS:
-            overrides = [*base, f"training.mode={mode}", f"memory.recompute={r}"]
+            overrides = [*base, f"training.mode={mode}",
+                         "memory.swap=true" if r == "swap" else f"memory.recompute={r}"]
             try:
                 load_config(overrides)
                 rows[(mode, r)] = overrides

@@ -191,7 +191,7 @@ class MemoryConfig:
                                    # core.recompute says how each runs under jit and PyNative
     recompute_layers: Optional[int] = None  # recompute the first this many blocks (of each stage); null: all
     recompute_stages: Optional[list[str]] = None  # per pipeline stage (pp * pp_virtual), overriding recompute
-    swap: bool = False             # offload saved activations to host storage (not yet supported)
+    swap: bool = False             # saved activations to a slower tier until backward (core.swap; PyNative)
     limit_gb: Optional[float] = None  # per-rank memory budget; exceeding it ends the trial with exit 10
 
     def __post_init__(self):
@@ -202,7 +202,6 @@ class MemoryConfig:
                      f"must be one of {', '.join(RECOMPUTE)} (got {value!r})")
         _require(self.recompute_layers is None or self.recompute_layers >= 1, "memory.recompute_layers",
                  f"must be >= 1, or null for every block (got {self.recompute_layers})")
-        _require(not self.swap, "memory.swap", "activation swap is not supported yet; set memory.swap=false")
         _require(self.limit_gb is None or self.limit_gb > 0, "memory.limit_gb", "must be > 0 or null")
 
     def recompute_of(self, stage: int) -> str:
@@ -299,6 +298,12 @@ class TrainConfig:
                  "1.10x of none: the recomputation is compiled on top of the saved graph, benchmarks/RESULTS.md "
                  "'Recompute'); use memory.recompute=full, which runs as compiled segments there, or training.mode="
                  "pynative")
+        if self.memory.swap:
+            _require(t.mode == "pynative", "memory.swap", "needs training.mode=pynative: under jit the compiled graph "
+                     "owns the tensors it saves and no hook can move them (core.swap); or set memory.swap=false")
+            _require(p.pp == 1 and settings == {"none"}, "memory.swap",
+                     "runs without a pipeline and without recompute (the combinations are not built); set "
+                     "parallel.pp=1 and memory.recompute=none, or memory.swap=false")
         r = self.memory.recompute_layers
         _require(r is None or r <= self.model.n_layers, "memory.recompute_layers",
                  f"{r} exceeds model.n_layers={self.model.n_layers}; lower it, or set it to null for every block")

@@ -90,7 +90,8 @@ class Trainer:
         self.rec.flops_per_token = flops_per_token(cfg.model, cfg.training.seq_len)
         self.rec.estimated_memory_bytes = memory.estimate_memory_bytes(cfg)
 
-        self.schedule = build_schedule(self.par, cfg, self.params, self._loss, self._eval_loss)
+        self.schedule = build_schedule(self.par, cfg, self.params, self._loss, self._eval_loss,
+                                       swap_dir=self.trial_dir / "swap" / f"rank_{self.dist.rank}")
         self.sync = GradientSync(names, [tuple(p.shape) for p in self.params], self.par.placements, self.dims,
                                  self.par.groups, cfg.grad_accum_steps, cfg.optim.grad_clip, self.par.tied,
                                  self.par.mirrors)

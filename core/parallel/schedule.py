@@ -18,17 +18,21 @@ from mindspore import Tensor
 
 
 class GradientAccumulation:
-    def __init__(self, grad_fn, eval_fn, micro_batch_size: int):
+    def __init__(self, grad_fn, eval_fn, micro_batch_size: int, swap=None):
         """``grad_fn(inputs, targets, positions) -> (loss, grads)`` and ``eval_fn(...) -> loss`` of one
-        micro-batch."""
-        self.grad_fn, self.eval_fn, self.micro_batch_size = grad_fn, eval_fn, micro_batch_size
+        micro-batch; ``swap``: a ``core.swap.ActivationSwap`` that each forward+backward runs under."""
+        self.grad_fn, self.eval_fn, self.micro_batch_size, self.swap = grad_fn, eval_fn, micro_batch_size, swap
         self._add = ms.jit(_add)
 
     def run(self, inputs: np.ndarray, targets: np.ndarray, positions: Tensor) -> tuple[float, tuple]:
         """inputs, targets (b, S) of this rank -> (mean of the micro-batches' losses, sum of their gradients)."""
         grads, losses = None, []
         for x, y in self._micro_batches(inputs, targets):
-            loss, g = self.grad_fn(x, y, positions)
+            if self.swap is None:
+                loss, g = self.grad_fn(x, y, positions)
+            else:
+                with self.swap.step():
+                    loss, g = self.grad_fn(x, y, positions)
             losses.append(float(loss.asnumpy()))
             grads = g if grads is None else self._add(ms.mutable(grads), ms.mutable(g))
         return float(np.mean(losses)), grads
@@ -47,10 +51,10 @@ def _add(acc, grads):
     return tuple(a + g for a, g in zip(acc, grads))
 
 
-def build_schedule(par, cfg, params: list, loss_fn, eval_fn):
+def build_schedule(par, cfg, params: list, loss_fn, eval_fn, swap_dir=None):
     """The schedule of this rank: a pipeline's over ``par.stages``; full recompute's segments under jit
     (core.recompute); else gradient accumulation over ``loss_fn(inputs, targets, positions)`` (differentiated
-    here) and ``eval_fn``."""
+    here) and ``eval_fn``, with activation SWAP into ``swap_dir`` if ``memory.swap``."""
     from core.recompute import SegmentedStep, recomputed_blocks, segmented
 
     jit = cfg.training.mode == "jit"
@@ -61,8 +65,13 @@ def build_schedule(par, cfg, params: list, loss_fn, eval_fn):
             return SegmentedStep(par.model, par.loss, par.eval_loss, params, blocks, cfg.training.micro_batch_size,
                                  jit)
         grad_fn = ms.value_and_grad(loss_fn, None, params)
+        swap = None
+        if cfg.memory.swap:
+            from core.swap import ActivationSwap
+
+            swap = ActivationSwap(swap_dir, cfg.device)
         return GradientAccumulation(ms.jit(grad_fn) if jit else grad_fn, ms.jit(eval_fn) if jit else eval_fn,
-                                    cfg.training.micro_batch_size)
+                                    cfg.training.micro_batch_size, swap)
     from core.parallel.pipeline import PipelineSchedule
 
     p, dims = cfg.parallel, par.dims

@@ -41,6 +41,8 @@ def test_resolved_config_round_trips():
     (["trial.max_steps=null"], "trial.max_steps", "budget"),
     (["memory.recompute=some"], "memory.recompute", "none, selective, full"),
     (["memory.recompute=selective"], "memory.recompute", "training.mode=pynative"),
+    (["memory.swap=true"], "memory.swap", "training.mode=pynative"),
+    (["memory.swap=true", "training.mode=pynative", "memory.recompute=full"], "memory.swap", "memory.recompute=none"),
     (["memory.recompute_layers=0"], "memory.recompute_layers", "must be >= 1"),
     (["memory.recompute_layers=7", "model=tiny"], "memory.recompute_layers", "exceeds model.n_layers"),
     (["training.mode=graph"], "training.mode", "jit or pynative"),

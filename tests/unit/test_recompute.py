@@ -1,5 +1,6 @@
-"""Recompute changes memory, never numbers: selective and full recompute (MindSpore's in PyNative, the segmented
-step under jit; all blocks or the first few) give the loss and gradients of no recompute, over two micro-batches."""
+"""Recompute and SWAP change memory, never numbers: selective and full recompute (MindSpore's in PyNative, the
+segmented step under jit; all blocks or the first few) and activation SWAP give the loss and gradients of neither,
+over two micro-batches."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def batch():
     return rows[:, :-1], rows[:, 1:], ms.Tensor(np.arange(S, dtype=np.int32))
 
 
-def _step(recompute: str, mode: str, layers: int | None, batch):
+def _step(recompute: str, mode: str, layers: int | None, batch, swap=None):
     model = GPT(CFG, seed=7)
     loss, eval_loss = LinearCrossEntropyLoss(train=True), LinearCrossEntropyLoss(train=False)
     params = list(model.trainable_params())
@@ -43,7 +44,7 @@ def _step(recompute: str, mode: str, layers: int | None, batch):
             return loss(model(x, positions), model.head_weight(), y)
 
         grad_fn = ms.value_and_grad(loss_fn, None, params)
-        schedule = GradientAccumulation(ms.jit(grad_fn) if jit else grad_fn, None, MICRO)
+        schedule = GradientAccumulation(ms.jit(grad_fn) if jit else grad_fn, None, MICRO, swap)
     value, grads = schedule.run(*batch)
     return value, [g.asnumpy() for g in grads], model
 
@@ -85,3 +86,16 @@ def test_segmented_step_evaluates_like_the_model(batch):
     whole = np.mean([float(eval_loss(model(ms.Tensor(x[i:i + MICRO]), positions), model.head_weight(),
                                      ms.Tensor(y[i:i + MICRO])).asnumpy()) for i in range(0, B, MICRO)])
     assert segmented.evaluate(x, y, positions) == pytest.approx(whole, rel=1e-6)
+
+
+def test_swap_gives_the_gradients_of_none_and_leaves_no_files(reference, batch, tmp_path):
+    from core.swap import ActivationSwap
+
+    swap = ActivationSwap(tmp_path / "swap", "CPU", min_bytes=0)   # this model's tensors are all small
+    value, grads, _ = _step("none", "pynative", None, batch, swap)
+    ref_loss, ref_grads, _ = reference
+    assert value == pytest.approx(ref_loss, rel=1e-6)
+    for g, r in zip(grads, ref_grads):
+        assert _rel(g, r) <= 1e-6
+    assert swap.swapped_bytes > 0 and swap.count > 0     # tensors really went through the disk tier
+    assert not (tmp_path / "swap").exists()                # and their files are gone after the step
