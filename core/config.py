@@ -329,6 +329,12 @@ class TrainConfig:
         return self.training.global_batch_size // (self.training.micro_batch_size * self.parallel.dp)
 
 
+def segmented_recompute(mode: str, pipeline: bool) -> bool:
+    """Whether full recompute runs as core.recompute's ``SegmentedStep`` (jit without a pipeline) rather than as
+    MindSpore's recompute; core.memory counts its activations by the same rule."""
+    return mode == "jit" and not pipeline
+
+
 def _selective_costs_memory(device: str, mode: str) -> bool:
     """CPU workaround: under jit MindSpore's CPU runtime keeps a bprop-Cell's forward intermediates as well as
     recomputing them, so selective recompute (core.recompute) adds memory there instead of saving it (measured on

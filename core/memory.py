@@ -16,7 +16,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from core.config import ModelConfig, TrainConfig, moe_capacity
+from core.config import ModelConfig, TrainConfig, moe_capacity, segmented_recompute
 
 GiB, MiB = 1024**3, 1024**2
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -222,8 +222,9 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     # selective keeps less of each recomputed block.
     activations = max(sum(act[i] for i in blocks) for blocks, _ in chunks)
 
-    segmented = cfg.training.mode == "jit" and par.pp == 1  # core.recompute.segmented: its last segment's
-    # blocks are never recomputed, and its graphs hold their working memory (a rebuilt block beside them)
+    # core.recompute's segmented step never recomputes its last segment's blocks, and its graphs hold their working
+    # memory (a rebuilt block beside them)
+    segmented = segmented_recompute(cfg.training.mode, par.pp > 1)
 
     def saved(blocks, r: str) -> int:
         first = cfg.memory.recompute_layers or len(blocks)

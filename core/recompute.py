@@ -91,11 +91,6 @@ def mark_full(model: nn.Cell, blocks: range) -> None:
         model.layers[i].recompute()
 
 
-def segmented(mode: str, pipeline: bool) -> bool:
-    """Whether ``full`` recompute runs as ``SegmentedStep`` (jit without a pipeline) rather than ``mark_full``."""
-    return mode == "jit" and not pipeline
-
-
 class _Segment:
     """One compiled segment of a ``SegmentedStep``: its functions and the model's parameters its gradients belong
     to; a recomputed block runs through a template (``shared``) whose parameters take the block's before a call."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from mindspore import nn
 
-from core.config import TrainConfig
+from core.config import TrainConfig, segmented_recompute
 from core.loss import LinearCrossEntropyLoss
 from core.parallel import comm
 from core.parallel.context_parallel import apply_context_parallel, chunk_positions
@@ -29,7 +29,7 @@ from core.parallel.fsdp import apply_fsdp
 from core.parallel.pipeline import split_stages
 from core.parallel.placement import Placement, replicated
 from core.parallel.tensor_parallel import apply_tensor_parallel
-from core.recompute import apply_selective, mark_full, recomputed_blocks, segmented
+from core.recompute import apply_selective, mark_full, recomputed_blocks
 
 
 @dataclass
@@ -92,6 +92,6 @@ def _parallelize_part(model: nn.Cell, dims: ParallelDims, groups: dict, placemen
     full = blocks if recompute == "full" else range(0)
     if dims.size("fsdp") > 1:
         loss, eval_loss = apply_fsdp(model, groups["fsdp"], placements, loss, eval_loss, recomputed=full)
-    if not segmented(cfg.training.mode, dims.pp > 1):  # (else core.parallel.schedule builds a SegmentedStep)
+    if not segmented_recompute(cfg.training.mode, dims.pp > 1):  # (else core.parallel.schedule builds a SegmentedStep)
         mark_full(model, full)
     return loss, eval_loss

@@ -55,13 +55,14 @@ def build_schedule(par, cfg, params: list, loss_fn, eval_fn, swap_dir=None):
     """The schedule of this rank: a pipeline's over ``par.stages``; full recompute's segments under jit
     (core.recompute); else gradient accumulation over ``loss_fn(inputs, targets, positions)`` (differentiated
     here) and ``eval_fn``, with activation SWAP into ``swap_dir`` if ``memory.swap``."""
-    from core.recompute import SegmentedStep, recomputed_blocks, segmented
+    from core.config import segmented_recompute
+    from core.recompute import SegmentedStep, recomputed_blocks
 
     jit = cfg.training.mode == "jit"
     if par.stages is None:
         n = len(par.model.layers)
         blocks = recomputed_blocks(n, cfg.memory.recompute_layers)
-        if cfg.memory.recompute == "full" and segmented(cfg.training.mode, False) and min(len(blocks), n - 1) >= 1:
+        if cfg.memory.recompute == "full" and segmented_recompute(cfg.training.mode, False) and min(len(blocks), n - 1) >= 1:
             return SegmentedStep(par.model, par.loss, par.eval_loss, params, blocks, cfg.training.micro_batch_size,
                                  jit)
         grad_fn = ms.value_and_grad(loss_fn, None, params)
