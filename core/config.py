@@ -11,7 +11,7 @@ This module must not import MindSpore: the agent imports it to validate and esti
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -183,6 +183,7 @@ class ParallelConfig:
 
 
 RECOMPUTE = ("none", "selective", "full")
+SWAP_OPS = ("attention", "mlp", "norm")  # the parts of a block memory.swap_ops chooses from (core.swap)
 
 
 @dataclass
@@ -192,6 +193,12 @@ class MemoryConfig:
     recompute_layers: Optional[int] = None  # recompute the first this many blocks (of each stage); null: all
     recompute_stages: Optional[list[str]] = None  # per pipeline stage (pp * pp_virtual), overriding recompute
     swap: bool = False             # saved activations to a slower tier until backward (core.swap; PyNative)
+    swap_layers: Optional[int] = None  # swap the first this many blocks (they wait longest); null: all, and the
+                                   # tensors outside blocks too when swap_ops is null as well
+    swap_ops: Optional[list[str]] = None  # parts of a swapped block: attention, mlp, norm; null: all
+    swap_prefetch: int = 1         # backward: when a block's tensors are first read, load the next this many
+                                   # blocks' in a background thread; 0: each tensor when read (on CPU the
+                                   # one that saves most: core.swap)
     limit_gb: Optional[float] = None  # per-rank memory budget; exceeding it ends the trial with exit 10
 
     def __post_init__(self):
@@ -203,6 +210,19 @@ class MemoryConfig:
         _require(self.recompute_layers is None or self.recompute_layers >= 1, "memory.recompute_layers",
                  f"must be >= 1, or null for every block (got {self.recompute_layers})")
         _require(self.limit_gb is None or self.limit_gb > 0, "memory.limit_gb", "must be > 0 or null")
+        _require(self.swap_layers is None or self.swap_layers >= 1, "memory.swap_layers",
+                 f"must be >= 1, or null for every block (got {self.swap_layers})")
+        for value in self.swap_ops or []:
+            _require(value in SWAP_OPS, "memory.swap_ops",
+                     f"must name parts of a block among {', '.join(SWAP_OPS)}, or be null for all (got {value!r})")
+        _require(self.swap_ops is None or len(self.swap_ops) > 0, "memory.swap_ops",
+                 f"must name at least one of {', '.join(SWAP_OPS)}, or be null for all (got [])")
+        _require(self.swap_prefetch >= 0, "memory.swap_prefetch",
+                 f"must be >= 0 (0: no prefetch; got {self.swap_prefetch})")
+        defaults = {f.name: f.default for f in fields(MemoryConfig)}
+        for name in ("swap_layers", "swap_ops", "swap_prefetch"):  # settings of swap, meaningless without it
+            _require(self.swap or getattr(self, name) == defaults[name], f"memory.{name}",
+                     "chooses what activation SWAP moves; set memory.swap=true, or leave it at its default")
 
     def recompute_of(self, stage: int) -> str:
         """The recompute setting of pipeline stage ``stage`` (of the whole model without a pipeline)."""
@@ -304,9 +324,10 @@ class TrainConfig:
             _require(p.pp == 1 and settings == {"none"}, "memory.swap",
                      "runs without a pipeline and without recompute (the combinations are not built); set "
                      "parallel.pp=1 and memory.recompute=none, or memory.swap=false")
-        r = self.memory.recompute_layers
-        _require(r is None or r <= self.model.n_layers, "memory.recompute_layers",
-                 f"{r} exceeds model.n_layers={self.model.n_layers}; lower it, or set it to null for every block")
+        for name in ("recompute_layers", "swap_layers"):
+            r = getattr(self.memory, name)
+            _require(r is None or r <= self.model.n_layers, f"memory.{name}",
+                     f"{r} exceeds model.n_layers={self.model.n_layers}; lower it, or set it to null for every block")
         _require(t.global_batch_size % p.dp == 0, "training.global_batch_size",
                  f"{t.global_batch_size} must be a multiple of the data-parallel degree {p.dp} "
                  "(parallel.dp_replicate * parallel.dp_shard)")

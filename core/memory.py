@@ -16,7 +16,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from core.config import ModelConfig, TrainConfig, moe_capacity, segmented_recompute
+from core.config import SWAP_OPS, ModelConfig, TrainConfig, moe_capacity, segmented_recompute
 
 GiB, MiB = 1024**3, 1024**2
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -133,14 +133,22 @@ def param_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 def _activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int, tp: int = 1, cp: int = 1,
                                 sp: bool = False, moe: bool = False, selective: bool = False) -> int:
-    """Saved-for-backward floats of one Llama block, hand-attention (no flash), on one rank: a rough, documented
-    count. ``seq`` is the whole sequence; this rank holds seq / cp of its tokens.
+    """Saved-for-backward bytes of one Llama block on one rank: the sum of ``_activation_parts``."""
+    return sum(_activation_parts(m, batch, seq, tp, cp, sp, moe, selective).values())
 
-    Per token: norm inputs and residuals 4D (split over tp only with sequence parallelism), q and attention
-    output 2D, k/v 2*kv, MLP gate/up/silu/product 4F (split over tp); per head: scores and probabilities, this
-    rank's tokens times the whole sequence (the S x S matrices dominate at long sequences); context parallelism
-    keeps the gathered keys and values of the whole sequence. ``selective`` recompute (core.recompute) keeps
-    neither the S x S matrices nor the SwiGLU's silu.
+
+def _activation_parts(m: ModelConfig, batch: int, seq: int, tp: int = 1, cp: int = 1, sp: bool = False,
+                      moe: bool = False, selective: bool = False) -> dict[str, int]:
+    """Saved-for-backward bytes of one Llama block, hand-attention (no flash), on one rank, by the part of the block
+    that saves them (core.swap's ``memory.swap_ops``): a rough, documented count. ``seq`` is the whole sequence;
+    this rank holds seq / cp of its tokens.
+
+    Per token: norm inputs and residuals 4D (split over tp only with sequence parallelism): ``norm``; q and
+    attention output 2D, k/v 2*kv: ``attention``; MLP gate/up/silu/product 4F (split over tp): ``mlp``. Per head,
+    ``attention``'s scores and probabilities, this rank's tokens times the whole sequence (the S x S matrices
+    dominate at long sequences); context parallelism keeps the gathered keys and values of the whole sequence.
+    ``selective`` recompute (core.recompute) keeps neither the S x S matrices nor the SwiGLU's silu. (The layout
+    rules make tp divide D, kv and F, so the parts' divisions by tp are exact.)
     """
     kv = m.n_kv_heads * m.head_dim
     local = seq // cp
@@ -152,10 +160,11 @@ def _activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int, tp: int = 
         routed = slots * (2 * m.d_model + 4 * F // tp) + tokens * (4 * m.n_experts
                                                                     + (m.d_model if cp > 1 or sp else 0))
         mlp = 4 * F * m.moe_shared_experts
-    per_token = (4 * m.d_model) // (tp if sp else 1) + (2 * m.d_model + 2 * kv + mlp) // tp
-    attention = 0 if selective else 2 * (m.n_heads // tp) * local * seq
+    scores = 0 if selective else 2 * (m.n_heads // tp) * local * seq
     gathered_kv = 2 * (kv // tp) * seq if cp > 1 else 0
-    return 4 * (batch * (local * per_token + attention + gathered_kv) + routed)
+    return {"norm": 4 * batch * local * ((4 * m.d_model) // (tp if sp else 1)),
+            "attention": 4 * batch * (local * ((2 * m.d_model + 2 * kv) // tp) + scores + gathered_kv),
+            "mlp": 4 * (batch * local * (mlp // tp) + routed)}
 
 
 def _pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple[int, str]], bool, int]:
@@ -240,9 +249,8 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     recomputed = None
     if any(r != "none" for _, r in chunks):
         recomputed = max(saved(blocks, r) for blocks, r in chunks)
-    if cfg.memory.swap:  # core.swap: saved tensors wait on the slower tier; backward holds about two blocks' worth
-        # back at once (one measured config, tests/integration/test_recompute_memory.py: 931 vs 937 MiB; not fitted)
-        recomputed = 2 * max(act)
+    if cfg.memory.swap:
+        recomputed = _swap_resident(cfg, act)
     stash = block_input * in_flight * (2 if has_loss else 1) if par.pp > 1 else 0
     layers = sum(len(blocks) for blocks, _ in chunks)
     return Terms(params=4 * stored, grads=4 * stored * (3 if cfg.grad_accum_steps > 1 else 1),
@@ -251,6 +259,23 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
                  muon_hidden=4 * hidden, ranks=par.world_size, gathered=4 * gathered,
                  comm_params=4 * stored if par.world_size > 1 else 0, stash=stash,
                  selective=any(r == "selective" for _, r in chunks))
+
+
+def _swap_resident(cfg: TrainConfig, act: list[int]) -> int:
+    """Saved activations resident under core.swap (no pipeline): the blocks and parts it does not move, and the
+    moved tensors of the largest blocks backward holds back at once. Without prefetch about two (one measured
+    config, tests/integration/test_recompute_memory.py: 931 vs 937 MiB; not fitted): each tensor comes back when
+    read and goes when used. A prefetch brings whole blocks back ahead, and the block being read is then whole
+    too: measured on CPU, each depth adds about a block, the first nearly two (6 blocks, d 256, S 256, batch 8:
+    peak rise 228 MiB without prefetch, 413 with 1, 491 with 2, 587 with 3, of 95 MiB swapped per block), so
+    3 + swap_prefetch blocks are counted then."""
+    m, t, par, mem = cfg.model, cfg.training, cfg.parallel, cfg.memory
+    ops = set(mem.swap_ops or SWAP_OPS)
+    moved = sorted((sum(part for op, part in _activation_parts(m, t.micro_batch_size, t.seq_len, par.tp, par.cp,
+                                                                 par.sp, m.is_moe_layer(i)).items() if op in ops)
+                    for i in range(mem.swap_layers or m.n_layers)), reverse=True)
+    back = 3 + mem.swap_prefetch if mem.swap_prefetch else 2
+    return sum(act) - sum(moved) + sum(moved[:back])
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ def _add(acc, grads):
 def build_schedule(par, cfg, params: list, loss_fn, eval_fn, swap_dir=None):
     """The schedule of this rank: a pipeline's over ``par.stages``; full recompute's segments under jit
     (core.recompute); else gradient accumulation over ``loss_fn(inputs, targets, positions)`` (differentiated
-    here) and ``eval_fn``, with activation SWAP into ``swap_dir`` if ``memory.swap``."""
+    here) and ``eval_fn``, with activation SWAP of ``par.model`` into ``swap_dir`` if ``memory.swap``."""
     from core.config import segmented_recompute
     from core.recompute import SegmentedStep, recomputed_blocks
 
@@ -70,7 +70,8 @@ def build_schedule(par, cfg, params: list, loss_fn, eval_fn, swap_dir=None):
         if cfg.memory.swap:
             from core.swap import ActivationSwap
 
-            swap = ActivationSwap(swap_dir, cfg.device)
+            mem = cfg.memory
+            swap = ActivationSwap(par.model, swap_dir, cfg.device, mem.swap_layers, mem.swap_ops, mem.swap_prefetch)
         return GradientAccumulation(ms.jit(grad_fn) if jit else grad_fn, ms.jit(eval_fn) if jit else eval_fn,
                                     cfg.training.micro_batch_size, swap)
     from core.parallel.pipeline import PipelineSchedule

@@ -24,6 +24,16 @@ def test_resolved_config_round_trips():
     assert from_container(to_dict(cfg)) == cfg
 
 
+SWAP = ["memory.swap=true", "training.mode=pynative"]
+
+
+def test_swap_settings_compose():
+    cfg = load_config([*SWAP, "memory.swap_layers=2", "memory.swap_ops=[attention,mlp]", "memory.swap_prefetch=2"])
+    m = cfg.memory
+    assert (m.swap_layers, list(m.swap_ops), m.swap_prefetch) == (2, ["attention", "mlp"], 2)
+    assert from_container(to_dict(cfg)) == cfg
+
+
 @pytest.mark.parametrize("overrides, field, fix", [
     (["model.not_a_key=1"], "model.not_a_key", "spelling"),
     (["+extra=1"], "extra", "not in"),
@@ -44,6 +54,14 @@ def test_resolved_config_round_trips():
     (["memory.swap=true"], "memory.swap", "training.mode=pynative"),
     (["memory.swap=true", "training.mode=pynative", "memory.recompute=full"], "memory.swap", "memory.recompute=none"),
     (["memory.recompute_layers=0"], "memory.recompute_layers", "must be >= 1"),
+    ([*SWAP, "memory.swap_layers=0"], "memory.swap_layers", "must be >= 1"),
+    ([*SWAP, "memory.swap_layers=4", "model=tiny"], "memory.swap_layers", "exceeds model.n_layers=3"),
+    ([*SWAP, "memory.swap_ops=[attention,softmax]"], "memory.swap_ops", "among attention, mlp, norm"),
+    ([*SWAP, "memory.swap_ops=[]"], "memory.swap_ops", "at least one of attention, mlp, norm"),
+    ([*SWAP, "memory.swap_prefetch=-1"], "memory.swap_prefetch", "must be >= 0"),
+    (["memory.swap_layers=2"], "memory.swap_layers", "set memory.swap=true"),
+    (["memory.swap_ops=[mlp]"], "memory.swap_ops", "set memory.swap=true"),
+    (["memory.swap_prefetch=0"], "memory.swap_prefetch", "set memory.swap=true"),
     (["memory.recompute_layers=7", "model=tiny"], "memory.recompute_layers", "exceeds model.n_layers"),
     (["training.mode=graph"], "training.mode", "jit or pynative"),
     (["checkpoint.interval=50", "trial.max_steps=10"], "checkpoint.interval", "longer"),

@@ -47,6 +47,25 @@ def test_terms_follow_the_settings():
     assert memory.terms(load_config(["parallel.dp_replicate=2"])).ranks == 2
 
 
+def test_swap_keeps_what_it_does_not_move():
+    def resident(*o):
+        t = memory.terms(load_config(["model=medium", "training.mode=pynative", *o]))   # 8 blocks
+        return t.recomputed if "memory.swap=true" in o else t.activations
+
+    swap = "memory.swap=true"
+    none, every = resident(), resident(swap)
+    assert every < resident(swap, "memory.swap_layers=6") < none              # the first 6 blocks of 8
+    assert every < resident(swap, "memory.swap_ops=[attention,mlp]") < none   # the norms' tensors stay
+    # what comes back at once: two blocks on demand, 3 + swap_prefetch with a prefetch (measured, core.swap)
+    assert resident(swap, "memory.swap_prefetch=0") < every < resident(swap, "memory.swap_prefetch=2")
+    m = load_config(["model=medium"]).model
+    block = none // m.n_layers
+    assert resident(swap, "memory.swap_prefetch=0") == 2 * block and every == 4 * block
+    # the parts of a block add up to it, for the existing callers' total
+    parts = memory._activation_parts(m, 8, 64, moe=False)
+    assert sum(parts.values()) == memory._activation_bytes_per_layer(m, 8, 64) == block
+
+
 def test_profiles_decide_what_recompute_and_ranks_cost():
     def est(*o):
         return memory.estimate_memory_bytes(load_config(list(o)))

@@ -1,6 +1,6 @@
 """Recompute and SWAP change memory, never numbers: selective and full recompute (MindSpore's in PyNative, the
-segmented step under jit; all blocks or the first few) and activation SWAP give the loss and gradients of neither,
-over two micro-batches."""
+segmented step under jit; all blocks or the first few) and activation SWAP (all of the model, the first blocks,
+some parts of them, with and without prefetch) give the loss and gradients of neither, over two micro-batches."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ def batch():
 
 
 def _step(recompute: str, mode: str, layers: int | None, batch, swap=None):
+    """``swap``: a function of the model that returns the ``ActivationSwap`` to run under."""
     model = GPT(CFG, seed=7)
     loss, eval_loss = LinearCrossEntropyLoss(train=True), LinearCrossEntropyLoss(train=False)
     params = list(model.trainable_params())
@@ -44,7 +45,7 @@ def _step(recompute: str, mode: str, layers: int | None, batch, swap=None):
             return loss(model(x, positions), model.head_weight(), y)
 
         grad_fn = ms.value_and_grad(loss_fn, None, params)
-        schedule = GradientAccumulation(ms.jit(grad_fn) if jit else grad_fn, None, MICRO, swap)
+        schedule = GradientAccumulation(ms.jit(grad_fn) if jit else grad_fn, None, MICRO, swap and swap(model))
     value, grads = schedule.run(*batch)
     return value, [g.asnumpy() for g in grads], model
 
@@ -88,14 +89,65 @@ def test_segmented_step_evaluates_like_the_model(batch):
     assert segmented.evaluate(x, y, positions) == pytest.approx(whole, rel=1e-6)
 
 
-def test_swap_gives_the_gradients_of_none_and_leaves_no_files(reference, batch, tmp_path):
+def _swap_step(batch, tmp_path, **settings):
+    """A step under ``ActivationSwap(**settings)`` on the disk tier: (loss, gradients, the swap)."""
     from core.swap import ActivationSwap
 
-    swap = ActivationSwap(tmp_path / "swap", "CPU", min_bytes=0)   # this model's tensors are all small
+    made = []
+
+    def swap(model):
+        made.append(ActivationSwap(model, tmp_path / "swap", "CPU", min_bytes=0, **settings))  # all tensors small
+        return made[0]
+
     value, grads, _ = _step("none", "pynative", None, batch, swap)
+    assert not (tmp_path / "swap").exists()                # its files are gone after the step
+    return value, grads, made[0]
+
+
+@pytest.mark.parametrize("settings", [
+    {}, {"layers": 2}, {"ops": ["attention"]}, {"ops": ["mlp"]}, {"ops": ["norm"]}, {"layers": 2, "ops": ["mlp"]},
+    {"prefetch": 0}, {"prefetch": 2}, {"layers": 2, "prefetch": 2}])
+def test_swap_gives_the_gradients_of_none_and_leaves_no_files(reference, batch, tmp_path, settings):
+    value, grads, swap = _swap_step(batch, tmp_path, **settings)
     ref_loss, ref_grads, _ = reference
     assert value == pytest.approx(ref_loss, rel=1e-6)
     for g, r in zip(grads, ref_grads):
         assert _rel(g, r) <= 1e-6
     assert swap.swapped_bytes > 0 and swap.count > 0     # tensors really went through the disk tier
-    assert not (tmp_path / "swap").exists()                # and their files are gone after the step
+    # backward really loaded tensors ahead, in the worker thread, with prefetch; never without
+    assert (swap.prefetched > 0) == (settings.get("prefetch", 1) > 0), swap.prefetched
+
+
+def test_swap_moves_what_the_tags_choose(batch, tmp_path):
+    def moved(**settings):
+        return _swap_step(batch, tmp_path, **settings)[2].swapped_bytes
+
+    whole = moved()
+    blocks = moved(ops=["attention", "mlp", "norm"])   # every block whole, not the embedding, final norm and loss
+    assert 0 < moved(layers=2) < blocks < whole
+    assert moved(layers=2) == moved(layers=2, ops=["attention", "mlp", "norm"])
+    # each tensor of a block is saved by exactly one of its parts: the parts' bytes add up to the blocks'
+    parts = {op: moved(layers=2, ops=[op]) for op in ("attention", "mlp", "norm")}
+    assert min(parts.values()) > 0 and sum(parts.values()) == moved(layers=2)
+    assert moved(layers=2, ops=["attention", "mlp"]) == parts["attention"] + parts["mlp"]
+    # blocks are alike: the first two blocks move two thirds of all three blocks' bytes
+    assert 3 * moved(layers=2) == 2 * blocks
+
+
+def test_swap_removes_its_files_when_a_step_fails(batch, tmp_path):
+    from core.swap import ActivationSwap
+
+    model = GPT(CFG, seed=7)
+    swap = ActivationSwap(model, tmp_path / "swap", "CPU", min_bytes=0)
+    x, _, positions = batch
+    files = []
+
+    def failing(x, positions):
+        model(x, positions)                                      # a forward's tensors were packed ...
+        files.extend((tmp_path / "swap").iterdir())
+        raise RuntimeError("mid-step")                           # ... and the step fails before its backward
+
+    with pytest.raises(RuntimeError, match="mid-step"):
+        with swap.step():
+            ms.value_and_grad(failing, None, list(model.trainable_params()))(ms.Tensor(x[:MICRO]), positions)
+    assert files and not (tmp_path / "swap").exists()
