@@ -183,7 +183,10 @@ class FeasibilityMemory:
             shown = ", ".join(same[:4]) + (", ..." if len(same) > 4 else "")
             text += f" (same {shown})"
         text += f": {implication}"
-        escapes = [e for n in drivers if (e := _escape(params[n], o.params[n], getattr(params[n], attr)))]
+        def valid(name, value):  # a way out must be a point the space allows (SWAP only in PyNative, ...)
+            return not self.space.check({**o.params, name: value})
+
+        escapes = [e for n in drivers if (e := _escape(params[n], o.params[n], getattr(params[n], attr), valid))]
         if escapes:
             text += f"; to run, change one of: {', '.join(escapes)}"
         elif same:
@@ -213,12 +216,12 @@ def _position(param: Param, value: Any) -> Optional[float]:
     return _norm(value)[1]
 
 
-def _escape(param: Param, failed_value: Any, direction: str) -> str:
+def _escape(param: Param, failed_value: Any, direction: str, valid=lambda name, value: True) -> str:
     """How to move ``param`` out of the dominated region, e.g. "training.micro_batch_size < 8" or
-    "memory.recompute in [full]"; "" when there is no room in that direction."""
+    "memory.recompute in [full]" (a choice's values only where ``valid``); "" when there is no room."""
     if param.type == "choice":
         i = param.index(failed_value)
-        room = param.values[:i] if direction == "up" else param.values[i + 1:]
+        room = [v for v in (param.values[:i] if direction == "up" else param.values[i + 1:]) if valid(param.name, v)]
         return f"{param.name} in [{', '.join(scalar_text(v) for v in room)}]" if room else ""
     edge = param.low if direction == "up" else param.high
     if failed_value == edge:

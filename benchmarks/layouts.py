@@ -65,12 +65,15 @@ def run_rounds(rows: dict[str, list[str]], rounds: int, tmp: Path) -> dict[str, 
     return results
 
 
-def bench_args(doc: str, model: str) -> argparse.Namespace:
-    """--model, --steps and --rounds of a side-by-side benchmark."""
+def bench_args(doc: str, model: str, **extra: int) -> argparse.Namespace:
+    """--model, --steps and --rounds of a side-by-side benchmark, and ``--name value`` for each integer option in
+    ``extra`` (name -> default; underscores become dashes)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--model", default=model)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=2)
+    for name, default in extra.items():
+        ap.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
     return ap.parse_args()
 
 

@@ -196,9 +196,9 @@ class MemoryConfig:
     swap_layers: Optional[int] = None  # swap the first this many blocks (they wait longest); null: all, and the
                                    # tensors outside blocks too when swap_ops is null as well
     swap_ops: Optional[list[str]] = None  # parts of a swapped block: attention, mlp, norm; null: all
-    swap_prefetch: int = 1         # backward: when a block's tensors are first read, load the next this many
-                                   # blocks' in a background thread; 0: each tensor when read (on CPU the
-                                   # one that saves most: core.swap)
+    swap_prefetch: int = 0         # backward: when a block's tensors are first read, load the next this many
+                                   # blocks' in a background thread; 0: each tensor when read (on CPU each
+                                   # prefetched block costs a block's memory and hides nothing: core.swap)
     limit_gb: Optional[float] = None  # per-rank memory budget; exceeding it ends the trial with exit 10
 
     def __post_init__(self):

@@ -98,6 +98,9 @@ class Terms:
     comm_params: int = 0  # bytes of the parameters as a collective buffer: dp_replicate all-reduce, FSDP shards
     stash: int = 0      # pipeline: stage inputs (and last-stage input gradients) of the micro-batches in flight
     selective: bool = False  # ``recomputed`` is selective recompute's count (of some stage)
+    scores: int = 0     # of ``activations``: attention's S x S scores and probabilities (they grow with S^2)
+    recomputed_scores: int = 0  # of ``recomputed``: the same
+    rebuilt: int = 0    # of ``recomputed``: the block full recompute rebuilds in backward
 
     @property
     def states(self) -> int:
@@ -160,11 +163,17 @@ def _activation_parts(m: ModelConfig, batch: int, seq: int, tp: int = 1, cp: int
         routed = slots * (2 * m.d_model + 4 * F // tp) + tokens * (4 * m.n_experts
                                                                     + (m.d_model if cp > 1 or sp else 0))
         mlp = 4 * F * m.moe_shared_experts
-    scores = 0 if selective else 2 * (m.n_heads // tp) * local * seq
+    scores = _score_floats(m, seq, tp, cp) if not selective else 0
     gathered_kv = 2 * (kv // tp) * seq if cp > 1 else 0
     return {"norm": 4 * batch * local * ((4 * m.d_model) // (tp if sp else 1)),
             "attention": 4 * batch * (local * ((2 * m.d_model + 2 * kv) // tp) + scores + gathered_kv),
             "mlp": 4 * (batch * local * (mlp // tp) + routed)}
+
+
+def _score_floats(m: ModelConfig, seq: int, tp: int = 1, cp: int = 1) -> int:
+    """Floats of one sequence's attention scores and probabilities on one rank: per head of this rank, its tokens
+    times the whole sequence, twice."""
+    return 2 * (m.n_heads // tp) * (seq // cp) * seq
 
 
 def _pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple[int, str]], bool, int]:
@@ -224,33 +233,40 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     act, act_selective = ([_activation_bytes_per_layer(m, t.micro_batch_size, t.seq_len, par.tp, par.cp, par.sp,
                                                        m.is_moe_layer(i), selective) for i in range(m.n_layers)]
                           for selective in (False, True))
+    sc = [4 * t.micro_batch_size * _score_floats(m, t.seq_len, par.tp, par.cp)] * m.n_layers  # S x S, in act
     local_tokens = t.micro_batch_size * t.seq_len // par.cp
     block_input = 4 * local_tokens * m.d_model // (par.tp if par.sp else 1)
     # A stage's backward runs one micro-batch at a time (core.parallel.pipeline): the largest stage's activations
     # are live at once. Full recompute keeps each recomputed block's input and rebuilds one block at a time;
     # selective keeps less of each recomputed block.
-    activations = max(sum(act[i] for i in blocks) for blocks, _ in chunks)
+    largest = max((blocks for blocks, _ in chunks), key=lambda blocks: sum(act[i] for i in blocks))
+    activations, scores = sum(act[i] for i in largest), sum(sc[i] for i in largest)
 
     # core.recompute's segmented step never recomputes its last segment's blocks, and its graphs hold their working
     # memory (a rebuilt block beside them)
     segmented = segmented_recompute(cfg.training.mode, par.pp > 1)
 
-    def saved(blocks, r: str) -> int:
+    def saved(blocks, r: str) -> tuple[int, int, int]:
+        """(bytes, their S x S scores, the rebuilt block's bytes) saved by the blocks of one stage under ``r``."""
         first = cfg.memory.recompute_layers or len(blocks)
         if r == "full" and segmented:
             first = min(first, len(blocks) - 1)
         redo, keep = blocks[:first], blocks[first:]
+        kept = (sum(act[i] for i in keep), sum(sc[i] for i in keep))
         if not redo:
-            return sum(act[i] for i in keep)
+            return *kept, 0
         if r == "full":
-            return block_input * len(redo) + max(act[i] for i in redo) + sum(act[i] for i in keep)
-        return sum((act_selective if r == "selective" else act)[i] for i in redo) + sum(act[i] for i in keep)
+            i = max(redo, key=lambda i: act[i])
+            return block_input * len(redo) + act[i] + kept[0], sc[i] + kept[1], act[i]
+        if r == "selective":
+            return sum(act_selective[i] for i in redo) + kept[0], kept[1], 0
+        return sum(act[i] for i in redo) + kept[0], sum(sc[i] for i in redo) + kept[1], 0
 
-    recomputed = None
+    recomputed = recomputed_scores = rebuilt = None
     if any(r != "none" for _, r in chunks):
-        recomputed = max(saved(blocks, r) for blocks, r in chunks)
+        recomputed, recomputed_scores, rebuilt = max(saved(blocks, r) for blocks, r in chunks)
     if cfg.memory.swap:
-        recomputed = _swap_resident(cfg, act)
+        recomputed, recomputed_scores = _swap_resident(cfg, act, sc)
     stash = block_input * in_flight * (2 if has_loss else 1) if par.pp > 1 else 0
     layers = sum(len(blocks) for blocks, _ in chunks)
     return Terms(params=4 * stored, grads=4 * stored * (3 if cfg.grad_accum_steps > 1 else 1),
@@ -258,24 +274,26 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
                  logits=4 * local_tokens * (m.vocab_size // par.tp) if has_loss else 0, layers=layers,
                  muon_hidden=4 * hidden, ranks=par.world_size, gathered=4 * gathered,
                  comm_params=4 * stored if par.world_size > 1 else 0, stash=stash,
-                 selective=any(r == "selective" for _, r in chunks))
+                 selective=any(r == "selective" for _, r in chunks), scores=scores,
+                 recomputed_scores=recomputed_scores or 0, rebuilt=rebuilt or 0)
 
 
-def _swap_resident(cfg: TrainConfig, act: list[int]) -> int:
+def _swap_resident(cfg: TrainConfig, act: list[int], sc: list[int]) -> tuple[int, int]:
     """Saved activations resident under core.swap (no pipeline): the blocks and parts it does not move, and the
     moved tensors of the largest blocks backward holds back at once. Without prefetch about two (one measured
     config, tests/integration/test_recompute_memory.py: 931 vs 937 MiB; not fitted): each tensor comes back when
     read and goes when used. A prefetch brings whole blocks back ahead, and the block being read is then whole
     too: measured on CPU, each depth adds about a block, the first nearly two (6 blocks, d 256, S 256, batch 8:
     peak rise 228 MiB without prefetch, 413 with 1, 491 with 2, 587 with 3, of 95 MiB swapped per block), so
-    3 + swap_prefetch blocks are counted then."""
+    3 + swap_prefetch blocks are counted then. Returns (bytes, the S x S scores among them)."""
     m, t, par, mem = cfg.model, cfg.training, cfg.parallel, cfg.memory
     ops = set(mem.swap_ops or SWAP_OPS)
-    moved = sorted((sum(part for op, part in _activation_parts(m, t.micro_batch_size, t.seq_len, par.tp, par.cp,
-                                                                 par.sp, m.is_moe_layer(i)).items() if op in ops)
-                    for i in range(mem.swap_layers or m.n_layers)), reverse=True)
-    back = 3 + mem.swap_prefetch if mem.swap_prefetch else 2
-    return sum(act) - sum(moved) + sum(moved[:back])
+    moved = sorted(((sum(part for op, part in _activation_parts(m, t.micro_batch_size, t.seq_len, par.tp, par.cp,
+                                                                  par.sp, m.is_moe_layer(i)).items() if op in ops),
+                     sc[i] if "attention" in ops else 0) for i in range(mem.swap_layers or m.n_layers)), reverse=True)
+    back = moved[:3 + mem.swap_prefetch if mem.swap_prefetch else 2]
+    return (sum(act) - sum(b for b, _ in moved) + sum(b for b, _ in back),
+            sum(sc) - sum(s for _, s in moved) + sum(s for _, s in back))
 
 
 @dataclass(frozen=True)
@@ -285,7 +303,9 @@ class RuntimeProfile:
     baseline: int = 0                 # before the model: libraries, kernels, thread pools, allocator pools
     per_layer: int = 0                # graph and kernel caches per block (jit compiles the unrolled model)
     state_copies: float = 1.0         # params, grads and optimizer states as the runtime holds them
-    activation_copies: float = 1.0    # of the textbook saved-for-backward count
+    activation_copies: float = 1.0    # of the textbook saved-for-backward count (but attention's scores) ...
+    score_copies: float = 1.0         # ... and of attention's S x S scores and probabilities
+    rebuilt_copies: float = 1.0       # full recompute: blocks' worth of activations rebuilt at once in backward
     logits_copies: float = 1.0        # of the (tokens, vocab) logits
     muon_graph: int = 0               # Muon's Newton-Schulz graph
     muon_copies: float = 0.0          # of the hidden matrices, for Newton-Schulz temporaries
@@ -310,17 +330,17 @@ class RuntimeProfile:
 # recompute (PyNative: 0.93x of none's peak measured on one config, where the textbook count expects far less; it
 # counts as saving nothing until fitted, over-predicting by ~8% rather than under; refused under jit on CPU).
 _PROFILES = {
-    ("CPU", "jit"): RuntimeProfile(baseline=488 * MiB, per_layer=50 * MiB, state_copies=1.69,
-                                   activation_copies=6.4, logits_copies=8.56, muon_graph=-14 * MiB,
-                                   muon_copies=17.2, recompute_saves=True, selective_saves=False,
-                                   distributed=118 * MiB, distributed_per_rank=49 * MiB,
-                                   distributed_param_copies=1.7, gathered_copies=13.7),
-    ("CPU", "pynative"): RuntimeProfile(baseline=472 * MiB, per_layer=46 * MiB, state_copies=1.68,
-                                        activation_copies=1.86, logits_copies=-0.233, muon_graph=0 * MiB,
-                                        muon_copies=16.9, recompute_saves=True, selective_saves=False,
-                                        distributed=68 * MiB,
-                                        distributed_per_rank=-14 * MiB, distributed_param_copies=4.15,
-                                        gathered_copies=1.84),
+    ("CPU", "jit"): RuntimeProfile(baseline=486 * MiB, per_layer=51 * MiB, state_copies=1.69,
+                                   activation_copies=6.07, score_copies=7.62, rebuilt_copies=0.702,
+                                   logits_copies=9.52, muon_graph=-12 * MiB, muon_copies=16.9, recompute_saves=True,
+                                   selective_saves=False, distributed=119 * MiB, distributed_per_rank=48 * MiB,
+                                   distributed_param_copies=1.73, gathered_copies=13.6),
+    ("CPU", "pynative"): RuntimeProfile(baseline=471 * MiB, per_layer=46 * MiB, state_copies=1.68,
+                                        activation_copies=1.66, score_copies=2.63, rebuilt_copies=2.1,
+                                        logits_copies=0.0752, muon_graph=1 * MiB, muon_copies=16.8,
+                                        recompute_saves=True, selective_saves=False, distributed=68 * MiB,
+                                        distributed_per_rank=-14 * MiB, distributed_param_copies=4.13,
+                                        gathered_copies=1.95),
 }
 
 
@@ -333,17 +353,30 @@ def runtime_profile(device: str, mode: str) -> RuntimeProfile:
 
 @dataclass
 class MemoryEstimate:
-    """Bytes per rank by component: the textbook states and what the runtime profile adds."""
+    """Bytes per rank by component: the textbook states, then what the runtime profile says the step holds.
+    Components come from a least-squares fit, so one can be slightly negative where terms are collinear
+    (``_PROFILES``): the total is what is fitted, the split is the best reading of it."""
 
     params: int
     grads: int
     optimizer: int
-    activations: int   # saved activations and logits as the runtime holds them
-    runtime: int = 0   # baseline, graphs, extra state copies, Newton-Schulz temporaries, collectives
+    activations: int            # saved for backward by the blocks (after recompute or SWAP), as the runtime holds them
+    logits: int = 0             # the head's logits and the loss's buffers
+    stash: int = 0              # pipeline: stage inputs (and input gradients) of the micro-batches in flight
+    state_copies: int = 0       # the runtime's further copies of params, grads and states (graph inputs, updates)
+    optimizer_temps: int = 0    # Muon's Newton-Schulz graph and temporaries
+    communication: int = 0      # collective runtime, parameter buffers, FSDP's gathered weights
+    graphs: int = 0             # compiled graphs and kernel caches per block (and recompute's)
+    baseline: int = 0           # before the model: libraries, thread pools, allocator pools
+
+    @property
+    def runtime(self) -> int:
+        """What the runtime adds beyond the step's tensors."""
+        return self.state_copies + self.optimizer_temps + self.communication + self.graphs + self.baseline
 
     @property
     def total(self) -> int:
-        return self.params + self.grads + self.optimizer + self.activations + self.runtime
+        return self.params + self.grads + self.optimizer + self.activations + self.logits + self.stash + self.runtime
 
 
 def estimate_memory(cfg: TrainConfig) -> MemoryEstimate:
@@ -354,22 +387,99 @@ def estimate_memory(cfg: TrainConfig) -> MemoryEstimate:
 
 
 def apply_profile(t: Terms, p: RuntimeProfile) -> MemoryEstimate:
-    saved = t.activations
-    runtime = p.baseline + p.per_layer * t.layers + (p.state_copies - 1.0) * t.states
+    (saved, scores, rebuilt), graphs = (t.activations, t.scores, 0), p.per_layer * t.layers
     if t.recomputed is not None and not (t.selective and not p.selective_saves):
         if p.recompute_saves:
-            saved = t.recomputed
+            saved, scores, rebuilt = t.recomputed, t.recomputed_scores, t.rebuilt
         else:  # the activations stay and the recompute graph comes on top
-            runtime += p.recompute_per_layer * t.layers
-    if t.muon_hidden:
-        runtime += p.muon_graph + p.muon_copies * t.muon_hidden
+            graphs += p.recompute_per_layer * t.layers
+    held = p.activation_copies * (saved - scores + (p.rebuilt_copies - 1.0) * rebuilt) + p.score_copies * scores
+    optimizer_temps = p.muon_graph + p.muon_copies * t.muon_hidden if t.muon_hidden else 0
+    communication = 0
     if t.ranks > 1:
-        runtime += p.distributed + p.distributed_per_rank * (t.ranks - 2) + p.distributed_param_copies * t.comm_params \
-            + p.gathered_copies * t.gathered
-    activations = p.activation_copies * saved + p.logits_copies * t.logits + t.stash
-    return MemoryEstimate(params=t.params, grads=t.grads, optimizer=t.optimizer, activations=int(activations),
-                          runtime=int(runtime))
+        communication = p.distributed + p.distributed_per_rank * (t.ranks - 2) \
+            + p.distributed_param_copies * t.comm_params + p.gathered_copies * t.gathered
+    return MemoryEstimate(params=t.params, grads=t.grads, optimizer=t.optimizer,
+                          activations=int(held), logits=int(p.logits_copies * t.logits),
+                          stash=t.stash, state_copies=int((p.state_copies - 1.0) * t.states),
+                          optimizer_temps=int(optimizer_temps), communication=int(communication), graphs=int(graphs),
+                          baseline=p.baseline)
 
 
 def estimate_memory_bytes(cfg: TrainConfig) -> int:
     return estimate_memory(cfg).total
+
+
+# ---- python -m core.memory ------------------------------------------------------------------------------------
+_ROWS = (("parameters", "params"), ("gradients", "grads"), ("optimizer state", "optimizer"),
+         ("runtime copies of states", "state_copies"), ("saved activations", "activations"),
+         ("logits and loss buffers", "logits"), ("pipeline stash", "stash"),
+         ("communication buffers", "communication"), ("optimizer temporaries", "optimizer_temps"),
+         ("graphs and kernels", "graphs"), ("runtime baseline", "baseline"))
+
+
+def breakdown(cfg: TrainConfig) -> dict:
+    """The estimate of every pipeline rank by component, with the textbook activations of each block it holds
+    (before recompute or SWAP and before the runtime's copies): what ``python -m core.memory`` prints."""
+    profile = runtime_profile(cfg.device, cfg.training.mode)
+    m, t, par = cfg.model, cfg.training, cfg.parallel
+    ranks = []
+    for r in range(par.pp):
+        est = apply_profile(terms(cfg, r), profile)
+        blocks = [i for b, _ in _pipeline_rank(cfg, r)[1] for i in b]
+        ranks.append({"pp_rank": r, **{key: getattr(est, key) for _, key in _ROWS}, "total": est.total,
+                      "blocks": {i: _activation_bytes_per_layer(m, t.micro_batch_size, t.seq_len, par.tp, par.cp,
+                                                                 par.sp, m.is_moe_layer(i)) for i in blocks}})
+    return {"device": cfg.device, "mode": t.mode, "measured_profile": (cfg.device, t.mode) in _PROFILES,
+            "world_size": par.world_size, "recompute": cfg.memory.recompute_stages or cfg.memory.recompute,
+            "recompute_layers": cfg.memory.recompute_layers, "swap": cfg.memory.swap, "ranks": ranks}
+
+
+def format_breakdown(b: dict) -> str:
+    mib = lambda x: f"{x / MiB:10.1f}"  # noqa: E731
+    profile = ("measured profile (benchmarks/RESULTS.md, 'Memory estimate')" if b["measured_profile"] else
+               "no measured profile: textbook counts, no runtime overhead (the agent calibrates it from peaks)")
+    lines = [f"per-rank peak estimate, {b['device']} {b['mode']}: {profile}",
+             f"{b['world_size']} rank(s); recompute {b['recompute']}"
+             + (f" (first {b['recompute_layers']} blocks)" if b["recompute_layers"] else "")
+             + f"; swap {'on' if b['swap'] else 'off'}", ""]
+    ranks = b["ranks"]
+    names = [f"pp rank {r['pp_rank']}" for r in ranks] if len(ranks) > 1 else ["MiB"]
+    head = "".join(f"{name:>11}" for name in names)
+    lines.append(f"{'component':<26}{head}")
+    for label, key in _ROWS:
+        if any(r[key] for r in ranks):
+            lines.append(f"{label:<26}" + "".join(" " + mib(r[key]) for r in ranks))
+    lines.append(f"{'total':<26}" + "".join(" " + mib(r["total"]) for r in ranks))
+    lines += ["", "textbook saved activations per block (before recompute/SWAP and the runtime's copies), MiB:"]
+    for r in ranks:
+        per = ", ".join(f"{i}: {v / MiB:.1f}" for i, v in r["blocks"].items())
+        lines.append((f"  pp rank {r['pp_rank']}: " if len(ranks) > 1 else "  ") + per)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m core.memory [--json] [overrides]``: the estimate's per-rank breakdown of a config, without
+    running it. Exit 2 (with the field and the fix) for an invalid config, like ``core.train``."""
+    import argparse
+    import json
+    import sys
+
+    from core.config import ConfigError, load_config
+
+    parser = argparse.ArgumentParser(prog="python -m core.memory", description=main.__doc__)
+    parser.add_argument("--json", action="store_true", help="print the breakdown as JSON (bytes)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m core.train")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args.overrides)
+    except ConfigError as exc:
+        print(f"invalid config: {exc}", file=sys.stderr)
+        return 2
+    b = breakdown(cfg)
+    print(json.dumps(b, indent=1) if args.json else format_breakdown(b))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

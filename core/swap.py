@@ -27,7 +27,7 @@ waits for it. File reads release the GIL; a tensor built in the worker gave bit-
 Prefetch trades memory for hiding the tier's latency: measured on CPU (6 blocks, d 256, S 256, batch 8, 95 MiB
 swapped per block), the peak rise was 228 MiB without prefetch (a tensor read on demand is freed as soon as its
 op's backward used it), 413 with 1, 491 with 2, 587 with 3 (573 without SWAP), at the same step time (4.2 s): the
-files come back from the page cache, so on CPU ``swap_prefetch=0`` is the setting that saves most.
+files come back from the page cache, so on CPU prefetch hides nothing and is off by default (0).
 The slower tier: on Ascend, host memory (a NumPy copy of the device tensor; the worker only wraps it, the copy
 back to the device happens when the op runs: not overlapped, not measured). On CPU host and device are one
 memory, so a host copy would save nothing (measured); the tier is a disk-backed file per tensor in the trial's
@@ -70,7 +70,7 @@ class ActivationSwap:
     through the prefetch; ``count``: tensors swapped so far."""
 
     def __init__(self, model: nn.Cell, directory: str | Path, device: str, layers: int | None = None,
-                 ops: list[str] | None = None, prefetch: int = 1, min_bytes: int = 1 << 16):
+                 ops: list[str] | None = None, prefetch: int = 0, min_bytes: int = 1 << 16):
         self.dir, self.disk, self.min_bytes, self.prefetch = Path(directory), _disk_tier(device), min_bytes, prefetch
         self.whole = layers is None and ops is None       # the tensors outside blocks too
         self.blocks = range(len(model.layers) if layers is None else layers)

@@ -61,7 +61,7 @@ def test_swap_settings_compose():
     ([*SWAP, "memory.swap_prefetch=-1"], "memory.swap_prefetch", "must be >= 0"),
     (["memory.swap_layers=2"], "memory.swap_layers", "set memory.swap=true"),
     (["memory.swap_ops=[mlp]"], "memory.swap_ops", "set memory.swap=true"),
-    (["memory.swap_prefetch=0"], "memory.swap_prefetch", "set memory.swap=true"),
+    (["memory.swap_prefetch=1"], "memory.swap_prefetch", "set memory.swap=true"),
     (["memory.recompute_layers=7", "model=tiny"], "memory.recompute_layers", "exceeds model.n_layers"),
     (["training.mode=graph"], "training.mode", "jit or pynative"),
     (["checkpoint.interval=50", "trial.max_steps=10"], "checkpoint.interval", "longer"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -175,14 +176,20 @@ def test_on_the_shipped_spaces():
     par = FeasibilityMemory(load_space("parallel"))
     oom = {"parallel.dp_replicate": 1, "parallel.dp_shard": 1, "parallel.tp": 2, "parallel.sp": True,
            "parallel.cp": 1, "parallel.pp": 1, "parallel.pp_schedule": "1f1b", "parallel.pp_virtual": 1,
-           "parallel.pp_offset": 0, "training.micro_batch_size": 4, "memory.recompute": "full", "training.mode": "jit"}
+           "parallel.pp_offset": 0, "training.micro_batch_size": 4, "memory.recompute": "full", "memory.swap": False,
+           "training.mode": "jit"}
     par.record(oom, "oom", trial=0)
     assert par.check({**oom, "training.micro_batch_size": 8}).startswith(
-        "dominated by OOM in trial 0 at training.micro_batch_size=4 (same parallel.dp_replicate, "
+        "dominated by OOM in trial 0 at training.micro_batch_size=4, memory.recompute=full, memory.swap=false (same "
+        "parallel.dp_replicate, "
         "parallel.dp_shard, parallel.tp, parallel.sp, ...): this proposal needs at least as much memory; to run, "
         "change one of: training.micro_batch_size in [1, 2]")
-    # recompute carries no memory claim in parallel.yaml (full peaked above none on this CPU): no dominance
-    assert par.check({**oom, "training.micro_batch_size": 8, "memory.recompute": "none"}) is None
+    # full recompute keeps the least (measured: the annotation test below): an OOM with it dominates none and
+    # selective; an OOM without it says nothing about full recompute, nor about the other mode
+    assert par.check({**oom, "memory.recompute": "none"}).startswith(
+        "dominated by OOM in trial 0 at training.micro_batch_size=4, memory.recompute=full")
+    par.record({**oom, "memory.recompute": "none", "training.mode": "pynative"}, "oom", trial=1)
+    assert par.check({**oom, "training.mode": "pynative"}) is None
     assert par.check({**oom, "training.mode": "pynative", "training.micro_batch_size": 8}) is None
     assert par.check({**oom, "training.micro_batch_size": 2}) is None
     # neither do the degrees (a second rank's collective runtime outweighs what sharding saves here): another
@@ -285,3 +292,65 @@ def test_the_core_estimate_gates_an_oom_before_any_trial_ran():
         kind, reason = verdict(32)
         assert kind == "oom" and reason.startswith("predicted peak memory") and "uncalibrated" in reason
         assert verdict(16) is None and verdict(8) is None
+
+
+# ------------------------------------------------------------------------------- annotations against measurement
+@functools.lru_cache(maxsize=1)
+def _measured_runs():
+    """(config without the param under test, mode, peak) of every run of the memory sweep
+    (benchmarks/data/memory_cpu.json), flattened to dotted keys; the global batch only as its accumulation steps."""
+    import json
+
+    from core.config import load_config, to_dict
+
+    def flat(d, prefix=""):
+        for k, v in d.items():
+            yield from flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [(f"{prefix}{k}", v)]
+
+    data = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "memory_cpu.json"
+    runs = []
+    for row in json.loads(data.read_text())["rows"]:
+        cfg = load_config(row["overrides"])
+        config = {k: tuple(v) if isinstance(v, list) else v for k, v in flat(to_dict(cfg))
+                  if not k.startswith("trial.") and k != "training.global_batch_size"}
+        runs.append(({**config, "accumulation": cfg.grad_accum_steps}, row["peak_bytes"], row["name"]))
+    return runs
+
+
+@pytest.mark.parametrize("space_name", ["parallel", "hparams", "moe"])
+def test_memory_annotations_hold_on_every_measured_pair(space_name):
+    """A shipped space may claim a memory direction (which dominance acts on, skipping trials) only where the
+    measurement shows it: every pair of measured runs that differ in that param alone is ordered that way (within
+    2%, the run-to-run noise of a peak), in each execution mode the space runs, with at least one pair per mode."""
+    space = load_space(space_name)
+    runs, grid = _measured_runs(), space.grid()
+    for name, param in space.params.items():
+        if param.memory not in ("up", "down"):
+            continue
+        numeric = param.type != "choice" or all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                for v in param.values)
+
+        def position(value):
+            return float(value) if numeric else float(param.index(value))
+
+        pairs: dict = {}
+        for a, peak_a, name_a in runs:
+            for b, peak_b, name_b in runs:
+                if a[name] == b[name] or any(a[k] != b[k] for k in a if k != name):
+                    continue
+                if position(a[name]) < 0 or position(b[name]) < 0 or position(a[name]) > position(b[name]):
+                    continue
+                larger, smaller = (peak_b, peak_a) if param.memory == "up" else (peak_a, peak_b)
+                assert smaller <= 1.02 * larger, (f"{space_name}: {name}: {param.memory} is contradicted by "
+                                                  f"{name_a} ({peak_a >> 20} MiB) vs {name_b} ({peak_b >> 20} MiB)")
+                pairs.setdefault(a["training.mode"], []).append((name_a, name_b))
+        # the modes in which the space lets this param take two values (SWAP: PyNative only)
+        values: dict = {}
+        for point in grid:
+            rest = tuple((k, str(v)) for k, v in point.items() if k != name)
+            values.setdefault(rest, set()).add(str(point[name]))
+        modes = {dict(rest).get("training.mode", space.fixed.get("training.mode", "jit"))
+                 for rest, seen in values.items() if len(seen) > 1}
+        assert modes, f"{space_name}: {name} never varies alone"
+        for mode in modes:
+            assert pairs.get(mode), f"{space_name}: {name}: {param.memory} has no measured pair in {mode}"

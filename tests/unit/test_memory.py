@@ -57,10 +57,10 @@ def test_swap_keeps_what_it_does_not_move():
     assert every < resident(swap, "memory.swap_layers=6") < none              # the first 6 blocks of 8
     assert every < resident(swap, "memory.swap_ops=[attention,mlp]") < none   # the norms' tensors stay
     # what comes back at once: two blocks on demand, 3 + swap_prefetch with a prefetch (measured, core.swap)
-    assert resident(swap, "memory.swap_prefetch=0") < every < resident(swap, "memory.swap_prefetch=2")
+    assert every < resident(swap, "memory.swap_prefetch=1") < resident(swap, "memory.swap_prefetch=2")
     m = load_config(["model=medium"]).model
     block = none // m.n_layers
-    assert resident(swap, "memory.swap_prefetch=0") == 2 * block and every == 4 * block
+    assert every == 2 * block and resident(swap, "memory.swap_prefetch=1") == 4 * block
     # the parts of a block add up to it, for the existing callers' total
     parts = memory._activation_parts(m, 8, 64, moe=False)
     assert sum(parts.values()) == memory._activation_bytes_per_layer(m, 8, 64) == block
@@ -77,7 +77,7 @@ def test_profiles_decide_what_recompute_and_ranks_cost():
     # Where nothing was measured, the textbook count as is: the agent learns the offset from measured peaks.
     ascend = memory.estimate_memory(load_config(["device=Ascend"]))
     t = memory.terms(load_config(["device=Ascend"]))
-    assert ascend.runtime == 0 and ascend.activations == t.activations + t.logits
+    assert ascend.runtime == 0 and (ascend.activations, ascend.logits) == (t.activations, t.logits)
 
 
 def _sweep_rows():
@@ -93,17 +93,18 @@ def _memory_model():
     return mm
 
 
-# (mode, held out) -> bound on |estimate - peak| / peak: what benchmarks/RESULTS.md reports, rounded up.
-BOUNDS = {("jit", False): 0.10, ("pynative", False): 0.12, ("jit", True): 0.09, ("pynative", True): 0.19}
+# (mode, held out) -> bound on |estimate - peak| / peak: the worst errors benchmarks/RESULTS.md reports, rounded
+# up (held out: pipelines and partial recompute are over-predicted by up to 24%; under-predicted by at most 18%).
+BOUNDS = {("jit", False): 0.10, ("pynative", False): 0.12, ("jit", True): 0.25, ("pynative", True): 0.23}
 
 
-def test_estimate_error_on_fitted_runs_and_held_out_layouts():
+def test_estimate_error_on_fitted_runs_and_held_out_configs():
     """benchmarks/memory_model.py measured these peaks (real trials, 10 steps); the shipped CPU profiles must keep
-    the estimate close to them, on the runs they were fitted on and on the layouts held out of the fit, or the
+    the estimate close to them, on the runs they were fitted on and on the configs held out of the fit, or the
     agent's memory gate starts out wrong."""
     mm = _memory_model()
     rows = _sweep_rows()
-    assert sum(mm.held_out(r) for r in rows) >= 14  # combined layouts in both modes
+    assert sum(mm.held_out(r) for r in rows) >= 40  # combined layouts, seq 512, recompute, SWAP, PP, MoE
     for row in rows:
         est = memory.estimate_memory_bytes(load_config(row["overrides"]))
         bound = BOUNDS[(row["mode"], mm.held_out(row))]
@@ -206,3 +207,26 @@ def test_comm_time_share_from_the_profilers_table(tmp_path):
     assert ops == {"MatMul": 300.0, "AllReduce": 500.0, "AllGather": 100.0}
     assert comm_time_share(ops, 2.0) == pytest.approx(0.3)      # 600 ms of collectives in 2 s of steps
     assert comm_time_share({}, 2.0) is None and comm_time_share(ops, 0.0) is None
+
+
+def test_the_breakdown_cli_adds_up_to_the_estimate(capsys):
+    """``python -m core.memory``: every pipeline rank's components add up to its total, the largest is the
+    estimate the agent gates on, and each block's textbook activations are those ``terms`` sums."""
+    overrides = ["model=small", "parallel.pp=2", "parallel.tp=2", "memory.recompute_stages=[full,none]"]
+    assert memory.main(["--json", *overrides]) == 0
+    b = json.loads(capsys.readouterr().out)
+    cfg = load_config(overrides)
+    parts = [key for _, key in memory._ROWS]
+    assert [r["pp_rank"] for r in b["ranks"]] == [0, 1] and b["world_size"] == 4
+    for r in b["ranks"]:
+        assert sum(r[key] for key in parts) == r["total"]
+        assert len(r["blocks"]) == 2
+    assert max(r["total"] for r in b["ranks"]) == memory.estimate_memory_bytes(cfg)
+    assert sum(b["ranks"][1]["blocks"].values()) == memory.terms(cfg, 1).activations   # no recompute on stage 1
+    assert b["ranks"][0]["stash"] > 0 and b["ranks"][0]["logits"] == 0 < b["ranks"][1]["logits"]
+
+    assert memory.main(["model=small"]) == 0
+    text = capsys.readouterr().out
+    assert "saved activations" in text and "measured profile" in text and "pipeline stash" not in text
+    assert memory.main(["model=small", "parallel.tp=3"]) == 2
+    assert "parallel.tp" in capsys.readouterr().err

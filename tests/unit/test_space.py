@@ -436,9 +436,9 @@ def test_parallel_space_grid_is_the_layouts_the_core_runs():
     assert pipelines == {(s, 1, o) for s in ("gpipe", "1f1b") for o in (-1, 0, 1)} | {("interleaved", 2, 0)}
     # one batch rank (1 process, tp, tp+sp, cp): micro 1, 2, 4, 8; two (dp_replicate or dp_shard = 2): micro 1,
     # 2, 4, as 8 % (8 * 2) != 0; a pipeline: 6 (schedule, offset) pairs at micro 1, 2, 4, 8, interleaved only
-    # with an even number of micro-batches (micro 1, 2, 4) -- times (recompute, mode): none and full in both modes,
-    # selective in PyNative only
-    assert len(grid) == (4 * 4 + 2 * 3 + 4 * 6 + 3) * 5
+    # with an even number of micro-batches (micro 1, 2, 4) -- times (recompute, swap, mode): none and full in both
+    # modes, selective in PyNative only, and without a pipeline SWAP (PyNative, no recompute)
+    assert len(grid) == (4 * 4 + 2 * 3) * 6 + (4 * 6 + 3) * 5
 
 
 def test_config_key_problems_catch_typos(tmp_path):
