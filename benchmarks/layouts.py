@@ -53,13 +53,14 @@ def run(overrides: list[str], out: Path) -> dict:
     return s
 
 
-def run_rounds(rows: dict[str, list[str]], rounds: int, tmp: Path) -> dict[str, list[dict]]:
+def run_rounds(rows: dict[str, list[str]], rounds: int, tmp: Path, runner=run) -> dict[str, list[dict]]:
     """Each row's trial (its full overrides) once per round, rows alternating within a round, so that load on a
-    shared machine hits them alike: {row: [summary per round]}."""
+    shared machine hits them alike: {row: [summary per round]}. ``runner(overrides, out_dir)`` runs one row and
+    returns its trial summary (default: the core's CLI; a peer framework's runner writes the same summary)."""
     results: dict = {}
     for r in range(rounds):
         for i, (name, overrides) in enumerate(rows.items()):
-            s = run(overrides, tmp / f"{i}_{r}")
+            s = runner(overrides, tmp / f"{i}_{r}")
             results.setdefault(name, []).append(s)
             print(f"  {name} #{r + 1}: {s['metrics']['step_time_ms_median']:.0f} ms", file=sys.stderr)
     return results

@@ -3,6 +3,8 @@ script here (and ``agent_efficiency.py``'s per-trial replay command) can import 
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -21,3 +23,16 @@ def git_commit() -> str:
     if head.returncode != 0 or not head.stdout.strip():
         return "unknown"
     return head.stdout.strip() + ("+uncommitted changes" if dirty.stdout.strip() else "")
+
+
+def cpu_info(flags: tuple[str, ...] = ("avx2", "avx512f", "fma")) -> str:
+    """CPU model, core count and whether it has each of ``flags`` (the SIMD kinds that set fp32 matmul rates:
+    machines of one kind differ, so a figure names them), from /proc/cpuinfo; "unknown" elsewhere."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown CPU"
+    model = re.search(r"^model name\s*:\s*(.*)$", text, re.M)
+    have = set((re.search(r"^flags\s*:\s*(.*)$", text, re.M) or [None, ""])[1].split())
+    return (f"{model[1].strip() if model else 'unknown CPU'}, {os.cpu_count()} cores, "
+            + ", ".join(f"{f} {'yes' if f in have else 'no'}" for f in flags))
