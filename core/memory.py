@@ -1,10 +1,5 @@
-"""Memory: measure a rank's peak, enforce a per-rank budget, and estimate a config's needs before it runs.
-
-On Ascend the budget is MindSpore's device-memory cap and its allocator raises "Out of Memory". On CPU the cap
-is ignored (MINDSPORE_CPU.md: 7.5 GiB allocated under a "1GB" cap) and MindSpore's memory statistics read 0, so
-the kernel's figures are the measurement: VmHWM (the resident high-water mark) and RSS from /proc. A budget
-then behaves like a device cap through a watchdog (see ``core.trial.Watchdog``) plus a check of VmHWM after
-every step, which catches a peak that came and went between two polls.
+"""Memory: estimate a config's per-rank peak before it runs (``python -m core.memory <overrides>`` prints it
+by component); ``core.rss`` measures it while a trial runs.
 
 Import-light on purpose (no MindSpore): the agent calls ``estimate_memory_bytes`` on proposals.
 """
@@ -13,63 +8,11 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from dataclasses import dataclass
 
 from core.config import SWAP_OPS, ModelConfig, TrainConfig, moe_capacity, segmented_recompute
 
 GiB, MiB = 1024**3, 1024**2
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def _status_kib(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def current_rss_bytes() -> int | None:
-    """Resident set size now, from /proc/self/statm (cheap enough to poll every few ms)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except OSError:
-        return None
-
-
-def peak_rss_bytes() -> int | None:
-    """Resident high-water mark since start or the last ``reset_peak`` (VmHWM)."""
-    kib = _status_kib("VmHWM")
-    return None if kib is None else kib * 1024
-
-
-def reset_peak() -> bool:
-    """Reset VmHWM to the current RSS (Linux: write 5 to clear_refs). False where unsupported."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def apply_device_memory_limit(limit_gb: float | None, device: str) -> bool:
-    """Give the device allocator its cap where it has one. Returns True if the device enforces it itself.
-
-    CPU workaround: MindSpore's CPU allocator ignores ``max_device_memory``/``set_memory(max_size)``, so on CPU
-    this returns False and the caller enforces the budget on RSS (``core.trial.Watchdog``).
-    """
-    if limit_gb is None or device == "CPU":
-        return False
-    import mindspore as ms
-
-    ms.runtime.set_memory(max_size=f"{limit_gb}GB")
-    return True
 
 
 # ---- estimate ------------------------------------------------------------------------------------------------
@@ -318,17 +261,17 @@ class RuntimeProfile:
     gathered_copies: float = 0.0      # FSDP: of the largest weight gathered whole
 
 
-# Fitted 2026-11-30 with MindSpore 2.10 on a 2-core AMD EPYC (benchmarks/data/memory_cpu.json, RESULTS.md): 104
-# runs of 10 steps (as studies run them), of which 7 layouts combining axes (HSDP, TP x FSDP, CP x TP, TP+SP...)
-# were held out of the fit. Figures: RESULTS.md "Memory estimate". Under jit the CPU runtime keeps ~6x the
-# textbook activations and ~8.6 copies of the logits (forward and backward temporaries, fp32, little reuse by
-# the memory pool), full recompute saves (compiled segments, core.recompute; its 4 jit runs re-measured after the
-# segments replaced MindSpore's recompute, which saved nothing there), a collective runtime takes
-# ~118 MiB on 2 ranks and ~49 MiB per further rank, and FSDP's gathers ~14 copies of the largest weight. A
-# least-squares fit: a few coefficients come out slightly negative where terms are nearly collinear (PyNative's
-# logits with its activations); they are what fits the data, not a physical count. Not in the fit: selective
-# recompute (PyNative: 0.93x of none's peak measured on one config, where the textbook count expects far less; it
-# counts as saving nothing until fitted, over-predicting by ~8% rather than under; refused under jit on CPU).
+# Fitted 2026-11-30 with MindSpore 2.10 on a 2-core AMD EPYC (benchmarks/data/memory_cpu.json, RESULTS.md
+# "Memory estimate"): 49 runs of 10 steps per mode (as studies run them); 43 more were held out of the fit (seq 512,
+# partial/selective recompute, SWAP, pipelines, MoE, combined layouts) to measure its error out of sample. Under jit
+# the CPU runtime keeps ~6x the textbook activations, ~7.6x attention's S x S scores and ~9.5 copies of the logits
+# (forward and backward temporaries, fp32, little reuse by the memory pool); full recompute saves (compiled
+# segments, core.recompute) and holds ~0.7 of a rebuilt block beside what it keeps, MindSpore's recompute in
+# PyNative ~2.1; a collective runtime takes ~119 MiB on 2 ranks and ~48 MiB per further rank, and FSDP's gathers
+# ~14 copies of the largest weight. A least-squares fit: a few coefficients come out slightly negative or near zero
+# where terms are nearly collinear; they are what fits the data, not a physical count. Selective recompute is not
+# fitted (it saved 4-11% of the peak in PyNative, where the textbook expects far more): counted as saving nothing,
+# it over-predicts rather than under; under jit on CPU it is refused.
 _PROFILES = {
     ("CPU", "jit"): RuntimeProfile(baseline=486 * MiB, per_layer=51 * MiB, state_copies=1.69,
                                    activation_copies=6.07, score_copies=7.62, rebuilt_copies=0.702,

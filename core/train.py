@@ -68,14 +68,14 @@ def _rank_from_env() -> tuple[int, int]:
 
 def run_rank(cfg: TrainConfig, overrides: list[str], trial_dir: Path, started: float) -> int:
     """Train on this rank and leave its summary; returns the exit code."""
-    from core import memory
+    from core import rss
 
     rank, world = _rank_from_env()
     rec = TrialRecorder(trial_dir=trial_dir, config=to_dict(cfg), overrides=overrides, started=started,
                         rank=rank, world_size=world)
     limit = None
-    if cfg.memory.limit_gb is not None and not memory.apply_device_memory_limit(cfg.memory.limit_gb, cfg.device):
-        limit = int(cfg.memory.limit_gb * memory.GiB)
+    if cfg.memory.limit_gb is not None and not rss.apply_device_memory_limit(cfg.memory.limit_gb, cfg.device):
+        limit = int(cfg.memory.limit_gb * 2**30)
     wall = cfg.trial.max_wall_time_sec
     deadline = None if wall is None else started + wall + cfg.trial.grace_sec
     watchdog = Watchdog(on_fire=lambda code, reason: rec.finish(code, reason), limit_bytes=limit,

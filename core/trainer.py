@@ -25,7 +25,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, ops
 
-from core import checkpoint, memory, sharded_checkpoint
+from core import checkpoint, memory, rss, sharded_checkpoint
 from core.config import ConfigError, TrainConfig, to_dict
 from core.data import TokenDataset, default_corpus
 from core.model import GPT, flops_per_token
@@ -163,7 +163,7 @@ class Trainer:
                     self._log(metrics_file, {"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
                                              "step_time_ms": dt * 1000, "tokens": self.rec.tokens,
                                              "elapsed_sec": time.time() - self.rec.started,
-                                             "peak_memory_bytes": memory.peak_rss_bytes()})
+                                             "peak_memory_bytes": rss.peak_rss_bytes()})
                 if t.eval_interval and step % t.eval_interval == 0:
                     self._evaluate(step, metrics_file)
                 if cfg.checkpoint.interval and step % cfg.checkpoint.interval == 0:
@@ -225,7 +225,7 @@ class Trainer:
 
     def _check_memory(self) -> None:
         """A peak that came and went between two watchdog polls still counts (VmHWM is a high-water mark)."""
-        peak = memory.peak_rss_bytes()
+        peak = rss.peak_rss_bytes()
         if self.limit_bytes is not None and peak is not None and peak > self.limit_bytes:
             raise OutOfMemory(f"out of memory: rank peak {peak / 2**20:.0f} MiB passed memory.limit_gb="
                               f"{self.limit_bytes / memory.GiB:g}; lower training.micro_batch_size, enable "

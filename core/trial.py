@@ -22,7 +22,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from core import memory
+from core import rss
 
 SCHEMA = "mindspore-autoresearch/trial_summary/v1"
 
@@ -185,7 +185,7 @@ class TrialRecorder:
         if tps and self.flops_per_token and self.matmul_flops_per_sec:
             mfu = tps * self.flops_per_token / (self.matmul_flops_per_sec * self.world_size)
         finite = [x for x in self.losses if math.isfinite(x)]
-        peak = memory.peak_rss_bytes()
+        peak = rss.peak_rss_bytes()
         return {
             "tokens_per_sec": tps,
             "step_time_ms_median": None if median is None else median * 1000,
@@ -278,10 +278,10 @@ class Watchdog(threading.Thread):
     def run(self) -> None:
         while not self._stop_event.wait(self.interval):
             if self.limit_bytes is not None:
-                rss = memory.current_rss_bytes()
-                if rss is not None and rss > self.limit_bytes:
-                    self._fire(Exit.OOM, f"out of memory: rank RSS {rss / 2**20:.0f} MiB passed "
-                                         f"memory.limit_gb={self.limit_bytes / memory.GiB:g}; lower "
+                resident = rss.current_rss_bytes()
+                if resident is not None and resident > self.limit_bytes:
+                    self._fire(Exit.OOM, f"out of memory: rank RSS {resident / 2**20:.0f} MiB passed "
+                                         f"memory.limit_gb={self.limit_bytes / 2**30:g}; lower "
                                          "training.micro_batch_size, enable memory.recompute or raise the limit")
                     return
             if self.hard_deadline is not None and time.time() > self.hard_deadline:

@@ -127,13 +127,15 @@ def test_shipped_profiles_are_what_the_fit_gives():
 
 
 def test_peak_is_measured_and_resettable():
-    assert memory.reset_peak()
-    base = memory.current_rss_bytes()
+    from core import rss
+
+    assert rss.reset_peak()
+    base = rss.current_rss_bytes()
     hog = np.ones(64 * 2**20 // 8)                                              # 64 MiB, every page touched
-    assert memory.peak_rss_bytes() >= base + 60 * 2**20
+    assert rss.peak_rss_bytes() >= base + 60 * 2**20
     del hog                                                                     # a large block goes back to the OS
-    assert memory.reset_peak()
-    assert memory.peak_rss_bytes() < base + 60 * 2**20
+    assert rss.reset_peak()
+    assert rss.peak_rss_bytes() < base + 60 * 2**20
 
 
 @pytest.mark.parametrize("model", ["tiny", "small", "medium"])
