@@ -248,6 +248,7 @@ def main_matmul(argv: list[str]) -> None:
         rates = " | ".join(f"{statistics.median(r['rates'][str(n)] for r in runs):.0f}" for n in args.sizes)
         print(f"| {runs[0]['info']}{f' ({rows[i][1]})' if rows[i][1] else ''} | {rates} |")
 
+
 COMMANDS = {"steps": main_steps, "matmul": main_matmul, "_torch": torch_trial, "_matmul": matmul_worker}
 
 if __name__ == "__main__":
