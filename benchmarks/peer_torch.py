@@ -147,7 +147,10 @@ def main_steps(argv: list[str]) -> None:
     from core.model import GPT, count_params  # MindSpore in this waiting process only, for the count
 
     base = [f"trial.max_steps={args.steps}", "training.eval_batches=1"]
-    base += [f"training.global_batch_size={args.batch}"] * bool(args.batch) + [f"training.seq_len={args.seq}"] * bool(args.seq)
+    if args.batch:
+        base.append(f"training.global_batch_size={args.batch}")
+    if args.seq:
+        base.append(f"training.seq_len={args.seq}")
     t = load_config(base).training
     peers = PEERS[:1] if args.no_compile else PEERS
     rows = {}
@@ -195,7 +198,8 @@ def matmul_worker(argv: list[str]) -> None:
         info, wrap, mm = f"MindSpore {ms.__version__}", ms.Tensor, lambda a: (a @ a).asnumpy()  # asnumpy waits
     elif lib == "torch":
         torch = require_torch()
-        info = f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()}"
+        info = (f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads, "
+                f"{torch.backends.cpu.get_cpu_capability()}")
         wrap, mm = torch.from_numpy, lambda a: a @ a
     else:
         info, wrap, mm = f"NumPy {np.__version__}, OpenBLAS core {openblas_core()}", np.asarray, lambda a: a @ a
@@ -231,7 +235,8 @@ def main_matmul(argv: list[str]) -> None:
     rows = [("mindspore", "", os.environ), ("torch", "", os.environ),  # (library, environment note, environment)
             ("numpy", " ".join(f"{k}={v}" for k, v in pinned.items()), os.environ)]
     if pinned:  # both unset together, for this one process only (tests and CI keep them)
-        rows.append(("numpy", f"{' and '.join(pinned)} unset", {k: v for k, v in os.environ.items() if k not in pinned}))
+        unpinned = {k: v for k, v in os.environ.items() if k not in pinned}
+        rows.append(("numpy", f"{' and '.join(pinned)} unset", unpinned))
     results: dict = {}
     for _ in range(args.rounds):  # alternating, each a fresh process
         for i, (lib, note, env) in enumerate(rows):
