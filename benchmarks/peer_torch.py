@@ -7,7 +7,8 @@
 Needs the optional extra ``pip install -e '.[bench]'`` (PyTorch; neither the core nor its tests use it).
 
 ``steps``: per model, rows alternate within each round, medians over rounds: the real ``core.train`` CLI (jit,
-its summary's ``step_time_ms_median``), the same model in PyTorch eager and under ``torch.compile`` (forward and
+its summary's ``step_time_ms_median``; with its defaults, and with the fastest compile.yaml config on model=small,
+``CORE_ROWS``), the same model in PyTorch eager and under ``torch.compile`` (forward and
 loss; backward through AOTAutograd). Same architecture (parameter count asserted equal to the core's), batches
 (the core's corpus, windows, global batch and seq_len; one micro-batch), AdamW hyperparameters and lr schedule,
 grad-norm clipping, and threads (the cores of the core's one rank); each side a fresh process taking the median
@@ -40,6 +41,9 @@ from provenance import cpu_info, git_commit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 PEERS = ("eager", "compile")
+# The core's rows: its defaults, and the fastest search_spaces/compile.yaml config on model=small (RESULTS.md,
+# "Compile settings"): MindSpore's O1 graph optimisations with graph-kernel fusion.
+CORE_ROWS = {"core": [], "core O1+fusion": ["execution.jit_level=O1", "execution.graph_kernel_fusion=true"]}
 _FAILED: dict = {}  # peer rows that failed once (torch.compile here, say): not run again in later rounds
 
 
@@ -156,7 +160,7 @@ def main_steps(argv: list[str]) -> None:
     rows = {}
     for model in args.models:
         n = count_params(GPT(load_config([f"model={model}"]).model))
-        rows[f"{model} core"] = [f"model={model}", *base]
+        rows.update({f"{model} {row}": [f"model={model}", *base, *extra] for row, extra in CORE_ROWS.items()})
         rows.update({f"{model} {peer}": [f"peer={peer}", f"params={n}", f"model={model}", *base] for peer in peers})
     with tempfile.TemporaryDirectory() as tmp:
         results = run_rounds(rows, args.rounds, Path(tmp), runner=run_row)
@@ -169,7 +173,7 @@ def main_steps(argv: list[str]) -> None:
     ratios = {}
     for model in args.models:
         med = {}
-        for row in ("core", *peers):
+        for row in (*CORE_ROWS, *peers):
             runs = results[f"{model} {row}"]
             if runs[0]["status"] != "ok":
                 print(f"| {model} | {row} | failed: {runs[0]['reason'].replace('|', '/')} | | | | |")
@@ -181,9 +185,9 @@ def main_steps(argv: list[str]) -> None:
                   f"{statistics.median(x['tokens_per_sec'] for x in m):.0f} | "
                   f"{m[0]['first_loss']:.3f} → {m[0]['final_loss']:.3f} |")
         if "eager" in med:
-            ratios[model] = med["core"] / med["eager"]
-    print("\nStep-time ratio core / PyTorch eager, 1 rank: "
-          + (", ".join(f"`model={m}` **{r:.2f}x**" for m, r in ratios.items()) or "no eager row finished"))
+            ratios[model] = " / ".join(f"{med[r] / med['eager']:.2f}x" for r in CORE_ROWS if r in med)
+    print(f"\nStep-time ratio core / PyTorch eager, 1 rank ({' / '.join(CORE_ROWS)}): "
+          + (", ".join(f"`model={m}` **{r}**" for m, r in ratios.items()) or "no eager row finished"))
 
 
 # ---- fp32 matmul rates ---------------------------------------------------------------------------------------

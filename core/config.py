@@ -262,6 +262,24 @@ class TrainingConfig:
 
 
 @dataclass
+class ExecutionConfig:
+    """How graphs compile and run (core.execution; the space of search_spaces/compile.yaml)."""
+    jit_level: str = "O0"          # O0 | O1 (MindSpore's common graph optimisations and operator fusion)
+    capture_mode: str = "ast"      # ast | bytecode: how mindspore.jit turns Python into a graph
+    graph_kernel_fusion: bool = False  # fuse element-wise ops into generated kernels (AKG); may fail: exit 11
+    kernel_threads: Optional[int] = None    # kernel thread pool; null: this rank's share of the cores
+    dispatch_threads: Optional[int] = None  # runtime (actor) threads; null: MindSpore's default
+
+    def __post_init__(self):
+        _require(self.jit_level in ("O0", "O1"), "execution.jit_level", f"must be O0 or O1 (got {self.jit_level!r})")
+        _require(self.capture_mode in ("ast", "bytecode"), "execution.capture_mode",
+                 f"must be ast or bytecode (got {self.capture_mode!r})")
+        for name in ("kernel_threads", "dispatch_threads"):
+            value = getattr(self, name)
+            _require(value is None or value >= 1, f"execution.{name}", f"must be >= 1, or null (got {value})")
+
+
+@dataclass
 class TrialConfig:
     max_steps: Optional[int] = 20          # step budget; null: run until the wall budget
     max_wall_time_sec: Optional[float] = None  # wall budget from process start; exit 13 if it ends first
@@ -297,6 +315,7 @@ class TrainConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     data: DataConfig = field(default_factory=DataConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     trial: TrialConfig = field(default_factory=TrialConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     seed: int = 0
@@ -485,6 +504,7 @@ def to_dict(cfg: TrainConfig) -> dict:
 
 __all__ = [
     "CONFIG_DIR", "ConfigError", "ModelConfig", "OptimConfig", "ParallelConfig", "MemoryConfig", "DataConfig",
-    "TrainingConfig", "TrialConfig", "CheckpointConfig", "TrainConfig", "load_config", "from_container", "to_dict",
+    "TrainingConfig", "ExecutionConfig", "TrialConfig", "CheckpointConfig", "TrainConfig", "load_config",
+    "from_container", "to_dict",
     "compose",
 ]

@@ -15,12 +15,14 @@ import logging
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from core.config import ConfigError, TrainConfig, compose, load_config, to_dict
 from core.trial import Exit, TrialRecorder, Watchdog, classify, write_invalid_summary
 
 log = logging.getLogger("core.train")
+PROCESS_START = time.time()  # this process is up (its interpreter started just before)
 
 USAGE = """usage: python -m core.train [key=value | group=option ...]
 
@@ -66,13 +68,32 @@ def _rank_from_env() -> tuple[int, int]:
     return rank, int(os.environ["MS_WORKER_NUM"])
 
 
+def _work_in(trial_dir: Path, cfg: TrainConfig) -> TrainConfig:
+    """Run from the trial's directory: MindSpore writes what it compiles and why a compile failed
+    (``rank_<r>/om/analyze_fail.ir``, graph-kernel fusion's ``akg_kernel_meta/`` and ``kernel_build_tmp.key``) into
+    the working directory, and each trial keeps its own. Paths given relative to where the user started keep
+    their meaning."""
+    here = Path.cwd()
+
+    def absolute(path: str | None) -> str | None:
+        return path if path in (None, "auto") or Path(path).is_absolute() else str(here / path)
+
+    data = replace(cfg.data, train_path=absolute(cfg.data.train_path), val_path=absolute(cfg.data.val_path))
+    checkpoint = replace(cfg.checkpoint, resume=absolute(cfg.checkpoint.resume))
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    os.chdir(trial_dir)
+    return replace(cfg, data=data, checkpoint=checkpoint)
+
+
 def run_rank(cfg: TrainConfig, overrides: list[str], trial_dir: Path, started: float) -> int:
     """Train on this rank and leave its summary; returns the exit code."""
     from core import rss
 
     rank, world = _rank_from_env()
+    trial_dir = trial_dir.resolve()
     rec = TrialRecorder(trial_dir=trial_dir, config=to_dict(cfg), overrides=overrides, started=started,
                         rank=rank, world_size=world)
+    cfg = _work_in(trial_dir, cfg)
     limit = None
     if cfg.memory.limit_gb is not None and not rss.apply_device_memory_limit(cfg.memory.limit_gb, cfg.device):
         limit = int(cfg.memory.limit_gb * 2**30)
@@ -82,9 +103,11 @@ def run_rank(cfg: TrainConfig, overrides: list[str], trial_dir: Path, started: f
                         hard_deadline=deadline)
     watchdog.start()
     exc: BaseException | None = None
+    rec.mark("launch", at=PROCESS_START)
     try:
         from core.trainer import Trainer
 
+        rec.mark("imports")
         code, reason = Trainer(cfg, rec, limit_bytes=limit).run()
     except BaseException as e:  # noqa: BLE001 — every end of a trial is classified and summarised
         exc = e
@@ -104,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         print(OmegaConf.to_yaml(compose([o for o in overrides[1:] if "=" in o])))
         return 0
     # Workers measure the wall budget from the supervisor's start, so the budget covers cluster start-up too.
-    started = float(os.environ.get("MSAR_TRIAL_START") or time.time())
+    started = float(os.environ.get("MSAR_TRIAL_START") or PROCESS_START)
     trial_dir, overrides = _trial_dir(overrides)
     try:
         cfg = load_config(overrides)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Optional
@@ -25,7 +25,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, ops
 
-from core import checkpoint, memory, rss, sharded_checkpoint
+from core import checkpoint, execution, memory, rss, sharded_checkpoint
 from core.config import ConfigError, TrainConfig, to_dict
 from core.data import TokenDataset, default_corpus
 from core.model import GPT, flops_per_token
@@ -37,33 +37,10 @@ from core.parallel.grads import GradientSync
 from core.parallel.parallelize import parallelize
 from core.parallel.schedule import build_schedule
 from core.profiling import StepProfiler, comm_time_share
+from core.reference_rate import reference_flops_per_sec
 from core.trial import Exit, NonFinite, OutOfMemory, TrialRecorder
 
 log = logging.getLogger("core.train")
-
-
-def matmul_flops_per_sec(n: int = 1024, repeats: int = 5) -> float:
-    """The framework's own fp32 matmul rate on this device, measured now: the peak that MFU is relative to."""
-    a = Tensor(np.random.default_rng(0).standard_normal((n, n), dtype=np.float32))
-    (a @ a).asnumpy()  # warm-up: kernel selection and allocation
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        (a @ a).asnumpy()
-        times.append(time.perf_counter() - t0)
-    return 2 * n**3 / float(np.median(times))
-
-
-def _share_cpu_cores(device: str, local_ranks: int) -> None:
-    """CPU workaround: MindSpore sizes each process's kernel thread pool for the whole machine, so ranks that
-    share a host oversubscribe it (measured: 2 ranks on 2 cores ran each step ~4x slower than one rank), and so
-    does a trial pinned to a few cores (the agent's ``--workers`` runs trials under taskset). Give every rank its
-    share of the cores this process may use. (On Ascend the kernels run on the device; nothing to do.)"""
-    if device != "CPU":
-        return
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if local_ranks > 1 or cores < (os.cpu_count() or cores):
-        ms.device_context.cpu.op_tuning.threads_num(max(1, cores // local_ranks))
 
 
 class Trainer:
@@ -77,8 +54,9 @@ class Trainer:
         ms.set_device(cfg.device)
         ms.set_seed(cfg.seed)
         self.dist = init_distributed()
+        self.rec.mark("cluster")
         self.dims = ParallelDims.from_config(cfg.parallel, self.dist.rank, self.dist.world_size)
-        _share_cpu_cores(cfg.device, node_ranks(self.dist.world_size)[1])
+        execution.configure(cfg, node_ranks(self.dist.world_size)[1])
         self.train_data, self.val_data = self._datasets()
         self.par = parallelize(GPT(cfg.model, seed=cfg.seed), self.dims, cfg)
         self.model = self.par.model
@@ -98,6 +76,7 @@ class Trainer:
         self.rec.state_bytes = self._state_bytes()
         self.moe = moe_layers(self.model)
         self.moe_pairs = [0.0, 0.0]  # (token, choice) pairs dropped / routed, in each step's last micro-batch
+        self.rec.mark("build")
 
     def _state_bytes(self) -> dict:
         """Bytes this rank holds for parameters, their gradients and the optimizer states (counted, not measured:
@@ -180,7 +159,7 @@ class Trainer:
             already_saved = cfg.checkpoint.interval and step % cfg.checkpoint.interval == 0
             if cfg.checkpoint.at_end and not already_saved:
                 self._save(step)
-            self.rec.matmul_flops_per_sec = matmul_flops_per_sec()
+            self._reference_rate()
             self._barrier()  # nobody leaves a peer mid-collective
         finally:
             if metrics_file:
@@ -205,6 +184,15 @@ class Trainer:
         lr = lr_at(step, cfg.optim, cfg.trial.max_steps)
         self.optimizer.step(grads, lr)
         return loss_value, norm_value, lr
+
+    def _reference_rate(self) -> None:
+        """MFU's fixed denominator (core.reference_rate): per host on CPU, whose cores its ranks share."""
+        try:
+            self.rec.reference_flops_per_sec = reference_flops_per_sec(self.cfg.device)
+        except (OSError, subprocess.CalledProcessError, ValueError) as e:  # mfu stays null, and says why
+            log.warning("mfu: no reference rate for this machine (%s); mfu is null", e)
+        local = node_ranks(self.dist.world_size)[1]
+        self.rec.compute_units = self.dist.world_size // local if self.cfg.device == "CPU" else self.dist.world_size
 
     def _mean_over_ranks(self, value: Optional[float], holders: Optional[int] = None) -> float:
         """A loss averaged over the ranks that have one (``None``: a pipeline stage without the loss; by default

@@ -62,6 +62,12 @@ class NonFinite(TrialFailure):
     code = Exit.NAN
 
 
+# Process start to the first finished step, in order: the process is up (a worker: spawned by the supervisor),
+# MindSpore and the trainer imported, the cluster joined, model/optimizer/schedule built, the first step done
+# (its graphs compiled and run once).
+STARTUP_PHASES = ("launch", "imports", "cluster", "build", "first_step")
+
+
 class CompileError(TrialFailure):
     code = Exit.COMPILE_ERROR
 
@@ -88,9 +94,21 @@ def classify(exc: BaseException) -> tuple[Exit, str]:
     first = _first_line(text)
     if isinstance(exc, MemoryError) or _OOM.search(text):
         return Exit.OOM, f"out of memory: {first}"
-    if _COMPILE.search(text):
+    if _COMPILE.search(text) or _raised_while_compiling(exc):
         return Exit.COMPILE_ERROR, f"compile/kernel selection failed: {first}"
     return Exit.ERROR, first
+
+
+def _raised_while_compiling(exc: BaseException) -> bool:
+    """Whether ``exc`` came out of ``mindspore.jit``'s graph compilation (its executor's ``compile`` call), in
+    whatever words: a fusion kernel its generator could not build said only "Response is empty"."""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "compile" and Path(code.co_filename).parts[-3:] == ("mindspore", "graph", "api.py"):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _first_line(text: str, limit: int = 300) -> str:
@@ -155,8 +173,10 @@ class TrialRecorder:
     val_loss: Optional[float] = None
     grad_norm_last: Optional[float] = None
     startup_sec: Optional[float] = None
+    startup_marks: dict = field(default_factory=dict)  # phase -> wall-clock time it ended (STARTUP_PHASES)
     estimated_memory_bytes: Optional[int] = None
-    matmul_flops_per_sec: Optional[float] = None
+    reference_flops_per_sec: Optional[float] = None  # core.reference_rate: this machine's, fixed
+    compute_units: int = 1               # what the reference rate is per: hosts on CPU, devices elsewhere
     flops_per_token: Optional[float] = None
     state_bytes: Optional[dict] = None   # {params, grads, optimizer} bytes this rank holds (what sharding divides)
     comm_time_share: Optional[float] = None  # with training.profile: share of step time in collectives
@@ -173,7 +193,22 @@ class TrialRecorder:
         self.grad_norm_last = grad_norm
         self.step_times.append(seconds)
         if self.startup_sec is None:
+            self.mark("first_step")
             self.startup_sec = time.time() - self.started
+
+    def mark(self, phase: str, at: Optional[float] = None) -> None:
+        """Start-up ``phase`` (one of STARTUP_PHASES) ended now (or at ``at``); the first mark of each counts."""
+        self.startup_marks.setdefault(phase, time.time() if at is None else at)
+
+    def startup_phases(self) -> Optional[dict]:
+        """Seconds in each start-up phase that ended, from the trial's start (a worker's ``launch`` includes the
+        supervisor's start and spawn): {launch, imports, cluster, build, first_step}; None before any."""
+        out, last = {}, self.started
+        for phase in STARTUP_PHASES:
+            if phase in self.startup_marks:
+                out[phase] = round(self.startup_marks[phase] - last, 3)
+                last = self.startup_marks[phase]
+        return out or None
 
     def metrics(self) -> dict:
         # The first step carries graph compilation; it is startup, not throughput.
@@ -182,8 +217,8 @@ class TrialRecorder:
         tokens_per_step = self.tokens / self.steps if self.steps else None
         tps = tokens_per_step / median if median and tokens_per_step else None
         mfu = None
-        if tps and self.flops_per_token and self.matmul_flops_per_sec:
-            mfu = tps * self.flops_per_token / (self.matmul_flops_per_sec * self.world_size)
+        if tps and self.flops_per_token and self.reference_flops_per_sec:
+            mfu = tps * self.flops_per_token / (self.reference_flops_per_sec * self.compute_units)
         finite = [x for x in self.losses if math.isfinite(x)]
         peak = rss.peak_rss_bytes()
         return {
@@ -198,7 +233,7 @@ class TrialRecorder:
             "peak_memory_bytes": peak,
             "peak_memory_bytes_per_rank": [peak],
             "estimated_memory_bytes": self.estimated_memory_bytes,
-            "matmul_flops_per_sec": self.matmul_flops_per_sec,
+            "reference_flops_per_sec": self.reference_flops_per_sec,
             "state_bytes": self.state_bytes,
             "comm_time_share": self.comm_time_share,
             "pipeline_bubble": self.pipeline_bubble,
@@ -222,6 +257,7 @@ class TrialRecorder:
             "tokens": self.tokens,
             "wall_time_sec": round(time.time() - self.started, 3),
             "startup_sec": None if self.startup_sec is None else round(self.startup_sec, 3),
+            "startup_phases_sec": self.startup_phases(),
             "metrics": self.metrics(),
             "layout": layout,
             "config": cfg,

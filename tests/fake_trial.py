@@ -92,7 +92,7 @@ def write_summary(trial_dir: Path, cfg: dict, argv: list[str], code: int, reason
         "schema": "mindspore-autoresearch/trial_summary/v1", "status": status, "exit_code": code,
         "reason": reason, "error": None if code == 0 else {"type": status, "message": reason, "rank": 0},
         "steps": steps, "max_steps": int(_num(cfg, "trial.max_steps", 20)), "tokens": steps * 256,
-        "wall_time_sec": wall, "startup_sec": 0.01,
+        "wall_time_sec": wall, "startup_sec": 0.01, "startup_phases_sec": None,
         "metrics": {k: metrics.get(k) for k in METRICS},
         "layout": {"world_size": int(_num(cfg, "parallel.tp", 1)), "dp_replicate": 1, "dp_shard": 1,
                    "tp": int(_num(cfg, "parallel.tp", 1)), "pp": 1, "cp": 1, "ep": 1},

@@ -16,11 +16,20 @@ from mindspore import Tensor, ops
 NORM_EPS = 1e-6  # guards a zero norm (also core.parallel.grads)
 
 
+def sum_of_squares(x: Tensor) -> Tensor:
+    """sum(x^2) over every element, a float32 scalar: rows first, then their sums.
+
+    MindSpore 2.10's CPU ReduceSum over all axes of a matrix takes its slow path: 96 ms for the 32 M gradients of
+    model=medium, against 8 ms reducing the last axis first and then the rest (same value to the last bit there;
+    float32 ``L2Loss`` took 17 ms but lost 1e-3 relative). Measured under jit, 2026-12-01."""
+    return ops.sum(ops.sum(ops.square(x.reshape(-1, x.shape[-1])), -1))
+
+
 def global_grad_norm(grads: Sequence[Tensor]) -> Tensor:
     """L2 norm over all gradients, a float32 scalar Tensor."""
-    total = ops.sum(ops.square(grads[0]))
+    total = sum_of_squares(grads[0])
     for g in grads[1:]:
-        total = total + ops.sum(ops.square(g))
+        total = total + sum_of_squares(g)
     return ops.sqrt(total)
 
 

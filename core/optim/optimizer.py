@@ -22,6 +22,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 
+from core import execution
 from core.config import OptimConfig
 from core.optim.adamw import adamw_update, decays, fold_bias_correction
 from core.optim.muon import muon_apply, muon_lookahead, muon_update, rms_match_scale, uses_muon
@@ -118,7 +119,7 @@ class Optimizer:
                 states.append(Parameter(Tensor(np.zeros(p.shape, np.float32)), name=key, requires_grad=False))
         self._states = states
         self._cell = _UpdateCell(params, kinds, states, slots, full, cfg, sharded_ns)
-        self._update = ms.jit(self._cell.construct) if jit else self._cell.construct
+        self._update = execution.jit(self._cell.construct) if jit else self._cell.construct
         self.step_count = 0
 
     def step(self, grads: Sequence[Tensor], lr: float) -> None:

@@ -25,7 +25,8 @@ import math
 import mindspore as ms
 from mindspore import mint, nn, ops
 
-from core.optim.clip import NORM_EPS
+from core import execution
+from core.optim.clip import NORM_EPS, sum_of_squares
 from core.parallel import comm
 from core.parallel.dims import ParallelDims
 from core.parallel.placement import Placement, is_expert
@@ -69,15 +70,16 @@ class _Sync(nn.Cell):
             grads = _replace(grads, self.partial, self.tp_sum(tuple(grads[i] for i in self.partial)))
         if self.tied_sum is not None:
             grads = _replace(grads, self.tied, self.tied_sum(tuple(grads[i] for i in self.tied)))
-        grads = tuple(g * self.scale for g in grads)
-        total = ops.sum(ops.square(grads[0])) * self.norm_weight[0]
+        # The norm of the scaled gradients from the unscaled ones, then one multiply by scale * clip: each
+        # gradient is read twice (squares, product), not four times (scale, square, sum, clip).
+        total = sum_of_squares(grads[0]) * self.norm_weight[0]
         for i in range(1, self.n):
-            total = total + ops.sum(ops.square(grads[i])) * self.norm_weight[i]
-        norm = ops.sqrt(self.norm_sum(total.reshape(1))).reshape(())
+            total = total + sum_of_squares(grads[i]) * self.norm_weight[i]
+        norm = ops.sqrt(self.norm_sum(total.reshape(1))).reshape(()) * self.scale
+        coef = self.scale
         if self.max_norm > 0:
-            coef = ops.minimum(self.max_norm / (norm + NORM_EPS), 1.0)  # as core.optim.clip
-            grads = tuple(g * coef for g in grads)
-        return grads, norm
+            coef = ops.minimum(self.max_norm / (norm + NORM_EPS), 1.0) * self.scale  # as core.optim.clip
+        return tuple(g * coef for g in grads), norm
 
 
 def _norm_weight(name: str, placement: Placement, dims: ParallelDims) -> float:
@@ -102,7 +104,7 @@ class GradientSync:
                  mirrors: tuple = ()):
         scale = 1.0 / (dims.size("loss") * micro_batches)
         self._cell = _Sync(names, shapes, placements, dims, groups, scale, max_norm, tied, mirrors)
-        self._fn = ms.jit(self._cell.construct)
+        self._fn = execution.jit(self._cell.construct)
 
     def __call__(self, grads):
         # mutable: a jit function given a plain tuple of Tensors treats it as a constant and recompiles each step

@@ -16,13 +16,15 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor
 
+from core import execution
+
 
 class GradientAccumulation:
     def __init__(self, grad_fn, eval_fn, micro_batch_size: int, swap=None):
         """``grad_fn(inputs, targets, positions) -> (loss, grads)`` and ``eval_fn(...) -> loss`` of one
         micro-batch; ``swap``: a ``core.swap.ActivationSwap`` that each forward+backward runs under."""
         self.grad_fn, self.eval_fn, self.micro_batch_size, self.swap = grad_fn, eval_fn, micro_batch_size, swap
-        self._add = ms.jit(_add)
+        self._add = execution.jit(_add)
 
     def run(self, inputs: np.ndarray, targets: np.ndarray, positions: Tensor) -> tuple[float, tuple]:
         """inputs, targets (b, S) of this rank -> (mean of the micro-batches' losses, sum of their gradients)."""
@@ -72,7 +74,8 @@ def build_schedule(par, cfg, params: list, loss_fn, eval_fn, swap_dir=None):
 
             mem = cfg.memory
             swap = ActivationSwap(par.model, swap_dir, cfg.device, mem.swap_layers, mem.swap_ops, mem.swap_prefetch)
-        return GradientAccumulation(ms.jit(grad_fn) if jit else grad_fn, ms.jit(eval_fn) if jit else eval_fn,
+        compiled = execution.jit if jit else (lambda f: f)
+        return GradientAccumulation(compiled(grad_fn), compiled(eval_fn),
                                     cfg.training.micro_batch_size, swap)
     from core.parallel.pipeline import PipelineSchedule
 

@@ -30,9 +30,10 @@ class TrialRun:
         return [r[key] for r in rows if key in r]
 
 
-def run_trial(trial_dir: Path, *overrides: str, timeout: float = 300) -> TrialRun:
+def run_trial(trial_dir: Path, *overrides: str, timeout: float = 300, env: dict | None = None) -> TrialRun:
+    """``python -m core.train`` from the project root; ``env``: variables added to this process's."""
     proc = subprocess.run([sys.executable, "-m", "core.train", *overrides, f"trial.dir={trial_dir}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
     return TrialRun(proc.returncode, trial_dir, proc.stdout + proc.stderr)
 
 

@@ -64,6 +64,10 @@ def test_swap_settings_compose():
     (["memory.swap_prefetch=1"], "memory.swap_prefetch", "set memory.swap=true"),
     (["memory.recompute_layers=7", "model=tiny"], "memory.recompute_layers", "exceeds model.n_layers"),
     (["training.mode=graph"], "training.mode", "jit or pynative"),
+    (["execution.jit_level=O2"], "execution.jit_level", "O0 or O1"),
+    (["execution.capture_mode=trace"], "execution.capture_mode", "ast or bytecode"),
+    (["execution.kernel_threads=0"], "execution.kernel_threads", ">= 1, or null"),
+    (["execution.dispatch_threads=0"], "execution.dispatch_threads", ">= 1, or null"),
     (["checkpoint.interval=50", "trial.max_steps=10"], "checkpoint.interval", "longer"),
 ])
 def test_rejections_name_the_field_and_the_fix(overrides, field, fix):

@@ -41,7 +41,7 @@ def test_summary_schema_and_metrics(tmp_path):
     rec = TrialRecorder(trial_dir=tmp_path, config={"trial": {"max_steps": 3}, "seed": 1,
                                                    "parallel": {"dp_replicate": 1}},
                         overrides=["seed=1"], started=time.time() - 2)
-    rec.flops_per_token, rec.matmul_flops_per_sec = 1e6, 1e11
+    rec.flops_per_token, rec.reference_flops_per_sec = 1e6, 1e11
     for loss, dt in [(5.0, 3.0), (4.0, 0.1), (3.5, 0.3)]:  # the first step carries compilation
         rec.record_step(loss, 1.0, tokens=100, seconds=dt)
     s = rec.finish(Exit.OK, "ok")

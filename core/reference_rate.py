@@ -1,0 +1,131 @@
+"""The fixed denominator of MFU: the best fp32 matmul rate on this machine, measured once and cached.
+
+    python -m core.reference_rate [--device CPU] [--force]     # measure now (idle machine), print the cache entry
+
+MFU = achieved model FLOP/s / (reference rate x the units the trial used). Measured per trial, the denominator
+moved with whatever else the machine was doing, so MFU of two trials could not be compared (nor used as an
+objective). Here it is measured once per machine and kept in ``$MSAR_CACHE_DIR/reference_rate.json`` (default
+``~/.cache/mindspore-autoresearch``), keyed by the device, the CPU model, core count and SIMD flags, and the
+MindSpore and NumPy versions (a new BLAS may be faster: a new entry).
+
+The rate is the best of MindSpore's and NumPy's (OpenBLAS) fp32 2048 x 2048 matmul, each the median of 7 runs
+after 30 warm-ups (MindSpore's CPU kernels tune their thread count over their first ~25 runs, MINDSPORE_CPU.md),
+each in a fresh process of its own allowed every core, as this environment configures the libraries (an
+``OPENBLAS_CORETYPE`` pin, say, is respected). Units: on CPU one unit is a host (its ranks share its cores), on an
+accelerator one device (the rate of one device is measured).
+
+The first trial on a machine measures it (a few seconds, after its timed steps) while holding a file lock, so
+that concurrent trials wait rather than measure each other's load; ``autoresearch.agent`` measures it before it
+starts trials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+SIZE, WARMUP, REPEATS = 2048, 30, 7
+
+
+def cache_path() -> Path:
+    root = os.environ.get("MSAR_CACHE_DIR") or Path.home() / ".cache" / "mindspore-autoresearch"
+    return Path(root) / "reference_rate.json"
+
+
+def machine_key(device: str) -> str:
+    """What the rate depends on: device, CPU model, cores, SIMD flags, library versions."""
+    model, flags = platform.processor() or "unknown", ""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        model = (re.search(r"^model name\s*:\s*(.*)$", text, re.M) or [None, model])[1].strip()
+        have = set((re.search(r"^flags\s*:\s*(.*)$", text, re.M) or [None, ""])[1].split())
+        flags = ",".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile") if f in have)
+    except OSError:
+        pass
+    libraries = f"mindspore {version('mindspore')}|numpy {version('numpy')}"
+    return f"{device}|{model}|{os.cpu_count()} cores|{flags}|{libraries}"
+
+
+def _median_rate(matmul, a, size: int) -> float:
+    for _ in range(WARMUP):
+        matmul(a)
+    times = []
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        matmul(a)
+        times.append(time.perf_counter() - t0)
+    return 2 * size**3 / sorted(times)[REPEATS // 2]
+
+
+def measure(library: str, device: str, size: int = SIZE) -> float:
+    """FLOP/s of ``library``'s (mindspore | numpy) fp32 size x size matmul in this process, on every core.
+
+    One library per process: once MindSpore is loaded its idle kernel threads take CPU time from OpenBLAS's
+    (NumPy measured 127 GFLOP/s beside it, 251 alone)."""
+    import numpy as np
+
+    try:  # a trial of the agent's --workers runs under taskset: the reference is the whole machine's
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    except (AttributeError, OSError):
+        pass
+    a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
+    if library == "numpy":
+        return _median_rate(lambda x: x @ x, a, size)
+    import mindspore as ms
+
+    ms.set_device(device)
+    return _median_rate(lambda x: (x @ x).asnumpy(), ms.Tensor(a), size)
+
+
+def _measure_in_child(library: str, device: str) -> float:
+    out = subprocess.run([sys.executable, "-m", "core.reference_rate", "--device", device, "--child", library,
+                          str(SIZE)], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def reference_flops_per_sec(device: str = "CPU", force: bool = False) -> float:
+    """The cached reference rate for this machine (FLOP/s); measured in a fresh process the first time."""
+    path = cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = machine_key(device)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one measurement at a time; the others then read it
+        entries = json.loads(path.read_text()) if path.exists() else {}
+        if force or key not in entries:
+            # on an accelerator the host's BLAS is not the device's peak
+            rates = {lib: _measure_in_child(lib, device) for lib in (("mindspore", "numpy") if device == "CPU"
+                                                                     else ("mindspore",))}
+            entries[key] = {"flops_per_sec": max(rates.values()), "rates": rates, "size": SIZE,
+                            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(entries, indent=1))
+            tmp.replace(path)
+    return float(entries[key]["flops_per_sec"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="CPU")
+    ap.add_argument("--force", action="store_true", help="measure again even if this machine has an entry")
+    ap.add_argument("--child", nargs=2, metavar=("LIBRARY", "SIZE"), help=argparse.SUPPRESS)  # measure, print
+    args = ap.parse_args(argv)
+    if args.child:
+        print(measure(args.child[0], args.device, int(args.child[1])))
+        return 0
+    rate = reference_flops_per_sec(args.device, force=args.force)
+    print(f"{machine_key(args.device)}: {rate / 1e9:.0f} GFLOP/s ({cache_path()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

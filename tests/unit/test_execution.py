@@ -1,0 +1,48 @@
+"""core.execution: each rank's share of the cores, and the config's settings reaching MindSpore."""
+
+import pytest
+
+from core import execution
+from core.config import load_config
+
+
+@pytest.mark.parametrize("device, affinity, cpu_count, local_ranks, threads", [
+    ("CPU", 2, 2, 1, None),      # one rank, all cores: MindSpore's own default stands
+    ("CPU", 2, 2, 2, 1),         # two ranks share two cores
+    ("CPU", 8, 8, 2, 4),
+    ("CPU", 1, 2, 1, 1),         # pinned to one core (the agent's --workers, taskset): one thread
+    ("CPU", 1, 2, 2, 1),         # never fewer than one
+    ("Ascend", 1, 8, 2, None),   # kernels run on the device
+])
+def test_cpu_share(monkeypatch, device, affinity, cpu_count, local_ranks, threads):
+    monkeypatch.setattr(execution.os, "sched_getaffinity", lambda pid: set(range(affinity)))
+    monkeypatch.setattr(execution.os, "cpu_count", lambda: cpu_count)
+    assert execution._cpu_share(device, local_ranks) == threads
+
+
+@pytest.fixture
+def mindspore_calls(monkeypatch):
+    """What configure asks of MindSpore, recorded instead of applied (each may be set once per process)."""
+    calls = []
+    ms = execution.ms
+    monkeypatch.setattr(ms.device_context.cpu.op_tuning, "threads_num", lambda n: calls.append(("threads", n)))
+    monkeypatch.setattr(ms.runtime, "dispatch_threads_num", lambda n: calls.append(("dispatch", n)))
+    monkeypatch.setattr(ms, "set_context", lambda **kw: calls.append(("context", kw)))
+    monkeypatch.setattr(ms, "jit", lambda fn, **kw: (fn, kw))
+    yield calls
+    execution._JIT_OPTIONS.clear()
+
+
+def test_configure_applies_every_setting(mindspore_calls):
+    cfg = load_config(["execution.jit_level=O1", "execution.capture_mode=bytecode", "execution.kernel_threads=3",
+                       "execution.dispatch_threads=2", "execution.graph_kernel_fusion=true"])
+    execution.configure(cfg, local_ranks=1)
+    assert mindspore_calls == [("context", {"enable_graph_kernel": True}), ("threads", 3), ("dispatch", 2)]
+    assert execution.jit(len) == (len, {"jit_level": "O1", "capture_mode": "bytecode"})
+
+
+def test_defaults_leave_mindspore_alone_on_one_rank(mindspore_calls, monkeypatch):
+    monkeypatch.setattr(execution, "_cpu_share", lambda device, ranks: None)
+    execution.configure(load_config([]), local_ranks=1)
+    assert mindspore_calls == []
+    assert execution.jit(len) == (len, {"jit_level": "O0", "capture_mode": "ast"})

@@ -1,0 +1,38 @@
+"""MFU's fixed denominator (core.reference_rate): measured once per machine, then read back."""
+
+import json
+
+import numpy as np
+import pytest
+
+from core import reference_rate
+
+
+def test_measured_once_then_read_back(tmp_path, monkeypatch):
+    """The first call measures in a child process (the best of MindSpore's and NumPy's matmul rates) and caches
+    it under this machine's key; the next call reads it without measuring again."""
+    monkeypatch.setenv("MSAR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(reference_rate, "SIZE", 256)  # the child measures the size it is given: quick
+    rate = reference_rate.reference_flops_per_sec("CPU")
+    entries = json.loads((tmp_path / "reference_rate.json").read_text())
+    entry = entries[reference_rate.machine_key("CPU")]
+    assert set(entry["rates"]) == {"mindspore", "numpy"}
+    assert rate == entry["flops_per_sec"] == max(entry["rates"].values())
+    # a plausible fp32 matmul rate for a CPU: above 1 GFLOP/s, below 100 TFLOP/s
+    assert all(1e9 < r < 1e14 for r in entry["rates"].values())
+
+    entry["flops_per_sec"] = 12345.0  # the cache is what later trials read: no second measurement
+    (tmp_path / "reference_rate.json").write_text(json.dumps(entries))
+    assert reference_rate.reference_flops_per_sec("CPU") == 12345.0
+    assert reference_rate.reference_flops_per_sec("CPU", force=True) != 12345.0
+
+
+def test_rate_is_the_matmul_flops_over_the_median_time(monkeypatch):
+    """2 n^3 FLOPs over the median of the timed runs (warm-up runs excluded)."""
+    clock = iter(np.cumsum([0.0] + [0.5, 0.5] * 3 + [0.0]))  # perf_counter pairs: each run takes 0.5 s
+    monkeypatch.setattr(reference_rate, "WARMUP", 2)
+    monkeypatch.setattr(reference_rate, "REPEATS", 3)
+    monkeypatch.setattr(reference_rate.time, "perf_counter", lambda: next(clock))
+    calls = []
+    assert reference_rate._median_rate(calls.append, "a", 64) == pytest.approx(2 * 64**3 / 0.5)
+    assert len(calls) == 5
