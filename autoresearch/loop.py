@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -122,6 +123,17 @@ class StudyLoop:
 
     # --- set-up ---
 
+    def measure_reference_rate(self, device: str) -> None:
+        """MFU's denominator (core.reference_rate), measured now while no trial runs: once per machine, after
+        which it is read from the cache. Trials measure it themselves if this fails, so a failure only warns."""
+        if tuple(self.command) != DEFAULT_COMMAND:
+            return  # another trial command (a test's fake trial): not the core's MFU
+        done = subprocess.run([*DEFAULT_COMMAND[:2], "core.reference_rate", "--device", device],
+                              capture_output=True, text=True)
+        last = ((done.stdout if done.returncode == 0 else done.stderr).strip().splitlines() or ["?"])[-1]
+        print(f"reference rate: {last}" if done.returncode == 0 else
+              f"reference rate not measured (exit {done.returncode}: {last}); each trial will try", flush=True)
+
     def _load_estimator(self, spec: str | None):
         if not spec or not self.opts.learn:
             return None
@@ -221,7 +233,9 @@ class StudyLoop:
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = self.open()
-        slots = make_slots(self.workers, str(self.space.fixed.get("device", "CPU")), self.space.world_size)
+        device = str(self.space.fixed.get("device", "CPU"))
+        self.measure_reference_rate(device)
+        slots = make_slots(self.workers, device, self.space.world_size)
         start = time.monotonic()
         bar = tqdm(total=self.trials, initial=min(st.finished_count(study), self.trials), unit="trial",
                    desc=self.study_name, dynamic_ncols=True,

@@ -1,10 +1,12 @@
-"""Trial speed, measured through the real CLI, side by side in one run (issue "Training core v1", Measure).
+"""Trial speed, measured through the real CLI, side by side in one run (issues "Training core v1" and
+"Performance I", Measure).
 
     .venv/bin/python benchmarks/trial_speed.py [--steps 12] [--repeats 2]
 
-1. ``model=small``: median step time and tokens/s with ``training.mode=jit`` vs ``pynative``, and MFU against
-   MindSpore's own fp32 matmul rate, which every trial measures at its end (``metrics.matmul_flops_per_sec``).
-2. Process start to the end of the first step (``startup_sec``), ``model=tiny`` on 1 and on 2 ranks.
+1. ``model=small`` and ``model=medium``: median step time and tokens/s with ``training.mode=jit`` vs ``pynative``,
+   and MFU against this machine's fixed reference rate (``metrics.reference_flops_per_sec``, core.reference_rate).
+2. Process start to the end of the first step (``startup_sec``), ``model=tiny`` on 1 and on 2 ranks, and each
+   start-up phase (``startup_phases_sec``: launch, imports, cluster, build, first step).
 
 Runs alternate between the variants so that load on this shared machine hits both alike; medians over repeats.
 Prints a markdown table with date and commit, for benchmarks/RESULTS.md.
@@ -21,13 +23,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from provenance import git_commit
+from provenance import cpu_info, git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from core.trial import STARTUP_PHASES  # noqa: E402  (the project root first: run from benchmarks/)
 
 VARIANTS = {
     "small jit": ["model=small", "training.mode=jit"],
     "small pynative": ["model=small", "training.mode=pynative"],
+    "medium jit": ["model=medium"],
     "tiny 1 rank": ["model=tiny"],
     "tiny 2 ranks (dp)": ["model=tiny", "parallel.dp_replicate=2"],
 }
@@ -59,21 +64,25 @@ def main() -> None:
         values = [(s["metrics"] if metrics else s)[key] for s in results[name]]
         return statistics.median(v for v in values if v is not None)
 
-    commit = git_commit()
-    print(f"\n### Trial speed — {time.strftime('%Y-%m-%d')}, commit {commit}, "
-          f"{args.repeats} alternating repeats of {args.steps} steps\n")
-    print("| variant | step median (ms) | tokens/s | MFU vs MindSpore fp32 matmul | matmul GFLOP/s | startup to "
-          "first step (s) |")
-    print("|---|---|---|---|---|---|")
+    def phase(name: str, key: str) -> float:
+        return statistics.median(s["startup_phases_sec"][key] for s in results[name])
+
+    print(f"\n### Trial speed — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {git_commit()}, "
+          f"{cpu_info()}; {args.repeats} alternating repeats of {args.steps} steps\n")
+    print(f"MFU against the machine's fixed reference rate "
+          f"({results['small jit'][0]['metrics']['reference_flops_per_sec'] / 1e9:.0f} GFLOP/s, core.reference_rate)."
+          f" Start-up phases in seconds (launch: process up; imports: MindSpore and the trainer; cluster: joined; "
+          "build: model, optimizer, schedule; first step: its graphs compiled and run once).\n")
+    print("| variant | step median (ms) | tokens/s | MFU | start-up (s) | " + " | ".join(STARTUP_PHASES) + " |")
+    print("|---|---:|---:|---:|---:|" + "---:|" * len(STARTUP_PHASES))
     for name in VARIANTS:
         print(f"| {name} | {med(name, 'step_time_ms_median'):.0f} | {med(name, 'tokens_per_sec'):.0f} | "
-              f"{med(name, 'mfu'):.3f} | {med(name, 'matmul_flops_per_sec') / 1e9:.0f} | "
-              f"{med(name, 'startup_sec', metrics=False):.1f} |")
+              f"{med(name, 'mfu'):.3f} | {med(name, 'startup_sec', metrics=False):.1f} | "
+              + " | ".join(f"{phase(name, p):.2f}" for p in STARTUP_PHASES) + " |")
     speedup = med("small pynative", "step_time_ms_median") / med("small jit", "step_time_ms_median")
     startup = med("tiny 2 ranks (dp)", "startup_sec", False) / med("tiny 1 rank", "startup_sec", False)
     print(f"\njit speed-up over PyNative (model=small): **{speedup:.2f}x**; "
           f"start-up of 2 ranks vs 1: **{startup:.2f}x**")
-
 
 if __name__ == "__main__":
     main()

@@ -10,15 +10,22 @@ The decay is multiplied by the scheduled lr (as in PyTorch's ``AdamW``), so it f
 on the weights directly, never through the gradient (that would be L2 regularisation, which Adam's per-coordinate
 scaling distorts: the point of the paper).
 
-How it runs: MindSpore's fused ``ops.AdamWeightDecay`` kernel (CPU, GPU, Ascend), one in-place pass over p, m, v,
-was ~2-3x faster than the same rule as ~14 separate element-wise ops under ``mindspore.jit`` (5 M params on 2
-cores: ~14 ms vs ~32 ms at best). ``mint.optim.AdamW`` has no CPU kernel. The kernel has no bias correction,
-computing ``p <- p - lr' * (m / (sqrt(v) + eps') + decay' * p)``; with s = sqrt(bc2) the rule above is exactly
+How it runs: two in-place MindSpore kernels per parameter, the decay then Adam. MindSpore's fused
+``ops.AdamWeightDecay`` kernel does both in one pass but is slow on CPU: on 8 M parameters (2 cores, jit,
+2026-12-01) it took 27-28 ms against 4-5 ms for ``ops.Adam`` (ApplyAdam, no decay) and 12 ms for ``ops.Adam``
+after ``ApplyGradientDescent(p, lr * wd, p)``, the decoupled decay ``p <- p - lr * wd * p`` in place (the same rule
+as ~14 element-wise ops under jit: 45-67 ms). ApplyAdam computes
 
-    lr' = lr * s / bc1,   eps' = eps * s,   decay' = wd * bc1 / s
+    p <- p - lr' * m / (sqrt(v) + eps'),    lr' = lr * sqrt(1 - beta2_power) / (1 - beta1_power)
 
-(multiply numerator and denominator of the Adam term by s; lr' * decay' = lr * wd). ``fold_bias_correction``
-computes these on the host in float64 each step; they enter the compiled graph as inputs, so nothing recompiles.
+given the powers; passing them as 0 makes lr' the learning rate it is given. With s = sqrt(bc2) the rule above is
+exactly (multiply numerator and denominator of the Adam term by s)
+
+    lr' = lr * s / bc1,   eps' = eps * s,   and the decay applied first with lr * wd
+
+(decaying first is the same update: both use the weights before the step). ``fold_bias_correction`` computes
+these on the host in float64 each step; they enter the compiled graph as inputs, so nothing recompiles.
+``mint.optim.AdamW`` has no CPU kernel.
 
 Which parameters decay: every parameter with two or more dimensions, embeddings included; 1-D parameters (RMSNorm
 gains, biases) do not. This is the GPT-2 / nanoGPT / Llama-recipe convention: shrinking a norm's gain towards 0
@@ -34,7 +41,8 @@ from mindspore import ops
 
 from core.config import OptimConfig
 
-_ADAM_WEIGHT_DECAY = ops.AdamWeightDecay()
+_ADAM = ops.Adam()                       # ApplyAdam: p, m, v in place
+_DECAY = ops.ApplyGradientDescent()      # p <- p - alpha * delta in place; delta = p is the decoupled decay
 
 
 def decays(shape: tuple[int, ...]) -> bool:
@@ -43,16 +51,19 @@ def decays(shape: tuple[int, ...]) -> bool:
 
 
 def fold_bias_correction(lr: float, step: int, cfg: OptimConfig) -> tuple[float, float, float]:
-    """(lr', eps', decay') that make the bias-free fused kernel compute bias-corrected AdamW at update ``step``>=1."""
+    """(lr', eps', lr * wd): what makes the bias-free Adam kernel plus the decay compute bias-corrected AdamW at
+    update ``step`` >= 1."""
     bc1 = 1.0 - cfg.beta1 ** step
     s = math.sqrt(1.0 - cfg.beta2 ** step)
-    return lr * s / bc1, cfg.eps * s, cfg.weight_decay * bc1 / s
+    return lr * s / bc1, cfg.eps * s, lr * cfg.weight_decay
 
 
 def adamw_update(p, g, m, v, lr, eps, decay, beta1: float, beta2: float) -> None:
     """Update ``p``, ``m`` and ``v`` in place; traceable by ``mindspore.jit``.
 
-    ``lr``, ``eps`` and ``decay`` are the folded float32 scalar Tensors of ``fold_bias_correction`` (pass a zero
-    ``decay`` for parameters that do not decay); the betas are Python floats fixed per run.
+    ``lr``, ``eps`` and ``decay`` (lr * wd) are the float32 scalar Tensors of ``fold_bias_correction``; ``decay``
+    None for parameters that do not decay (a constant to jit); the betas are Python floats fixed per run.
     """
-    _ADAM_WEIGHT_DECAY(p, m, v, lr, beta1, beta2, eps, decay, g)
+    if decay is not None:
+        _DECAY(p, decay, p)
+    _ADAM(p, m, v, 0.0, 0.0, lr, beta1, beta2, eps, g)

@@ -55,7 +55,6 @@ class _UpdateCell(nn.Cell):
         self.sharded_ns = sharded_ns
 
     def construct(self, grads, lr, adam_lr, adam_eps, adam_decay):
-        no_decay = adam_decay * 0.0  # the kernel takes its decay as a float32 Tensor
         if self.sharded_ns is not None and self.muon:
             looks = tuple(muon_lookahead(grads[i], self.states[self.slots[i][0]], self.momentum) for i in self.muon)
             orth = self.sharded_ns(looks)
@@ -70,7 +69,7 @@ class _UpdateCell(nn.Cell):
                     muon_update(self.params[i], grads[i], self.states[slot[0]], lr, self.momentum, wd,
                                 self.scales[i], self.ns_steps)
             else:
-                decay = adam_decay if self.decays[i] else no_decay
+                decay = adam_decay if self.decays[i] else None  # a constant: no decay kernel at all
                 adamw_update(self.params[i], grads[i], self.states[slot[0]], self.states[slot[1]], adam_lr,
                              adam_eps, decay, self.beta1, self.beta2)
         return lr  # a compiled graph needs an output; the updates are side effects
