@@ -10,31 +10,13 @@ This module must not import MindSpore: the agent imports it to validate and esti
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
+from core.config_rules import ConfigError, check_layout, positive, require, selective_costs_memory
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-
-
-class ConfigError(ValueError):
-    """A configuration the trial refuses to run. ``field`` is the dotted key; the message says the fix."""
-
-    def __init__(self, field_name: str, message: str):
-        self.field = field_name
-        super().__init__(f"{field_name}: {message}")
-
-
-def _require(ok: bool, field_name: str, message: str) -> None:
-    if not ok:
-        raise ConfigError(field_name, message)
-
-
-def _positive(section: str, obj: Any, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        _require(value > 0, f"{section}.{name}", f"must be > 0 (got {value})")
 
 
 @dataclass
@@ -64,27 +46,27 @@ class ModelConfig:
     moe_ffn_hidden: Optional[int] = None  # each expert's width; null: ffn_hidden
 
     def __post_init__(self):
-        _positive("model", self, "vocab_size", "n_layers", "d_model", "n_heads", "n_kv_heads", "ffn_hidden",
-                  "max_seq_len", "rope_theta", "norm_eps", "init_std")
-        _require(self.d_model % self.n_heads == 0, "model.d_model",
-                 f"must be divisible by model.n_heads={self.n_heads} (got {self.d_model})")
-        _require((self.d_model // self.n_heads) % 2 == 0, "model.d_model",
-                 "head dim (d_model / n_heads) must be even for RoPE")
-        _require(self.n_heads % self.n_kv_heads == 0, "model.n_kv_heads",
-                 f"must divide model.n_heads={self.n_heads} (got {self.n_kv_heads})")
-        _require(self.n_experts >= 0, "model.n_experts", f"must be >= 0 (got {self.n_experts})")
+        positive("model", self, "vocab_size", "n_layers", "d_model", "n_heads", "n_kv_heads", "ffn_hidden",
+                 "max_seq_len", "rope_theta", "norm_eps", "init_std")
+        require(self.d_model % self.n_heads == 0, "model.d_model",
+                f"must be divisible by model.n_heads={self.n_heads} (got {self.d_model})")
+        require((self.d_model // self.n_heads) % 2 == 0, "model.d_model",
+                "head dim (d_model / n_heads) must be even for RoPE")
+        require(self.n_heads % self.n_kv_heads == 0, "model.n_kv_heads",
+                f"must divide model.n_heads={self.n_heads} (got {self.n_kv_heads})")
+        require(self.n_experts >= 0, "model.n_experts", f"must be >= 0 (got {self.n_experts})")
         if self.n_experts:
-            _require(1 <= self.moe_top_k <= self.n_experts, "model.moe_top_k",
-                     f"must be between 1 and model.n_experts={self.n_experts} (got {self.moe_top_k})")
-            _require(self.moe_router in ("softmax", "sigmoid"), "model.moe_router",
-                     f"must be softmax or sigmoid (got {self.moe_router!r})")
-            _require(self.moe_capacity_factor is None or self.moe_capacity_factor > 0, "model.moe_capacity_factor",
-                     f"must be > 0, or null for dropless routing (got {self.moe_capacity_factor})")
-            _require(self.moe_aux_loss_weight >= 0, "model.moe_aux_loss_weight", "must be >= 0")
-            _require(self.moe_shared_experts >= 0, "model.moe_shared_experts", "must be >= 0")
-            _require(0 <= self.moe_dense_layers < self.n_layers, "model.moe_dense_layers",
-                     f"must leave at least one MoE block of model.n_layers={self.n_layers}")
-            _require(self.moe_ffn_hidden is None or self.moe_ffn_hidden > 0, "model.moe_ffn_hidden", "must be > 0")
+            require(1 <= self.moe_top_k <= self.n_experts, "model.moe_top_k",
+                    f"must be between 1 and model.n_experts={self.n_experts} (got {self.moe_top_k})")
+            require(self.moe_router in ("softmax", "sigmoid"), "model.moe_router",
+                    f"must be softmax or sigmoid (got {self.moe_router!r})")
+            require(self.moe_capacity_factor is None or self.moe_capacity_factor > 0, "model.moe_capacity_factor",
+                    f"must be > 0, or null for dropless routing (got {self.moe_capacity_factor})")
+            require(self.moe_aux_loss_weight >= 0, "model.moe_aux_loss_weight", "must be >= 0")
+            require(self.moe_shared_experts >= 0, "model.moe_shared_experts", "must be >= 0")
+            require(0 <= self.moe_dense_layers < self.n_layers, "model.moe_dense_layers",
+                    f"must leave at least one MoE block of model.n_layers={self.n_layers}")
+            require(self.moe_ffn_hidden is None or self.moe_ffn_hidden > 0, "model.moe_ffn_hidden", "must be > 0")
 
     def is_moe_layer(self, i: int) -> bool:
         """Whether block ``i`` has a mixture of experts (every block after the dense ones, in an MoE model)."""
@@ -114,17 +96,17 @@ class OptimConfig:
     ns_steps: int = 5              # muon: Newton-Schulz iterations
 
     def __post_init__(self):
-        _require(self.name in ("adamw", "muon"), "optim.name", f"must be adamw or muon (got {self.name!r})")
-        _require(self.schedule in ("cosine", "linear", "wsd", "constant"), "optim.schedule",
-                 f"must be cosine, linear, wsd or constant (got {self.schedule!r})")
-        _positive("optim", self, "lr", "eps", "ns_steps")
-        _require(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
-        _require(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
-        _require(self.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 disables clipping)")
-        _require(0 <= self.min_lr_ratio <= 1, "optim.min_lr_ratio", "must be in [0, 1]")
-        _require(0 < self.decay_ratio <= 1, "optim.decay_ratio", "must be in (0, 1]")
+        require(self.name in ("adamw", "muon"), "optim.name", f"must be adamw or muon (got {self.name!r})")
+        require(self.schedule in ("cosine", "linear", "wsd", "constant"), "optim.schedule",
+                f"must be cosine, linear, wsd or constant (got {self.schedule!r})")
+        positive("optim", self, "lr", "eps", "ns_steps")
+        require(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
+        require(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
+        require(self.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 disables clipping)")
+        require(0 <= self.min_lr_ratio <= 1, "optim.min_lr_ratio", "must be in [0, 1]")
+        require(0 < self.decay_ratio <= 1, "optim.decay_ratio", "must be in (0, 1]")
         for name in ("beta1", "beta2", "momentum"):
-            _require(0 <= getattr(self, name) < 1, f"optim.{name}", "must be in [0, 1)")
+            require(0 <= getattr(self, name) < 1, f"optim.{name}", "must be in [0, 1)")
 
 
 @dataclass
@@ -151,16 +133,16 @@ class ParallelConfig:
                                    # the other way; MindFormers' offset): the embedding and the head are not free
 
     def __post_init__(self):
-        _positive("parallel", self, "dp_replicate", "dp_shard", "tp", "pp", "cp", "ep", "pp_virtual")
-        _require(self.pp_schedule in ("gpipe", "1f1b", "interleaved"), "parallel.pp_schedule",
-                 f"must be gpipe, 1f1b or interleaved (got {self.pp_schedule!r})")
-        _require(self.pp_virtual == 1 or self.pp_schedule == "interleaved", "parallel.pp_virtual",
-                 f"{self.pp_virtual} stages per rank need parallel.pp_schedule=interleaved; or set pp_virtual=1")
-        _require(not self.sp or self.tp > 1, "parallel.sp",
-                 "sequence parallelism splits the tensor-parallel group's work; it needs parallel.tp > 1")
-        _require(self.ep == 1 or (self.dp_shard * self.cp * self.tp) % self.ep == 0, "parallel.ep",
-                 f"{self.ep} must divide dp_shard * cp * tp = {self.dp_shard * self.cp * self.tp} (experts borrow "
-                 "those ranks)")
+        positive("parallel", self, "dp_replicate", "dp_shard", "tp", "pp", "cp", "ep", "pp_virtual")
+        require(self.pp_schedule in ("gpipe", "1f1b", "interleaved"), "parallel.pp_schedule",
+                f"must be gpipe, 1f1b or interleaved (got {self.pp_schedule!r})")
+        require(self.pp_virtual == 1 or self.pp_schedule == "interleaved", "parallel.pp_virtual",
+                f"{self.pp_virtual} stages per rank need parallel.pp_schedule=interleaved; or set pp_virtual=1")
+        require(not self.sp or self.tp > 1, "parallel.sp",
+                "sequence parallelism splits the tensor-parallel group's work; it needs parallel.tp > 1")
+        require(self.ep == 1 or (self.dp_shard * self.cp * self.tp) % self.ep == 0, "parallel.ep",
+                f"{self.ep} must divide dp_shard * cp * tp = {self.dp_shard * self.cp * self.tp} (experts borrow "
+                "those ranks)")
 
     @property
     def world_size(self) -> int:
@@ -202,27 +184,27 @@ class MemoryConfig:
     limit_gb: Optional[float] = None  # per-rank memory budget; exceeding it ends the trial with exit 10
 
     def __post_init__(self):
-        _require(self.recompute in RECOMPUTE, "memory.recompute",
-                 f"must be one of {', '.join(RECOMPUTE)} (got {self.recompute!r})")
+        require(self.recompute in RECOMPUTE, "memory.recompute",
+                f"must be one of {', '.join(RECOMPUTE)} (got {self.recompute!r})")
         for value in self.recompute_stages or []:
-            _require(value in RECOMPUTE, "memory.recompute_stages",
-                     f"must be one of {', '.join(RECOMPUTE)} (got {value!r})")
-        _require(self.recompute_layers is None or self.recompute_layers >= 1, "memory.recompute_layers",
-                 f"must be >= 1, or null for every block (got {self.recompute_layers})")
-        _require(self.limit_gb is None or self.limit_gb > 0, "memory.limit_gb", "must be > 0 or null")
-        _require(self.swap_layers is None or self.swap_layers >= 1, "memory.swap_layers",
-                 f"must be >= 1, or null for every block (got {self.swap_layers})")
+            require(value in RECOMPUTE, "memory.recompute_stages",
+                    f"must be one of {', '.join(RECOMPUTE)} (got {value!r})")
+        require(self.recompute_layers is None or self.recompute_layers >= 1, "memory.recompute_layers",
+                f"must be >= 1, or null for every block (got {self.recompute_layers})")
+        require(self.limit_gb is None or self.limit_gb > 0, "memory.limit_gb", "must be > 0 or null")
+        require(self.swap_layers is None or self.swap_layers >= 1, "memory.swap_layers",
+                f"must be >= 1, or null for every block (got {self.swap_layers})")
         for value in self.swap_ops or []:
-            _require(value in SWAP_OPS, "memory.swap_ops",
-                     f"must name parts of a block among {', '.join(SWAP_OPS)}, or be null for all (got {value!r})")
-        _require(self.swap_ops is None or len(self.swap_ops) > 0, "memory.swap_ops",
-                 f"must name at least one of {', '.join(SWAP_OPS)}, or be null for all (got [])")
-        _require(self.swap_prefetch >= 0, "memory.swap_prefetch",
-                 f"must be >= 0 (0: no prefetch; got {self.swap_prefetch})")
+            require(value in SWAP_OPS, "memory.swap_ops",
+                    f"must name parts of a block among {', '.join(SWAP_OPS)}, or be null for all (got {value!r})")
+        require(self.swap_ops is None or len(self.swap_ops) > 0, "memory.swap_ops",
+                f"must name at least one of {', '.join(SWAP_OPS)}, or be null for all (got [])")
+        require(self.swap_prefetch >= 0, "memory.swap_prefetch",
+                f"must be >= 0 (0: no prefetch; got {self.swap_prefetch})")
         defaults = {f.name: f.default for f in fields(MemoryConfig)}
         for name in ("swap_layers", "swap_ops", "swap_prefetch"):  # settings of swap, meaningless without it
-            _require(self.swap or getattr(self, name) == defaults[name], f"memory.{name}",
-                     "chooses what activation SWAP moves; set memory.swap=true, or leave it at its default")
+            require(self.swap or getattr(self, name) == defaults[name], f"memory.{name}",
+                    "chooses what activation SWAP moves; set memory.swap=true, or leave it at its default")
 
     def recompute_of(self, stage: int) -> str:
         """The recompute setting of pipeline stage ``stage`` (of the whole model without a pipeline)."""
@@ -236,10 +218,10 @@ class DataConfig:
     token_dtype: Optional[str] = None  # uint16 | uint32, only for raw files without a .json sidecar
 
     def __post_init__(self):
-        _require(self.token_dtype in (None, "uint16", "uint32"), "data.token_dtype",
-                 "must be uint16, uint32 or null (read from the file's sidecar)")
-        _require(self.val_path is None or self.train_path is not None, "data.val_path",
-                 "needs data.train_path too (the embedded corpus brings its own validation split)")
+        require(self.token_dtype in (None, "uint16", "uint32"), "data.token_dtype",
+                "must be uint16, uint32 or null (read from the file's sidecar)")
+        require(self.val_path is None or self.train_path is not None, "data.val_path",
+                "needs data.train_path too (the embedded corpus brings its own validation split)")
 
 
 @dataclass
@@ -254,11 +236,11 @@ class TrainingConfig:
     profile: bool = False          # profile the steps after the first two (core.profiling): comm_time_share
 
     def __post_init__(self):
-        _positive("training", self, "global_batch_size", "seq_len", "log_interval", "eval_batches")
-        _require(self.micro_batch_size is None or self.micro_batch_size > 0, "training.micro_batch_size",
-                 "must be > 0 or null (null: global_batch_size / data-parallel degree, no accumulation)")
-        _require(self.mode in ("jit", "pynative"), "training.mode", f"must be jit or pynative (got {self.mode!r})")
-        _require(self.eval_interval >= 0, "training.eval_interval", "must be >= 0")
+        positive("training", self, "global_batch_size", "seq_len", "log_interval", "eval_batches")
+        require(self.micro_batch_size is None or self.micro_batch_size > 0, "training.micro_batch_size",
+                "must be > 0 or null (null: global_batch_size / data-parallel degree, no accumulation)")
+        require(self.mode in ("jit", "pynative"), "training.mode", f"must be jit or pynative (got {self.mode!r})")
+        require(self.eval_interval >= 0, "training.eval_interval", "must be >= 0")
 
 
 @dataclass
@@ -271,12 +253,12 @@ class ExecutionConfig:
     dispatch_threads: Optional[int] = None  # runtime (actor) threads; null: MindSpore's default
 
     def __post_init__(self):
-        _require(self.jit_level in ("O0", "O1"), "execution.jit_level", f"must be O0 or O1 (got {self.jit_level!r})")
-        _require(self.capture_mode in ("ast", "bytecode"), "execution.capture_mode",
-                 f"must be ast or bytecode (got {self.capture_mode!r})")
+        require(self.jit_level in ("O0", "O1"), "execution.jit_level", f"must be O0 or O1 (got {self.jit_level!r})")
+        require(self.capture_mode in ("ast", "bytecode"), "execution.capture_mode",
+                f"must be ast or bytecode (got {self.capture_mode!r})")
         for name in ("kernel_threads", "dispatch_threads"):
             value = getattr(self, name)
-            _require(value is None or value >= 1, f"execution.{name}", f"must be >= 1, or null (got {value})")
+            require(value is None or value >= 1, f"execution.{name}", f"must be >= 1, or null (got {value})")
 
 
 @dataclass
@@ -287,12 +269,12 @@ class TrialConfig:
     dir: Optional[str] = None              # default: trials/manual/<timestamp>
 
     def __post_init__(self):
-        _require(self.max_steps is not None or self.max_wall_time_sec is not None, "trial.max_steps",
-                 "set trial.max_steps or trial.max_wall_time_sec: a trial needs a budget")
-        _require(self.max_steps is None or self.max_steps > 0, "trial.max_steps", "must be > 0 or null")
-        _require(self.max_wall_time_sec is None or self.max_wall_time_sec > 0, "trial.max_wall_time_sec",
-                 "must be > 0 or null")
-        _require(self.grace_sec >= 0, "trial.grace_sec", "must be >= 0")
+        require(self.max_steps is not None or self.max_wall_time_sec is not None, "trial.max_steps",
+                "set trial.max_steps or trial.max_wall_time_sec: a trial needs a budget")
+        require(self.max_steps is None or self.max_steps > 0, "trial.max_steps", "must be > 0 or null")
+        require(self.max_wall_time_sec is None or self.max_wall_time_sec > 0, "trial.max_wall_time_sec",
+                "must be > 0 or null")
+        require(self.grace_sec >= 0, "trial.grace_sec", "must be >= 0")
 
 
 @dataclass
@@ -303,8 +285,8 @@ class CheckpointConfig:
     keep: int = 2                  # newest checkpoints kept
 
     def __post_init__(self):
-        _require(self.interval >= 0, "checkpoint.interval", "must be >= 0")
-        _require(self.keep >= 1, "checkpoint.keep", "must be >= 1")
+        require(self.interval >= 0, "checkpoint.interval", "must be >= 0")
+        require(self.keep >= 1, "checkpoint.keep", "must be >= 1")
 
 
 @dataclass
@@ -322,120 +304,51 @@ class TrainConfig:
     device: str = "CPU"            # CPU here; Ascend in production
 
     def __post_init__(self):
-        _require(self.device in ("CPU", "Ascend", "GPU"), "device", f"must be CPU, Ascend or GPU (got {self.device!r})")
+        require(self.device in ("CPU", "Ascend", "GPU"), "device", f"must be CPU, Ascend or GPU (got {self.device!r})")
         t, p = self.training, self.parallel
-        _require(t.seq_len <= self.model.max_seq_len, "training.seq_len",
-                 f"{t.seq_len} exceeds model.max_seq_len={self.model.max_seq_len}; lower it or raise model.max_seq_len")
-        _check_layout(self.model, t, p)
+        require(t.seq_len <= self.model.max_seq_len, "training.seq_len",
+                f"{t.seq_len} exceeds model.max_seq_len={self.model.max_seq_len}; lower it or raise model.max_seq_len")
+        check_layout(self.model, t, p)
         stages = p.pp * p.pp_virtual
-        _require(self.memory.recompute_stages is None or len(self.memory.recompute_stages) == stages,
-                 "memory.recompute_stages", f"needs one setting per pipeline stage (pp * pp_virtual = {stages}), "
-                 f"got {self.memory.recompute_stages}")
+        require(self.memory.recompute_stages is None or len(self.memory.recompute_stages) == stages,
+                "memory.recompute_stages", f"needs one setting per pipeline stage (pp * pp_virtual = {stages}), "
+                f"got {self.memory.recompute_stages}")
         settings = set(self.memory.recompute_stages or [self.memory.recompute])
-        _require(not ("selective" in settings and _selective_costs_memory(self.device, t.mode)),
-                 "memory.recompute", "selective recompute raises the peak under training.mode=jit on CPU (measured "
-                 "1.10x of none: the recomputation is compiled on top of the saved graph, benchmarks/RESULTS.md "
-                 "'Recompute'); use memory.recompute=full, which runs as compiled segments there, or training.mode="
-                 "pynative")
+        require(not ("selective" in settings and selective_costs_memory(self.device, t.mode)),
+                "memory.recompute", "selective recompute raises the peak under training.mode=jit on CPU (measured "
+                "1.10x of none: the recomputation is compiled on top of the saved graph, benchmarks/RESULTS.md "
+                "'Recompute'); use memory.recompute=full, which runs as compiled segments there, or training.mode="
+                "pynative")
         if self.memory.swap:
-            _require(t.mode == "pynative", "memory.swap", "needs training.mode=pynative: under jit the compiled graph "
-                     "owns the tensors it saves and no hook can move them (core.swap); or set memory.swap=false")
-            _require(p.pp == 1 and settings == {"none"}, "memory.swap",
-                     "runs without a pipeline and without recompute (the combinations are not built); set "
-                     "parallel.pp=1 and memory.recompute=none, or memory.swap=false")
+            require(t.mode == "pynative", "memory.swap", "needs training.mode=pynative: under jit the compiled graph "
+                    "owns the tensors it saves and no hook can move them (core.swap); or set memory.swap=false")
+            require(p.pp == 1 and settings == {"none"}, "memory.swap",
+                    "runs without a pipeline and without recompute (the combinations are not built); set "
+                    "parallel.pp=1 and memory.recompute=none, or memory.swap=false")
         for name in ("recompute_layers", "swap_layers"):
             r = getattr(self.memory, name)
-            _require(r is None or r <= self.model.n_layers, f"memory.{name}",
-                     f"{r} exceeds model.n_layers={self.model.n_layers}; lower it, or set it to null for every block")
-        _require(t.global_batch_size % p.dp == 0, "training.global_batch_size",
-                 f"{t.global_batch_size} must be a multiple of the data-parallel degree {p.dp} "
-                 "(parallel.dp_replicate * parallel.dp_shard)")
+            require(r is None or r <= self.model.n_layers, f"memory.{name}",
+                    f"{r} exceeds model.n_layers={self.model.n_layers}; lower it, or set it to null for every block")
+        require(t.global_batch_size % p.dp == 0, "training.global_batch_size",
+                f"{t.global_batch_size} must be a multiple of the data-parallel degree {p.dp} "
+                "(parallel.dp_replicate * parallel.dp_shard)")
         if t.micro_batch_size is None:
             t.micro_batch_size = t.global_batch_size // p.dp
         per_step = t.micro_batch_size * p.dp
-        _require(t.global_batch_size % per_step == 0, "training.global_batch_size",
-                 f"{t.global_batch_size} must be a multiple of micro_batch_size * data-parallel degree "
-                 f"= {t.micro_batch_size} * {p.dp} = {per_step}")
-        _require(p.pp_schedule != "interleaved" or p.pp == 1 or self.grad_accum_steps % p.pp == 0,
-                 "parallel.pp_schedule", f"interleaved needs the micro-batches per step ({self.grad_accum_steps} = "
-                 f"global_batch_size / (micro_batch_size * dp)) to be a multiple of pp={p.pp}; change "
-                 "training.micro_batch_size or the batch, or use 1f1b")
-        _require(self.checkpoint.interval == 0 or self.trial.max_steps is None
-                 or self.checkpoint.interval <= self.trial.max_steps, "checkpoint.interval",
-                 "is longer than trial.max_steps, so no checkpoint would be written; lower it or set 0")
+        require(t.global_batch_size % per_step == 0, "training.global_batch_size",
+                f"{t.global_batch_size} must be a multiple of micro_batch_size * data-parallel degree "
+                f"= {t.micro_batch_size} * {p.dp} = {per_step}")
+        require(p.pp_schedule != "interleaved" or p.pp == 1 or self.grad_accum_steps % p.pp == 0,
+                "parallel.pp_schedule", f"interleaved needs the micro-batches per step ({self.grad_accum_steps} = "
+                f"global_batch_size / (micro_batch_size * dp)) to be a multiple of pp={p.pp}; change "
+                "training.micro_batch_size or the batch, or use 1f1b")
+        require(self.checkpoint.interval == 0 or self.trial.max_steps is None
+                or self.checkpoint.interval <= self.trial.max_steps, "checkpoint.interval",
+                "is longer than trial.max_steps, so no checkpoint would be written; lower it or set 0")
 
     @property
     def grad_accum_steps(self) -> int:
         return self.training.global_batch_size // (self.training.micro_batch_size * self.parallel.dp)
-
-
-def segmented_recompute(mode: str, pipeline: bool) -> bool:
-    """Whether full recompute runs as core.recompute's ``SegmentedStep`` (jit without a pipeline) rather than as
-    MindSpore's recompute; core.memory counts its activations by the same rule."""
-    return mode == "jit" and not pipeline
-
-
-def _selective_costs_memory(device: str, mode: str) -> bool:
-    """CPU workaround: under jit MindSpore's CPU runtime keeps a bprop-Cell's forward intermediates as well as
-    recomputing them, so selective recompute (core.recompute) adds memory there instead of saving it (measured on
-    model=small, seq 512, micro-batch 8: 6.27 vs 5.73 GB). It saves in PyNative (1.76 vs 1.88 GB)."""
-    return device == "CPU" and mode == "jit"
-
-
-def moe_capacity(tokens: int, top_k: int, n_experts: int, factor: Optional[float]) -> int:
-    """Slots per expert for ``tokens`` tokens: ceil(factor * tokens * k / n_experts), at most ``tokens``; all
-    ``tokens`` when ``factor`` is None (dropless: a token picks an expert at most once). core.model.moe dispatches
-    into them; core.memory counts them."""
-    if factor is None:
-        return tokens
-    return min(tokens, math.ceil(factor * tokens * top_k / n_experts))
-
-
-def _check_layout(m: ModelConfig, t: TrainingConfig, p: ParallelConfig) -> None:
-    """Every degree must split the model and the sequence evenly; the message names the field and the fix."""
-    for name, value in (("n_heads", m.n_heads), ("n_kv_heads", m.n_kv_heads), ("vocab_size", m.vocab_size),
-                        ("ffn_hidden", m.ffn_hidden)):
-        _require(value % p.tp == 0, "parallel.tp",
-                 f"{p.tp} does not divide model.{name}={value}; choose a tp that divides n_heads, n_kv_heads, "
-                 "vocab_size and ffn_hidden")
-    if p.cp > 1:
-        _require(t.seq_len % (2 * p.cp) == 0, "parallel.cp",
-                 f"training.seq_len={t.seq_len} must split into 2*cp = {2 * p.cp} equal chunks (each rank holds a "
-                 "chunk and its mirror, for causal load balance); choose cp or seq_len accordingly")
-    if p.sp:
-        local = t.seq_len // p.cp
-        _require(local % p.tp == 0, "parallel.sp",
-                 f"each rank's sequence ({t.seq_len} / cp = {local}) must split into tp={p.tp} equal parts; "
-                 "choose seq_len, cp and tp accordingly or set parallel.sp=false")
-    stages = p.pp * p.pp_virtual
-    if p.pp_layers is not None:
-        _require(len(p.pp_layers) == stages and sum(p.pp_layers) == m.n_layers and min(p.pp_layers) >= 1,
-                 "parallel.pp_layers", f"{list(p.pp_layers)} must give each of pp * pp_virtual = {stages} stages at "
-                 f"least one layer, model.n_layers={m.n_layers} in all")
-        _require(p.pp_offset == 0, "parallel.pp_offset", "applies to the even split; with parallel.pp_layers "
-                                                         "set it to 0 and write the split you want")
-    else:
-        _require(m.n_layers % stages == 0, "parallel.pp",
-                 f"pp * pp_virtual = {stages} stages do not divide model.n_layers={m.n_layers}; choose degrees "
-                 "that divide it, or give the layers per stage in parallel.pp_layers (e.g. [1,2])")
-        split = p.stage_split(m.n_layers)
-        _require(stages > 1 or p.pp_offset == 0, "parallel.pp_offset", "needs a pipeline (parallel.pp > 1)")
-        _require(min(split) >= 1, "parallel.pp_offset",
-                 f"{p.pp_offset} leaves a stage without layers (split {split}); keep |pp_offset| below "
-                 f"{m.n_layers // stages}")
-    _require(p.ep == 1 or m.n_experts > 0, "parallel.ep",
-             f"expert parallelism (ep={p.ep}) splits an MoE model's experts; choose model=moe-tiny or moe-small, "
-             "or set parallel.ep=1")
-    if m.n_experts:
-        width = m.moe_ffn_hidden or m.ffn_hidden
-        _require(width % p.tp == 0, "parallel.tp",
-                 f"{p.tp} does not divide each expert's width (model.moe_ffn_hidden or ffn_hidden = {width}); "
-                 "choose a tp that divides it")
-        _require(p.ep == p.dp_shard, "parallel.ep",
-                 f"experts are split over the FSDP ranks (they are not FSDP-sharded themselves): set parallel.ep = "
-                 f"parallel.dp_shard = {p.dp_shard}")
-        _require(m.n_experts % p.ep == 0, "parallel.ep",
-                 f"{p.ep} ranks do not split model.n_experts={m.n_experts} evenly; choose an ep that divides it")
 
 
 def compose(overrides: list[str] | tuple[str, ...] = ()) -> Any:

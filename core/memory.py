@@ -10,7 +10,8 @@ import functools
 import math
 from dataclasses import dataclass
 
-from core.config import SWAP_OPS, ModelConfig, TrainConfig, moe_capacity, segmented_recompute
+from core.config import SWAP_OPS, ModelConfig, TrainConfig
+from core.config_rules import moe_capacity, segmented_recompute
 
 GiB, MiB = 1024**3, 1024**2
 

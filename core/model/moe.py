@@ -33,7 +33,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import Parameter, Tensor, mint, nn, ops
 
-from core.config import moe_capacity
+from core.config_rules import moe_capacity
 from core.model.layers import MLP, Linear, _normal, _param
 
 _bmm_nt = ops.BatchMatMul(transpose_b=True)

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 from mindspore import nn
 
-from core.config import TrainConfig, segmented_recompute
+from core.config import TrainConfig
+from core.config_rules import segmented_recompute
 from core.loss import LinearCrossEntropyLoss
 from core.parallel import comm
 from core.parallel.context_parallel import apply_context_parallel, chunk_positions

@@ -57,7 +57,7 @@ def build_schedule(par, cfg, params: list, loss_fn, eval_fn, swap_dir=None):
     """The schedule of this rank: a pipeline's over ``par.stages``; full recompute's segments under jit
     (core.recompute); else gradient accumulation over ``loss_fn(inputs, targets, positions)`` (differentiated
     here) and ``eval_fn``, with activation SWAP of ``par.model`` into ``swap_dir`` if ``memory.swap``."""
-    from core.config import segmented_recompute
+    from core.config_rules import segmented_recompute
     from core.recompute import SegmentedStep, recomputed_blocks
 
     jit = cfg.training.mode == "jit"

@@ -33,6 +33,26 @@ def test_classify(exc, code):
     assert reason and "\n" not in reason
 
 
+def _raised_in(filename: str, function: str) -> BaseException:
+    """RuntimeError("Response is empty.") raised from ``function`` defined in a file named ``filename``."""
+    scope: dict = {}
+    exec(compile(f"def {function}():\n    raise RuntimeError('Response is empty.')\n", filename, "exec"), scope)
+    try:
+        scope[function]()
+    except RuntimeError as exc:
+        return exc
+    raise AssertionError("not raised")
+
+
+def test_compile_errors_are_known_by_where_they_are_raised():
+    """MindSpore's graph compile call fails in many words (graph-kernel fusion's: "Response is empty."): the
+    frame it came from decides, so the same words from elsewhere stay an ordinary error."""
+    code, reason = classify(_raised_in("/site-packages/mindspore/graph/api.py", "compile"))
+    assert code == Exit.COMPILE_ERROR and "Response is empty" in reason
+    assert classify(_raised_in("/site-packages/mindspore/graph/api.py", "run"))[0] == Exit.ERROR
+    assert classify(_raised_in("/work/core/api.py", "compile"))[0] == Exit.ERROR
+
+
 def test_every_code_has_a_status():
     assert {STATUS[c] for c in Exit} == {"ok", "error", "invalid", "oom", "compile_error", "nan", "timeout"}
 
