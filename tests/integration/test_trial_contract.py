@@ -4,6 +4,8 @@ import time
 
 import pytest
 
+from core.config import load_config
+from core.model import flops_per_token
 from tests.schema import assert_summary_schema
 
 pytestmark = pytest.mark.slow
@@ -23,6 +25,12 @@ def test_ok_trial_writes_everything(trial):
     assert len(run.metrics("val_loss")) == 3
     assert (run.dir / "config.yaml").exists() and (run.dir / "train.log").exists()
     assert s["config"]["model"]["name"] == "tiny" and s["layout"]["world_size"] == 1
+    phases = s["startup_phases_sec"]  # process start to the first finished step, every phase, in order
+    assert list(phases) == ["launch", "imports", "cluster", "build", "first_step"], phases
+    assert sum(phases.values()) == pytest.approx(s["startup_sec"], abs=0.01)
+    assert m["reference_flops_per_sec"] > 1e9  # MFU's fixed denominator, this machine's (core.reference_rate)
+    per_token = flops_per_token(load_config(["model=tiny"]).model, 64)
+    assert m["mfu"] == pytest.approx(m["tokens_per_sec"] * per_token / m["reference_flops_per_sec"])
 
 
 def test_training_reduces_the_loss(trial):
