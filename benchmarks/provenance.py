@@ -1,12 +1,14 @@
-"""Where a benchmark figure comes from: the commit it was measured at. Standard library only, so that every
-script here (and ``agent_efficiency.py``'s per-trial replay command) can import it for free."""
+"""Where a benchmark figure comes from: the commit it was measured at, and the CPU. Standard library only (and
+core.reference_rate, which is too), so that every script here (and ``agent_efficiency.py``'s per-trial replay
+command) can import it for free."""
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from pathlib import Path
+
+from core.reference_rate import cpu_model_and_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,12 +29,6 @@ def git_commit() -> str:
 
 def cpu_info(flags: tuple[str, ...] = ("avx2", "avx512f", "fma")) -> str:
     """CPU model, core count and whether it has each of ``flags`` (the SIMD kinds that set fp32 matmul rates:
-    machines of one kind differ, so a figure names them), from /proc/cpuinfo; "unknown" elsewhere."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown CPU"
-    model = re.search(r"^model name\s*:\s*(.*)$", text, re.M)
-    have = set((re.search(r"^flags\s*:\s*(.*)$", text, re.M) or [None, ""])[1].split())
-    return (f"{model[1].strip() if model else 'unknown CPU'}, {os.cpu_count()} cores, "
-            + ", ".join(f"{f} {'yes' if f in have else 'no'}" for f in flags))
+    machines of one kind differ, so a figure names them)."""
+    model, have = cpu_model_and_flags()
+    return f"{model}, {os.cpu_count()} cores, " + ", ".join(f"{f} {'yes' if f in have else 'no'}" for f in flags)

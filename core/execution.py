@@ -4,7 +4,7 @@
     configure(cfg, local_ranks)   # threads, graph-kernel fusion: process-wide, so set before the first graph
     jit(fn)                        # mindspore.jit with this trial's jit_level and capture_mode
 
-Every compiled function of the core goes through ``jit`` so that one config key changes them all.
+Every graph a trial compiles goes through ``jit``, so that one config key changes them all.
 """
 
 from __future__ import annotations

@@ -41,16 +41,21 @@ def cache_path() -> Path:
     return Path(root) / "reference_rate.json"
 
 
-def machine_key(device: str) -> str:
-    """What the rate depends on: device, CPU model, cores, SIMD flags, library versions."""
-    model, flags = platform.processor() or "unknown", ""
+def cpu_model_and_flags() -> tuple[str, set[str]]:
+    """The CPU's model name and feature flags from /proc/cpuinfo (benchmarks name them beside every figure too)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
-        model = (re.search(r"^model name\s*:\s*(.*)$", text, re.M) or [None, model])[1].strip()
-        have = set((re.search(r"^flags\s*:\s*(.*)$", text, re.M) or [None, ""])[1].split())
-        flags = ",".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile") if f in have)
     except OSError:
-        pass
+        return platform.processor() or "unknown CPU", set()
+    model = re.search(r"^model name\s*:\s*(.*)$", text, re.M)
+    flags = re.search(r"^flags\s*:\s*(.*)$", text, re.M)
+    return (model[1].strip() if model else "unknown CPU"), set(flags[1].split() if flags else ())
+
+
+def machine_key(device: str) -> str:
+    """What the rate depends on: device, CPU model, cores, SIMD flags, library versions."""
+    model, have = cpu_model_and_flags()
+    flags = ",".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile") if f in have)
     libraries = f"mindspore {version('mindspore')}|numpy {version('numpy')}"
     return f"{device}|{model}|{os.cpu_count()} cores|{flags}|{libraries}"
 
