@@ -3,6 +3,7 @@
 
     configure(cfg, local_ranks)   # threads, graph-kernel fusion: process-wide, so set before the first graph
     jit(fn)                        # mindspore.jit with this trial's jit_level and capture_mode
+    compiled_if(jit_mode)(fn)      # jit(fn) under training.mode=jit, fn itself in PyNative
 
 Every graph a trial compiles goes through ``jit``, so that one config key changes them all.
 """
@@ -19,6 +20,15 @@ _JIT_OPTIONS: dict = {}
 def jit(fn):
     """``mindspore.jit(fn)`` with the options ``configure`` set (MindSpore's defaults before it is called)."""
     return ms.jit(fn, **_JIT_OPTIONS)
+
+
+def compiled_if(enabled: bool):
+    """``jit`` when ``enabled`` (training.mode=jit), else a function returned as it is (PyNative)."""
+    return jit if enabled else _as_is
+
+
+def _as_is(fn):
+    return fn
 
 
 def configure(cfg, local_ranks: int) -> None:

@@ -90,7 +90,7 @@ class StageFns:
 
     def __init__(self, stage: Stage, loss: nn.Cell, eval_loss: nn.Cell, jit: bool):
         self.stage, self.params = stage, stage.trainable_params()
-        wrap = execution.jit if jit else (lambda f: f)
+        wrap = execution.compiled_if(jit)
         if stage.last:
             def loss_fn(x, targets, positions):
                 return loss(stage(x, positions), stage.head_weight(), targets)
@@ -132,7 +132,7 @@ class PipelineSchedule:
         self.slots = {s: [position[id(p)] for p in f.params] for s, f in self.fns.items()}
         self.n_params = len(params)
         self.wait_sec = 0.0
-        self._add = execution.jit(_sum) if jit else _sum
+        self._add = execution.compiled_if(jit)(_sum)
         comm.enable_p2p()
 
     def run(self, inputs: np.ndarray, targets: np.ndarray, positions: Tensor):

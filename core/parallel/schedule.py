@@ -74,7 +74,7 @@ def build_schedule(par, cfg, params: list, loss_fn, eval_fn, swap_dir=None):
 
             mem = cfg.memory
             swap = ActivationSwap(par.model, swap_dir, cfg.device, mem.swap_layers, mem.swap_ops, mem.swap_prefetch)
-        compiled = execution.jit if jit else (lambda f: f)
+        compiled = execution.compiled_if(jit)
         return GradientAccumulation(compiled(grad_fn), compiled(eval_fn),
                                     cfg.training.micro_batch_size, swap)
     from core.parallel.pipeline import PipelineSchedule

@@ -46,3 +46,8 @@ def test_defaults_leave_mindspore_alone_on_one_rank(mindspore_calls, monkeypatch
     execution.configure(load_config([]), local_ranks=1)
     assert mindspore_calls == []
     assert execution.jit(len) == (len, {"jit_level": "O0", "capture_mode": "ast"})
+
+
+def test_compiled_if_jits_only_in_jit_mode(mindspore_calls):
+    assert execution.compiled_if(True)(len) == (len, {})   # mindspore.jit, with the options configure set (none)
+    assert execution.compiled_if(False)(len) is len         # PyNative: the function itself
