@@ -21,28 +21,20 @@ this machine really uses (HyperParallel-style planners estimate; we estimate, ru
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from numbers import Real
 from typing import Any, Optional
 
+from autoresearch.outcomes import TRIAL_STATUSES, config_key, diverged, positive_number, value_key
 from autoresearch.param import Param, scalar_text
 from autoresearch.space import SearchSpace
 
-__all__ = ["FeasibilityMemory", "MemoryModel", "Outcome", "TRIAL_STATUSES", "FAILURE_STATUSES"]
+__all__ = ["FeasibilityMemory", "MemoryModel", "Outcome"]
 
-FAILURE_STATUSES = ("error", "invalid", "oom", "compile_error", "nan", "timeout")
-TRIAL_STATUSES = ("ok", *FAILURE_STATUSES)
 # Skipped without running: nothing was learned from it, so record() accepts and ignores it (handy on resume).
 IGNORED_STATUSES = ("pruned",)
 # Peaks from these statuses are real measurements; an OOM's peak is only where the run was cut off.
 _MEASURED_STATUSES = ("ok", "nan", "timeout")
-
-# A finite run "diverged" when its final loss is this many times its first: far beyond the step-to-step noise of a
-# run whose learning rate is merely too small to move the loss, and far below what a blown-up run shows (measured
-# on the tiny model over 20 steps, benchmarks/data/tabular.json: lr 1 and 10 end at 3-115x their first loss,
-# every lr up to 0.1 at 0.49-0.70x).
-DIVERGENCE_RATIO = 1.5
 
 # kind -> (Param annotation, label in reasons, what dominance implies)
 _DOMINANCE = {
@@ -73,26 +65,6 @@ class Outcome:
         return "nan" if self.status in ("ok", "timeout") and diverged(self.metrics) else None
 
 
-def diverged(metrics: Optional[dict]) -> bool:
-    """Whether a run's loss rose to more than ``DIVERGENCE_RATIO`` times its first value."""
-    first, final = (metrics or {}).get("first_loss"), (metrics or {}).get("final_loss")
-    return _positive(first) and _positive(final) and final > DIVERGENCE_RATIO * first
-
-
-def _norm(v: Any) -> tuple:
-    """A hashable, type-aware form of a value: floats to 12 significant digits so that 0.003 and
-    0.0030000000000000005 are the same config, while True and 1 stay different."""
-    if v is None or isinstance(v, bool) or isinstance(v, str):
-        return (type(v).__name__, v)
-    if isinstance(v, Real):
-        return ("number", float(f"{float(v):.12g}"))
-    return ("other", repr(v))
-
-
-def _key(params: dict) -> tuple:
-    return tuple(sorted((k, _norm(v)) for k, v in params.items()))
-
-
 class FeasibilityMemory:
     """What past trials proved about the space. ``record`` every finished trial; ``check`` each proposal."""
 
@@ -111,10 +83,10 @@ class FeasibilityMemory:
             raise ValueError(f"unknown trial status {status!r}; one of {', '.join(TRIAL_STATUSES)}")
         outcome = Outcome(dict(params), status, dict(metrics) if metrics else None, trial)
         self.outcomes.append(outcome)
-        self._by_key.setdefault(_key(params), []).append(outcome)
+        self._by_key.setdefault(config_key(params), []).append(outcome)
         if status in _MEASURED_STATUSES and metrics:
             est, peak = metrics.get("estimated_memory_bytes"), metrics.get("peak_memory_bytes")
-            if _positive(est) and _positive(peak):
+            if positive_number(est) and positive_number(peak):
                 self.memory_model.add(est, peak)
 
     def check(self, params: dict, estimated_bytes: float | None = None,
@@ -128,7 +100,7 @@ class FeasibilityMemory:
         """(failure kind it predicts or None, one-line reason) to skip ``params``, or None to run it. Checked in
         order: an exact repeat, OOM dominance, NaN dominance, and (when both are given) the memory model's
         prediction for ``estimated_bytes`` against ``limit_bytes``."""
-        earlier = self._by_key.get(_key(params), [])
+        earlier = self._by_key.get(config_key(params), [])
         failed = [o for o in earlier if o.status != "ok"]
         if failed:
             o = failed[0]
@@ -159,7 +131,7 @@ class FeasibilityMemory:
                 continue
             a, b = proposal[name], failed[name]
             if direction is None:
-                if _norm(a) != _norm(b):
+                if value_key(a) != value_key(b):
                     return False
                 continue
             pa, pb = _position(param, a), _position(param, b)
@@ -213,7 +185,7 @@ def _position(param: Param, value: Any) -> Optional[float]:
         return float(i) if i >= 0 else None
     if not isinstance(value, Real) or isinstance(value, bool):
         return None
-    return _norm(value)[1]
+    return value_key(value)[1]
 
 
 def _escape(param: Param, failed_value: Any, direction: str, valid=lambda name, value: True) -> str:
@@ -227,10 +199,6 @@ def _escape(param: Param, failed_value: Any, direction: str, valid=lambda name, 
     if failed_value == edge:
         return ""
     return f"{param.name} {'<' if direction == 'up' else '>'} {scalar_text(failed_value)}"
-
-
-def _positive(v: Any) -> bool:
-    return isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
 def _gib(n: float) -> str:
@@ -254,7 +222,7 @@ class MemoryModel:
         return len(self.points)
 
     def add(self, estimated: float, measured: float) -> None:
-        if not (_positive(estimated) and _positive(measured)):
+        if not (positive_number(estimated) and positive_number(measured)):
             raise ValueError(f"memory points must be positive finite byte counts (got {estimated!r}, {measured!r})")
         self.points.append((float(estimated), float(measured)))
 

@@ -1,9 +1,11 @@
 """One agent session over a study: the propose → check → run → tell loop and its stop conditions.
 
-The CLI is ``autoresearch.agent``; this module holds the loop so that each file stays readable. The main thread
-proposes, checks and tells; worker threads (``--workers``, one by default) only wait for their trial's process.
-A proposal is enqueued and immediately asked back, so that it is this agent that runs it and the study's sampler
-still sees it as one of its own trials.
+The CLI is ``autoresearch.agent``. The parts, one concept each: ``chooser`` (who picks the config: proposer,
+sampler, repeat policy, LLM usage), ``gate`` (whether it runs: space, feasibility memory, memory gate, duplicates),
+``runner`` (one trial process), ``storage`` (how outcomes are told), ``confirm`` (re-running the front-runners).
+This module schedules them: the main thread chooses, checks and tells; worker threads (``--workers``, one by
+default) only wait for their trial's process. A proposal is enqueued and immediately asked back, so that it is
+this agent that runs it and the study's sampler still sees it as one of its own trials.
 """
 
 from __future__ import annotations
@@ -21,22 +23,14 @@ import optuna
 from optuna.trial import TrialState
 
 from autoresearch import storage as st
-from autoresearch.learn import FeasibilityMemory
-from autoresearch.proposers.base import ProposalContext, SearchExhausted, params_key
+from autoresearch.chooser import Chooser, build_proposer
+from autoresearch.gate import Gate
+from autoresearch.outcomes import RAN, TrialResult
+from autoresearch.proposers.base import SearchExhausted
 from autoresearch.proposers.samplers import make_sampler
-from autoresearch.runner import DEFAULT_COMMAND, Interrupted, TrialResult, run_trial
+from autoresearch.runner import DEFAULT_COMMAND, Interrupted, run_trial
 from autoresearch.slots import Slot, make_slots
 from autoresearch.space import load_space
-
-GiB = 1024**3
-RAN = ("ok", "error", "invalid") + st.FAILURE_KINDS  # statuses of trials that actually ran
-# The sampler may repeat a config, or propose one the space's constraints reject, this often in a row (neither
-# costs a run or budget: asking again keeps its own preference) before the agent enqueues an unseen valid random
-# config instead. Rejections count because independent TPE models each param alone and cannot learn a joint rule
-# such as "the parallel degrees multiply to at most world_size": on parallel.yaml (6 valid of 32 degree
-# combinations) its first 40 proposals were all rejected (measured 2026-11-30).
-REPEATS_BEFORE_RANDOM = 3
-
 
 @dataclass
 class AgentOptions:
@@ -70,34 +64,6 @@ class Launch:
     trial_dir: Path
 
 
-def load_callable(spec: str):
-    """``package.module:function`` -> the function (for --estimator; a user's own code, never an LLM's)."""
-    import importlib
-
-    module, _, name = spec.partition(":")
-    if not module or not name:
-        raise SystemExit(f"--estimator wants MODULE:FUNCTION, got {spec!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def build_proposer(name: str, opts: AgentOptions):
-    """The Proposer for a name (None: the study's sampler chooses every trial)."""
-    from autoresearch.proposers.samplers import GridProposer
-
-    if name == "grid":
-        return GridProposer()
-    if name in ("claude", "hybrid"):
-        from autoresearch.proposers.claude import ClaudeProposer  # imports anthropic: only when asked for
-
-        claude = ClaudeProposer(model=opts.model)
-        if name == "claude":
-            return claude
-        from autoresearch.proposers.hybrid import HybridProposer
-
-        return HybridProposer(claude, fraction=opts.claude_fraction)
-    return None
-
-
 class StudyLoop:
     def __init__(self, opts: AgentOptions, proposer_name: str):
         self.opts = opts
@@ -110,16 +76,12 @@ class StudyLoop:
         hours = self.space.budget_hours
         self.timeout = opts.timeout if opts.timeout is not None else (hours * 3600 if hours else None)
         self.max_cost = opts.max_cost if opts.max_cost is not None else self.space.budget_dollars
-        self.proposer = build_proposer(proposer_name, opts)
         self.sampler_name = proposer_name if proposer_name in ("random", "grid") else "tpe"
-        self.estimator = self._load_estimator(opts.estimator)
-        self.memory = FeasibilityMemory(self.space)  # also holds the memory model, calibrated as trials end
-        self._seen_usage = None
-        self._estimates: dict[tuple, int | None] = {}
+        self.gate = Gate(self.space, opts.estimator, learn=opts.learn)
+        self.chooser = Chooser(self.space, self.gate, build_proposer(proposer_name, opts.model, opts.claude_fraction),
+                               self.sampler_name, opts.seed)
         self.workers = opts.workers
         self.errors_in_a_row = 0
-        self.repeats_in_a_row = 0  # proposals that repeated a config or broke the space, since the last new one
-        self.repeat_kind = ""      # what the last of them did, for the label of the random config that follows
 
     # --- set-up ---
 
@@ -134,15 +96,6 @@ class StudyLoop:
         print(f"reference rate: {last}" if done.returncode == 0 else
               f"reference rate not measured (exit {done.returncode}: {last}); each trial will try", flush=True)
 
-    def _load_estimator(self, spec: str | None):
-        if not spec or not self.opts.learn:
-            return None
-        try:
-            return load_callable(spec)
-        except (ImportError, AttributeError) as exc:
-            print(f"memory gate off: cannot load estimator {spec} ({exc})", flush=True)
-            return None
-
     def open(self) -> optuna.Study:
         url = st.storage_url(self.opts.storage or st.default_storage(self.opts.trials_dir, self.study_name))
         if self.opts.resume and self.study_name not in optuna.get_all_study_names(storage=url):
@@ -155,72 +108,8 @@ class StudyLoop:
             print(note, flush=True)
         for t in study.get_trials(deepcopy=False):  # what earlier sessions learned
             if t.state.is_finished() and t.user_attrs.get("status") in RAN:
-                self._learn(t.number, t.params, t.user_attrs["status"], t.user_attrs.get("metrics") or {})
+                self.gate.learn(t.number, t.params, t.user_attrs["status"], t.user_attrs.get("metrics") or {})
         return study
-
-    # --- learning ---
-
-    def _learn(self, number: int, params: dict, status: str, metrics: dict) -> None:
-        if self.opts.learn:
-            self.memory.record(params, status, metrics, trial=number)
-
-    def predict_memory(self, params: dict) -> tuple[int | None, int | None]:
-        """(analytic estimate, calibrated prediction) of the per-rank peak, or Nones without an estimator."""
-        if self.estimator is None:
-            return None, None
-        key = params_key(params)
-        if key not in self._estimates:  # the core's estimator composes a Hydra config: worth caching
-            try:
-                self._estimates[key] = self.estimator(self.space.overrides(params))
-            except Exception:  # an estimator that cannot handle a config must not stop the study
-                self._estimates[key] = None
-        est = self._estimates[key]
-        if est is None:
-            return None, None
-        return int(est), int(self.memory.memory_model.predict(float(est)))  # recalibrated as trials end
-
-    def memory_limit_bytes(self, params: dict) -> float | None:
-        limit = params.get("memory.limit_gb", self.space.fixed.get("memory.limit_gb"))
-        return float(limit) * GiB if isinstance(limit, (int, float)) and limit > 0 else None
-
-    def skip(self, study: optuna.Study, params: dict, recorded: dict | None = None) -> tuple[str, str, str] | None:
-        """(status, reason, constraint kind) when ``params`` should not run, else None. ``recorded``: the
-        study's finished trials by params key (``recorded_keys``), when the caller checks many proposals."""
-        problems = self.space.check(params)
-        if problems:
-            return "rejected", "; ".join(problems), "space"
-        if self.opts.learn:  # repeats of failures, OOM/NaN dominance, then the memory gate
-            est, _ = self.predict_memory(params)
-            found = self.memory.verdict(params, est, self.memory_limit_bytes(params))
-            if found:
-                kind, reason = found  # a repeat of an error or invalid trial is no failure kind to learn
-                return ("duplicate" if kind is None else "pruned"), reason, \
-                    kind if kind in st.FAILURE_KINDS else None
-        # Repeats of any recorded trial, pruned ones included (the memory only knows trials that ran).
-        recorded = self.recorded_keys(study) if recorded is None else recorded
-        t = recorded.get(params_key(self.space.coerce(params)))
-        if t is not None:
-            kind = t.user_attrs.get("failure_kind")
-            reason = f"duplicate of trial {t.number} ({t.user_attrs.get('status')})"
-            return ("pruned" if kind else "duplicate"), reason, kind
-        return None
-
-    @staticmethod
-    def recorded_keys(study: optuna.Study) -> dict:
-        """The first finished trial of each config, by params key (abandoned trials run again: not counted)."""
-        out: dict = {}
-        for t in study.get_trials(deepcopy=False):
-            if t.state.is_finished() and t.user_attrs.get("status") not in st.ABANDONED:
-                out.setdefault(params_key(t.params), t)
-        return out
-
-    def skip_reason(self, study: optuna.Study, params: dict) -> str | None:
-        """``ProposalContext.check``: why a proposal would be skipped, or None."""
-        try:
-            skipped = self.skip(study, params)
-        except ValueError as exc:  # coerce() refuses a value of the wrong type
-            return str(exc)
-        return skipped[1] if skipped else None
 
     # --- the loop ---
 
@@ -315,7 +204,7 @@ class StudyLoop:
                 (f", {running} still running" if running else "")
         if self.timeout is not None and time.monotonic() - start >= self.timeout:
             return f"--timeout {self.timeout:g}s reached"
-        if self.max_cost is not None and hasattr(self.proposer, "last_usage"):  # an LLM proposer
+        if self.max_cost is not None and self.chooser.uses_llm:
             spent = st.llm_cost(study)
             if spent >= self.max_cost:
                 return f"LLM spend ${spent:.4f} reached --max-cost ${self.max_cost:g}"
@@ -329,46 +218,16 @@ class StudyLoop:
         return ""
 
     def prepare(self, study: optuna.Study) -> Launch | str:
-        """Propose and check one trial: a Launch to run, or the one-line account of a proposal skipped."""
-        # Who chooses, in order: a queued config (a reaped trial's rerun); the proposer (on a hybrid, only on
-        # Claude's turns); the repeat policy's unseen random config; the study's sampler. The trial's "proposer"
-        # names who chose; a proposer that was asked and declined is named in "fallback_from", beside its usage.
-        waiting = bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-        usage = declined = None
-        if not waiting and self.proposer is not None:
-            ctx = ProposalContext(self.space, st.trial_rows(study), lambda p: self.skip_reason(study, p))
-            proposal = self.proposer.propose(study, ctx)
-            usage = self._new_usage(proposal)
-            problems = self.space.check(proposal.params) if proposal is not None else []
-            if problems:  # a proposer's output is data: it never runs unchecked
-                print(f"{proposal.proposer} proposal ignored ({'; '.join(problems)}); another chooser takes "
-                      "this trial", flush=True)
-            if proposal is not None and not problems:
-                study.enqueue_trial(self.space.coerce(proposal.params), user_attrs={
-                    "proposer": proposal.proposer, "rationale": proposal.rationale})
-                waiting = True
-            elif usage is not None:  # Claude (the one LLM proposer) was asked, spent tokens, and declined
-                declined = "claude"
-        if not waiting and self.repeats_in_a_row >= REPEATS_BEFORE_RANDOM:
-            self._enqueue_unseen(study)
-        trial = study.ask(self.space.distributions())
-        st.mark_running(trial, **({"llm_usage": usage} if usage else {}),
-                        **({"fallback_from": declined} if declined else {}))
-        if "proposer" not in trial.user_attrs:
-            trial.set_user_attr("proposer", self.sampler_name)
+        """Choose and check one trial: a Launch to run, or the one-line account of a proposal skipped."""
+        trial = self.chooser.ask(study)
         params = dict(trial.params)
         if not self.space.check(params):  # every candidate shows its memory figures, skipped or run
-            est, predicted = self.predict_memory(params)
+            est, predicted = self.gate.predict_memory(params)
             if est is not None:
                 trial.set_user_attr("estimated_memory_bytes", est)
                 trial.set_user_attr("predicted_memory_bytes", predicted)
-        skipped = self.skip(study, params)
-        # A sampler that keeps repeating itself (TPE on a small discrete space does), or keeps breaking the space's
-        # constraints, gets an unseen valid config.
-        repeated = bool(skipped) and skipped[0] in ("duplicate", "rejected")
-        self.repeats_in_a_row = self.repeats_in_a_row + 1 if repeated else 0
-        if repeated:
-            self.repeat_kind = "repeated a config" if skipped[0] == "duplicate" else "broke the space's constraints"
+        skipped = self.gate.skip(study, params)
+        self.chooser.note(skipped)
         if skipped:
             status, reason, kind = skipped
             st.tell_skipped(study, trial, status, reason, kind)
@@ -389,41 +248,12 @@ class StudyLoop:
     def finish(self, study: optuna.Study, item: Launch, result: TrialResult, slot: Slot) -> str:
         """Tell the study how a trial ended and learn from it; returns a one-line account of it."""
         state = st.tell_result(study, item.trial, result)
-        self._learn(item.trial.number, item.params, result.status, result.metrics)
+        self.gate.learn(item.trial.number, item.params, result.status, result.metrics)
         self.errors_in_a_row = self.errors_in_a_row + 1 if state == TrialState.FAIL else 0
         value = "" if result.objective is None else f"{self.space.objective_metric}={result.objective:.5g} "
         where = f" [{slot.label}]" if slot.label else ""
         return (f"trial {item.trial.number:4d} {result.status:13s} {value}({result.wall_time:.1f}s){where} "
                 f"{result.reason[:120]}")
-
-    def _enqueue_unseen(self, study: optuna.Study) -> None:
-        """Enqueue a random config that would run (not a duplicate, not dominated), or end the search."""
-        import numpy as np
-
-        rng = np.random.default_rng([self.opts.seed or 0, len(study.trials)])
-        recorded = self.recorded_keys(study)  # once: a draw is then checked without reading the study again
-        for _ in range(500):
-            try:
-                params = self.space.sample_random(rng)
-            except ValueError:
-                break
-            if self.skip(study, params, recorded) is None:
-                study.enqueue_trial(self.space.coerce(params), user_attrs={
-                    "proposer": f"random ({self.sampler_name} {self.repeat_kind})"})
-                return
-        raise SearchExhausted("no config left that is new and not dominated by a known failure")
-
-    def _new_usage(self, proposal) -> dict | None:
-        """LLM usage of this round, counted once. Claude's proposers expose ``last_usage``, which is also set
-        when its answers were rejected and TPE took the trial (tokens were still spent); on a hybrid's TPE turn
-        it still points at an earlier round's usage, hence the identity check."""
-        current = getattr(self.proposer, "last_usage", None)
-        if current is None:
-            return dict(proposal.usage) if proposal is not None and proposal.usage else None
-        if current is self._seen_usage:
-            return None
-        self._seen_usage = current
-        return dict(current)
 
     def print_best(self, study: optuna.Study) -> None:
         best = st.best_trial(study)

@@ -19,16 +19,12 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from core.trial import STATUS
+from autoresearch.outcomes import EXIT_STATUS, TrialResult
 
 DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-m", "core.train")
-
-# DESIGN §3.3: the exit codes a trial may end with, and what each means (the core's own table; no MindSpore import).
-EXIT_STATUS = {int(code): name for code, name in STATUS.items()}
 
 # Used when the overrides give no wall budget: a trial bounded only by steps still must not hang forever.
 DEFAULT_WALL_SEC = 3600.0
@@ -40,21 +36,6 @@ STDERR_TAIL_CHARS = 2000
 
 class Interrupted(Exception):
     """The agent is stopping (``stop`` was set): the trial was ended, its outcome says nothing of its config."""
-
-
-@dataclass
-class TrialResult:
-    status: str  # ok | error | invalid | oom | compile_error | nan | timeout
-    exit_code: int | None  # the process's return code; negative = killed by that signal
-    reason: str
-    summary: dict | None  # trial_summary.json, or None when the trial left none
-    objective: float | None  # the objective metric of an ok trial, else None
-    wall_time: float  # seconds, as seen by the runner
-    trial_dir: Path
-
-    @property
-    def metrics(self) -> dict:
-        return dict((self.summary or {}).get("metrics") or {})
 
 
 def override_value(overrides: Sequence[str], key: str) -> str | None:

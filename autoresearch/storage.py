@@ -31,12 +31,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from autoresearch.runner import TrialResult, kill_group
+from autoresearch.outcomes import CONSTRAINT_KEYS, FAILURE_KINDS, TrialResult
+from autoresearch.runner import kill_group
 
-FAILURE_KINDS = ("oom", "nan", "compile_error", "timeout")
-CONSTRAINT_KEYS = FAILURE_KINDS + ("space",)
 REAP_REASON = "agent died while running; reaped on resume"
-ABANDONED = ("reaped", "interrupted")  # FAILed by the agent, not by the trial: the config runs again
 HEARTBEAT_GRACE_SEC = 600.0  # a trial of another host whose agent was silent this long is stale
 
 

@@ -200,8 +200,9 @@ SEEDLESS = ("grid",)  # the grid walks the same order whatever the seed
 def make_replay_loop(opts, proposer: str, best_key: tuple, budget: int, max_proposals: int):
     """The agent's StudyLoop with one change: when to stop (the benchmark's, not a user's)."""
     from autoresearch import storage as st
-    from autoresearch.loop import RAN, StudyLoop
-    from autoresearch.proposers.base import params_key
+    from autoresearch.gate import recorded_keys
+    from autoresearch.loop import StudyLoop
+    from autoresearch.outcomes import RAN, config_key
 
     class ReplayLoop(StudyLoop):
         ended = ""
@@ -213,15 +214,15 @@ def make_replay_loop(opts, proposer: str, best_key: tuple, budget: int, max_prop
         def _why(self, study):
             trials = study.get_trials(deepcopy=False)
             ran = [t for t in trials if t.state.is_finished() and t.user_attrs.get("status") in RAN]
-            if any(params_key(t.params) == best_key for t in ran):
+            if any(config_key(t.params) == best_key for t in ran):
                 return "best"
             if len(ran) >= budget:
                 return "budget"
-            # Stuck: the agent's own check (StudyLoop.skip) would skip every config that has not run. Skipped
+            # Stuck: the agent's own check (Gate.skip) would skip every config that has not run. Skipped
             # proposals teach the feasibility memory nothing, so that holds for good: the real agent would only
             # record pruned proposals until its --trials ran out.
-            done, recorded = {params_key(t.params) for t in ran}, self.recorded_keys(study)
-            if all(self.skip(study, p, recorded) for p in self.space.grid() if params_key(p) not in done):
+            done, recorded = {config_key(t.params) for t in ran}, recorded_keys(study)
+            if all(self.gate.skip(study, p, recorded) for p in self.space.grid() if config_key(p) not in done):
                 return "stuck"
             if len(trials) >= max_proposals:
                 return "proposal cap"
@@ -238,7 +239,8 @@ def replay_once(table_path: Path, method: str, seed: int, budget: int, work: Pat
 
     import optuna
 
-    from autoresearch.loop import RAN, AgentOptions
+    from autoresearch.loop import AgentOptions
+    from autoresearch.outcomes import RAN
 
     proposer, learn, estimator = METHODS[method]
     study = f"{method.replace('+', '_').replace(' ', '_').replace('(', '').replace(')', '')}-s{seed}"
@@ -254,14 +256,14 @@ def replay_once(table_path: Path, method: str, seed: int, budget: int, work: Pat
         raise RuntimeError(f"replay {method} seed {seed} ended with {code}:\n{out.getvalue()[-2000:]}")
     url = st.default_storage(work, study)
     s = optuna.load_study(study_name=study, storage=url)
-    from autoresearch.proposers.base import params_key
+    from autoresearch.outcomes import config_key
 
     runs, skipped, reached = [], [], False
     for t in s.get_trials(deepcopy=False):
         status = t.user_attrs.get("status")
         if status in RAN:
             runs.append(status)
-            if params_key(t.params) == best_key:
+            if config_key(t.params) == best_key:
                 reached = True
         elif status in ("pruned", "rejected", "duplicate"):
             skipped.append(t.user_attrs.get("reason", ""))
@@ -336,7 +338,7 @@ def gate_diagnosis(table: dict, best: dict) -> list[str]:
     """What the agent's memory gate predicts for the best config once it has measured only the smallest batch
     (``learn.MemoryModel`` calibrated on those rows, ``runner.estimate_with_core`` for the estimate)."""
     from autoresearch.learn import MemoryModel
-    from autoresearch.loop import GiB
+    from autoresearch.gate import GiB
     from autoresearch.runner import estimate_with_core
     from autoresearch.space import load_space
 
@@ -421,7 +423,7 @@ def results_markdown(table: dict, summary: list[dict], results: list[dict], args
         f"budget counts as {args.budget + 1}). `waste`: share of those runs that ended OOM or NaN, pooled over "
         "seeds. `skipped`: proposals per replay that the agent skipped for free (duplicates, dominated by a known "
         "OOM/NaN, or over the memory gate). `stuck`: replays that ended because the agent would skip every config "
-        "not yet run (its own check, `StudyLoop.skip`), the best among them, so it could never reach the best.",
+        "not yet run (its own check, `Gate.skip`), the best among them, so it could never reach the best.",
         "",
         "| method | seeds | reached best | runs to best: median (q1–q3) | vs random | waste OOM+NaN (oom/nan runs) "
         "| skipped per replay (dominated / gate) | stuck |",
@@ -473,12 +475,12 @@ def replay(args) -> int:
     import tempfile
     import time
 
-    from autoresearch.proposers.base import params_key
+    from autoresearch.outcomes import config_key
 
     table_path = Path(args.table).resolve()
     table = json.loads(table_path.read_text())
     best = best_row(table)
-    best_key = params_key(best["params"])
+    best_key = config_key(best["params"])
     n = len(table["rows"])
     args.budget = args.budget or n
     methods = args.methods.split(",") if args.methods else list(METHODS)
@@ -517,7 +519,7 @@ def demo(args) -> int:
     import subprocess
 
     from autoresearch.learn import FeasibilityMemory
-    from autoresearch.loop import RAN
+    from autoresearch.outcomes import RAN
     from autoresearch.report import load_study
     from autoresearch.space import load_space
 

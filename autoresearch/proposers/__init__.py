@@ -5,8 +5,7 @@ grid; ``claude`` and ``hybrid`` (``claude.py``, ``hybrid.py``) ask Claude and ar
 the classical proposers need no ``anthropic`` import.
 """
 
-from autoresearch.proposers.base import Proposal, ProposalContext, Proposer, SearchExhausted, params_key
+from autoresearch.proposers.base import Proposal, ProposalContext, Proposer, SearchExhausted
 from autoresearch.proposers.samplers import GridProposer, make_sampler
 
-__all__ = ["Proposal", "ProposalContext", "Proposer", "SearchExhausted", "GridProposer", "make_sampler",
-           "params_key"]
+__all__ = ["Proposal", "ProposalContext", "Proposer", "SearchExhausted", "GridProposer", "make_sampler"]

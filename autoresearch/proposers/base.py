@@ -50,13 +50,3 @@ class Proposer(ABC):
     @abstractmethod
     def propose(self, study: "optuna.Study", ctx: ProposalContext) -> Proposal | None:
         """The next trial's params, or None to let the study's sampler choose them."""
-
-
-def params_key(params: dict) -> tuple:
-    """A hashable identity for a config: floats to 12 significant digits, so that a value that went through
-    the storage and back still matches itself."""
-    def norm(v: Any) -> Any:
-        if isinstance(v, float):
-            return float(f"{v:.12g}")
-        return v
-    return tuple(sorted((k, norm(v)) for k, v in params.items()))

@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any
 
-from autoresearch.learn import DIVERGENCE_RATIO
+from autoresearch.outcomes import DIVERGENCE_RATIO
 
 TOOL_NAME = "propose_trial"
 

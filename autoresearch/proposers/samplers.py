@@ -14,8 +14,8 @@ import warnings
 import optuna
 from optuna.trial import TrialState
 
-from autoresearch.proposers.base import Proposal, ProposalContext, Proposer, SearchExhausted, params_key
-from autoresearch.storage import ABANDONED
+from autoresearch.outcomes import ABANDONED, config_key
+from autoresearch.proposers.base import Proposal, ProposalContext, Proposer, SearchExhausted
 
 
 def tpe_gamma(n: int) -> int:
@@ -58,9 +58,9 @@ class GridProposer(Proposer):
         if self._grid is None:
             self._grid = ctx.space.grid(self.points_per_float)
         # Abandoned trials (reaped, interrupted) are queued again by the agent; don't count them as seen.
-        seen = {params_key(t.params) for t in study.get_trials(deepcopy=False)
+        seen = {config_key(t.params) for t in study.get_trials(deepcopy=False)
                 if t.state != TrialState.WAITING and t.user_attrs.get("status") not in ABANDONED}
         for i, point in enumerate(self._grid):
-            if params_key(ctx.space.coerce(point)) not in seen:
+            if config_key(ctx.space.coerce(point)) not in seen:
                 return Proposal(params=point, proposer=self.name, rationale=f"grid point {i + 1}/{len(self._grid)}")
         raise SearchExhausted(f"all {len(self._grid)} grid points have been tried")

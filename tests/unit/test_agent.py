@@ -12,7 +12,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from autoresearch import agent, storage
+from autoresearch import agent, outcomes, storage
 from autoresearch.loop import AgentOptions, StudyLoop
 from autoresearch.proposers import Proposal, Proposer
 
@@ -74,14 +74,14 @@ def test_tpe_study_records_every_trial(tmp_path, capsys, monkeypatch):
     for t in study.trials:
         assert t.state in (TrialState.COMPLETE, TrialState.PRUNED)
         assert t.user_attrs["proposer"] in ("tpe", "random (tpe repeated a config)") and t.user_attrs["status"]
-        assert set(t.constraints) == set(storage.CONSTRAINT_KEYS)
+        assert set(t.constraints) == set(outcomes.CONSTRAINT_KEYS)
         if t.state == TrialState.COMPLETE:
             assert Path(t.user_attrs["trial_dir"]).name == f"{t.number:04d}"
             assert (Path(t.user_attrs["trial_dir"]) / "trial_summary.json").exists()
             assert t.user_attrs["exit_code"] in (0, 10, 12)
         if t.user_attrs["status"] == "ok":
             assert t.value == t.user_attrs["objective"] and max(t.constraints.values()) == 0
-        elif t.user_attrs["status"] in storage.FAILURE_KINDS:  # typed failure: COMPLETE + violated constraint
+        elif t.user_attrs["status"] in outcomes.FAILURE_KINDS:  # typed failure: COMPLETE + violated constraint
             assert t.constraints[t.user_attrs["status"]] == 1.0 and t.user_attrs["objective"] is None
     csv = pd.read_csv(tmp_path / "trials" / "fake" / "trials.csv")
     assert sorted(csv["number"]) == [t.number for t in study.trials]
@@ -164,7 +164,7 @@ def test_random_proposer_and_space_rejections_do_not_count(tmp_path):
 
 def test_a_sampler_that_keeps_breaking_the_space_gets_a_valid_config(tmp_path):
     """Independent TPE cannot learn a joint rule; after 3 rejections in a row the agent enqueues a valid config."""
-    from autoresearch.loop import REPEATS_BEFORE_RANDOM
+    from autoresearch.chooser import REPEATS_BEFORE_RANDOM
 
     space = space_file(tmp_path, constraints=[f"{MBS} * optim.lr <= 0.008"])  # 1 valid (mbs, lr) pair of 8
     assert run_agent(tmp_path, space, "--trials", "4", "--no-learn") == 0
@@ -230,7 +230,7 @@ def test_enqueued_proposals_invalid_ones_and_the_cost_ledger(tmp_path):
     opts = AgentOptions(space=str(space), proposer="tpe", trials=4, trials_dir=str(tmp_path / "trials"),
                         command=shlex.split(FAKE), estimator=None, max_cost=0.035, seed=0, progress=False)
     loop = StudyLoop(opts, "tpe")
-    loop.proposer = ScriptedProposer([
+    loop.chooser.proposer = ScriptedProposer([
         {MBS: 16, REC: "none", "optim.lr": 0.001},
         {MBS: 12, REC: "none", "optim.lr": 0.001},  # not a choice: ignored, TPE picks this trial
         None,
@@ -243,7 +243,7 @@ def test_enqueued_proposals_invalid_ones_and_the_cost_ledger(tmp_path):
     assert t1.user_attrs["proposer"] == "tpe" and t2.user_attrs["proposer"] == "tpe"
     assert all(t.user_attrs["llm_usage"]["cost_usd"] == 0.01 for t in (t0, t1, t2, t3))
     assert len(study.trials) == 4 and storage.llm_cost(study) == pytest.approx(0.04)  # stopped at max-cost
-    ctx = loop.proposer.contexts[1]
+    ctx = loop.chooser.proposer.contexts[1]
     assert [r["number"] for r in ctx.table] == [0]
     assert ctx.check({MBS: 16, REC: "none", "optim.lr": 0.001}).startswith("duplicate of trial 0")
     assert MBS in ctx.check({MBS: 12, REC: "none", "optim.lr": 0.001})
