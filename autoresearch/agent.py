@@ -2,7 +2,7 @@
 
     python -m autoresearch.agent --space parallel.yaml [--proposer auto|claude|tpe|hybrid|random|grid]
                                  [--trials N] [--workers K] [--timeout SEC] [--max-cost USD] [--patience K]
-                                 [--study NAME] [--storage URL]
+                                 [--confirm K] [--repeats R] [--study NAME] [--storage URL]
 
 Each round: a proposer (Claude, the grid) may suggest params, which are validated and enqueued into the Optuna
 study; otherwise the study's sampler (TPE, random) picks them. Before anything runs, the proposal is checked
@@ -55,6 +55,11 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
                     "default: the space's budget hours")
     ap.add_argument("--max-cost", type=float, help="stop when the study's LLM spend reaches USD; "
                     "default: the space's budget dollars")
+    ap.add_argument("--confirm", type=int, default=AgentOptions.confirm, metavar="K",
+                    help="after the search, re-run the K best distinct configs (default %(default)s; 0: no "
+                    "confirmation) and name a winner only if its lead exceeds 2 sigma of the noise")
+    ap.add_argument("--repeats", type=int, default=AgentOptions.repeats, metavar="R",
+                    help="confirmation runs per config, interleaved, in fresh processes (default %(default)s)")
     ap.add_argument("--patience", type=int, help="stop after K trials that ran without improving the best")
     ap.add_argument("--study", help="study name (default: the space's name)")
     ap.add_argument("--storage", help="SQLAlchemy URL (default: sqlite:///<trials-dir>/<study>/study.db); "
@@ -78,12 +83,16 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
     a = ap.parse_args(argv)
     if a.workers < 1:
         ap.error(f"--workers must be at least 1 (got {a.workers})")
+    if a.confirm < 0 or a.repeats < 1:
+        ap.error(f"--confirm must be >= 0 and --repeats >= 1 (got {a.confirm}, {a.repeats}); --confirm 0 skips "
+                 "the confirmation")
     return AgentOptions(
         space=a.space, proposer=a.proposer, study=a.study, storage=a.storage, trials=a.trials, timeout=a.timeout,
         max_cost=a.max_cost, patience=a.patience, seed=a.seed, model=a.model, claude_fraction=a.claude_fraction,
         trials_dir=a.trials_dir, command=shlex.split(a.command) if a.command else None,
         estimator=None if (a.estimator or "").lower() == "none" else a.estimator, learn=not a.no_learn,
-        resume=a.resume, max_errors=a.max_errors, workers=a.workers, progress=not a.no_progress)
+        resume=a.resume, max_errors=a.max_errors, workers=a.workers, progress=not a.no_progress,
+        confirm=a.confirm, repeats=a.repeats)
 
 
 def _terminate(signum, frame):

@@ -18,10 +18,12 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import optuna
 from optuna.trial import TrialState
 
+from autoresearch import confirm
 from autoresearch import storage as st
 from autoresearch.chooser import Chooser, build_proposer
 from autoresearch.gate import Gate
@@ -53,6 +55,8 @@ class AgentOptions:
     max_errors: int = 5  # consecutive errored trials before the agent gives up
     workers: int = 1  # trials running at once, each in its own slot of cores or devices (autoresearch.slots)
     progress: bool = True
+    confirm: int = 3  # front-runners re-run after the search (autoresearch.confirm); 0: none
+    repeats: int = 3  # confirmation runs per front-runner
 
 
 @dataclass
@@ -62,6 +66,16 @@ class Launch:
     trial: optuna.Trial
     params: dict
     trial_dir: Path
+    extra: tuple[str, ...] = ()  # overrides after the params' (a confirmation run's seed)
+
+
+@dataclass
+class Phase:
+    """What a progress bar counts: the search's finished trials, or the confirmation's runs."""
+
+    name: str
+    total: int
+    done: Callable[[], int]
 
 
 class StudyLoop:
@@ -114,10 +128,7 @@ class StudyLoop:
     # --- the loop ---
 
     def run(self) -> int:
-        """Fill every worker slot with a trial that should run, wait for one to end, tell it; until a stop
-        condition holds. Proposals that are skipped cost no slot and are recorded at once."""
-        from tqdm import tqdm
-
+        """The search, then the confirmation of its front-runners (``autoresearch.confirm``), then the table."""
         from autoresearch.report import render, study_table
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -126,29 +137,56 @@ class StudyLoop:
         self.measure_reference_rate(device)
         slots = make_slots(self.workers, device, self.space.world_size)
         start = time.monotonic()
-        bar = tqdm(total=self.trials, initial=min(st.finished_count(study), self.trials), unit="trial",
-                   desc=self.study_name, dynamic_ncols=True,
-                   disable=None if self.opts.progress else True)  # None: shown on a terminal, not in logs
+        why, code = self._drive(study, slots, self.prepare, lambda running: self.stop_reason(study, start, running),
+                                Phase(self.study_name, self.trials, lambda: st.finished_count(study)))
+        k, repeats = self.opts.confirm, self.opts.repeats
+        if code == 0 and k > 0 and repeats > 0 and st.best_trial(study) is not None:
+            total = min(k, len(confirm.front_runners(study, k))) * repeats
+            print(f"\nsearch stopped: {why}\nconfirming the {k} best configs, {repeats} runs each "
+                  f"(--confirm {k} --repeats {repeats})", flush=True)
+            why, code = self._drive(
+                study, slots, self.prepare_confirmation, lambda running: self.budget_reason(study, start),
+                Phase("confirm", total, lambda: confirm.done_runs(study, k, repeats)))
+        df = study_table(study)
+        self.study_dir.mkdir(parents=True, exist_ok=True)
+        df.to_csv(self.study_dir / "trials.csv", index=False)
+        print(f"\nstopped: {why}\n")
+        print(render(df, "markdown"))
+        print(f"\ntrials.csv: {self.study_dir / 'trials.csv'}; review with: python -m autoresearch.report "
+              f"{self.study_dir}")
+        self.print_outcome(study)
+        return code
+
+    def _drive(self, study: optuna.Study, slots: list[Slot], prepare, stop_reason, phase: "Phase") -> tuple[str, int]:
+        """Fill every worker slot with a trial that should run, wait for one to end, tell it; until
+        ``stop_reason(running)`` names a reason or ``prepare`` has nothing left (None). Proposals that are
+        skipped (``prepare`` returns their line) cost no slot and are recorded at once. Returns (why, exit code)."""
+        from tqdm import tqdm
+
+        bar = tqdm(total=phase.total, initial=min(phase.done(), phase.total), unit="trial", desc=phase.name,
+                   dynamic_ncols=True, disable=None if self.opts.progress else True)  # None: only on a terminal
         code, why = 0, ""
         stop = threading.Event()  # set on Ctrl-C / SIGTERM: worker threads end their trials
         running: dict[Future, tuple[Launch, Slot]] = {}
         free = list(reversed(slots))
         pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="trial")
-        hard = ""  # a stop that no trial's end can undo: the search is exhausted, or too many errors
+        hard = ""  # a stop that no trial's end can undo: nothing left to run, or too many errors
         try:
             while True:
                 why = hard  # otherwise asked again: a running trial that errs does not count toward --trials
                 while free and not why:
-                    why = self.stop_reason(study, start, running=len(running))
+                    why = stop_reason(len(running))
                     if why:
                         break
                     try:
-                        item = self.prepare(study)
+                        item = prepare(study)
                     except SearchExhausted as exc:
-                        why = hard = str(exc)
+                        item = exc
+                    if item is None or isinstance(item, SearchExhausted):
+                        why = hard = str(item or f"{phase.name}: every run done")
                         break
                     if isinstance(item, str):  # skipped without running
-                        self._report(bar, study, item)
+                        self._report(bar, study, item, phase)
                         continue
                     slot = free.pop()
                     running[pool.submit(self.execute, item, slot, stop)] = (item, slot)
@@ -158,7 +196,7 @@ class StudyLoop:
                 for future in done:
                     item, slot = running.pop(future)
                     free.append(slot)
-                    self._report(bar, study, self.finish(study, item, future.result(), slot))
+                    self._report(bar, study, self.finish(study, item, future.result(), slot), phase)
                 if self.errors_in_a_row >= self.opts.max_errors and not hard:
                     hard, code = f"{self.errors_in_a_row} errors in a row: check the trial logs", 1
         except KeyboardInterrupt:
@@ -168,18 +206,10 @@ class StudyLoop:
         finally:
             pool.shutdown(wait=True)
             bar.close()
-        df = study_table(study)
-        self.study_dir.mkdir(parents=True, exist_ok=True)
-        df.to_csv(self.study_dir / "trials.csv", index=False)
-        print(f"\nstopped: {why}\n")
-        print(render(df, "markdown"))
-        self.print_best(study)
-        print(f"\ntrials.csv: {self.study_dir / 'trials.csv'}; review with: python -m autoresearch.report "
-              f"{self.study_dir}")
-        return code
+        return why, code
 
-    def _report(self, bar, study: optuna.Study, line: str) -> None:
-        bar.n = min(st.finished_count(study), self.trials)
+    def _report(self, bar, study: optuna.Study, line: str, phase: "Phase") -> None:
+        bar.n = min(phase.done(), phase.total)
         best = st.best_trial(study)
         if best is not None:
             bar.set_postfix_str(f"best {self.space.objective_metric}={best.value:.5g} (#{best.number})")
@@ -197,24 +227,29 @@ class StudyLoop:
                        "the agent was interrupted (Ctrl-C or SIGTERM) while this trial ran")
 
     def stop_reason(self, study: optuna.Study, start: float, running: int = 0) -> str:
-        """Why no further trial should start ("" to go on); ``running`` trials will count once they end."""
+        """Why no further search trial should start ("" to go on); ``running`` trials will count once they end."""
         done = st.finished_count(study)
         if done + running >= self.trials:
             return f"the study holds {done} finished trials (--trials {self.trials})" + \
                 (f", {running} still running" if running else "")
+        why = self.budget_reason(study, start)
+        if not why and self.opts.patience:
+            best = st.best_trial(study)
+            since = [t for t in study.get_trials(deepcopy=False)
+                     if t.state.is_finished() and t.user_attrs.get("status") in RAN and not st.is_confirmation(t)
+                     and (best is None or t.number > best.number)]
+            if len(since) >= self.opts.patience:
+                return f"{len(since)} trials ran without improving the best (--patience {self.opts.patience})"
+        return why
+
+    def budget_reason(self, study: optuna.Study, start: float) -> str:
+        """The budgets that bound every trial of the session, search and confirmation alike ("" to go on)."""
         if self.timeout is not None and time.monotonic() - start >= self.timeout:
             return f"--timeout {self.timeout:g}s reached"
         if self.max_cost is not None and self.chooser.uses_llm:
             spent = st.llm_cost(study)
             if spent >= self.max_cost:
                 return f"LLM spend ${spent:.4f} reached --max-cost ${self.max_cost:g}"
-        if self.opts.patience:
-            best = st.best_trial(study)
-            since = [t for t in study.get_trials(deepcopy=False)
-                     if t.state.is_finished() and t.user_attrs.get("status") in RAN
-                     and (best is None or t.number > best.number)]
-            if len(since) >= self.opts.patience:
-                return f"{len(since)} trials ran without improving the best (--patience {self.opts.patience})"
         return ""
 
     def prepare(self, study: optuna.Study) -> Launch | str:
@@ -236,11 +271,25 @@ class StudyLoop:
         trial.set_user_attr("trial_dir", str(trial_dir))
         return Launch(trial, params, trial_dir)
 
+    def prepare_confirmation(self, study: optuna.Study) -> Launch | None:
+        """The next confirmation run of a front-runner's config, or None when each has its repeats."""
+        nxt = confirm.next_run(study, self.opts.confirm, self.opts.repeats)
+        if nxt is None:
+            return None
+        origin, repeat = nxt
+        confirm.enqueue(study, origin, repeat)
+        trial = study.ask(self.space.distributions())
+        st.mark_running(trial)
+        trial_dir = self.study_dir / f"{trial.number:04d}"
+        trial.set_user_attr("trial_dir", str(trial_dir))
+        extra = confirm.seed_override(study, self.space.fixed, origin.params, repeat)
+        return Launch(trial, dict(trial.params), trial_dir, tuple(extra))
+
     def execute(self, item: Launch, slot: Slot, stop: threading.Event) -> TrialResult:
         """Run one trial in its slot (a worker thread); raises ``Interrupted`` once ``stop`` is set."""
         trial = item.trial
         return run_trial(
-            self.space.overrides(item.params), item.trial_dir, command=[*slot.prefix, *self.command],
+            [*self.space.overrides(item.params), *item.extra], item.trial_dir, command=[*slot.prefix, *self.command],
             env={**os.environ, **slot.env} if slot.env else None, objective_metric=self.space.objective_metric,
             on_start=lambda pid: trial.set_user_attr("trial_pid", st.identity(pid)),
             on_poll=lambda: trial.set_user_attr("heartbeat_at", time.time()), stop=stop)
@@ -252,16 +301,33 @@ class StudyLoop:
         self.errors_in_a_row = self.errors_in_a_row + 1 if state == TrialState.FAIL else 0
         value = "" if result.objective is None else f"{self.space.objective_metric}={result.objective:.5g} "
         where = f" [{slot.label}]" if slot.label else ""
+        attrs = item.trial.user_attrs
+        if "confirmation_of" in attrs:
+            where += f" confirming trial {attrs['confirmation_of']} (run {attrs['repeat'] + 1})"
         return (f"trial {item.trial.number:4d} {result.status:13s} {value}({result.wall_time:.1f}s){where} "
                 f"{result.reason[:120]}")
 
-    def print_best(self, study: optuna.Study) -> None:
+    def print_outcome(self, study: optuna.Study) -> None:
+        """The search's best run, the confirmation table, and last the verdict: a winner only with evidence."""
+        from autoresearch.report import to_markdown
+
         best = st.best_trial(study)
         if best is None:
             print("\nno feasible trial yet")
             return
-        print(f"\nbest: trial {best.number}: {self.space.objective_metric}={best.value:.6g}")
-        for k, v in best.params.items():
-            print(f"  {k} = {v}")
-        print("reproduce: " + shlex.join([*self.command, *self.space.overrides(best.params)]))
+        metric = self.space.objective_metric
+        print(f"\nsearch's best run: trial {best.number}: {metric}={best.value:.6g}")
+        v = confirm.verdict(study, self.opts.confirm, self.opts.repeats) if self.opts.confirm > 0 else None
+        pick = best.params
+        if v is not None:
+            import pandas as pd
 
+            print(f"\nconfirmation ({self.opts.repeats} runs per config; mean ± std of those runs, the search's "
+                  "own run left out):")
+            print(to_markdown(pd.DataFrame(confirm.table(v, metric))))
+            pick = v.winner.params if v.winner is not None else pick
+        for k, value in pick.items():
+            print(f"  {k} = {value}")
+        print("reproduce: " + shlex.join([*self.command, *self.space.overrides(pick)]))
+        print(v.line if v is not None else f"best (unconfirmed, --confirm 0): trial {best.number}, {metric}="
+              f"{best.value:.6g}")

@@ -12,7 +12,8 @@ Everything lives in an ordinary Optuna study (SQLite by default, any SQLAlchemy 
   per failure kind plus ``space`` for a sampler's point that breaks the space's own constraints; >0 = violated.
 - User attributes: status, exit_code, reason, objective, metrics, wall_time_sec, trial_dir, proposer (who
   chose the config), fallback_from (``claude`` when Claude was asked, spent ``llm_usage`` and declined), rationale,
-  llm_usage, predicted/estimated_memory_bytes, agent (host, pid) and heartbeat_at while running.
+  llm_usage, predicted/estimated_memory_bytes, agent (host, pid) and heartbeat_at while running; on a
+  confirmation run (``autoresearch.confirm``) confirmation_of (the search trial whose config it repeats) and repeat.
 - ``--trials N`` means: the study holds N COMPLETE or PRUNED trials, not counting points rejected by the
   space's constraints nor repeats of a config that ran ok (status ``duplicate``; after a few of either in a row the
   agent enqueues an unseen valid random config, so a sampler stuck on one point, or on points the space's
@@ -154,6 +155,8 @@ def abandon(study: optuna.Study, t: FrozenTrial, status: str, reason: str) -> st
     study.tell(t.number, state=TrialState.FAIL)
     if not t.params or "retry_of" in t.user_attrs:
         return ""
+    if is_confirmation(t):  # the confirmation phase counts what is missing and runs it again by itself
+        return "; the confirmation phase will run it again"
     study.enqueue_trial(t.params, user_attrs={
         "proposer": t.user_attrs.get("proposer", "sampler"), "retry_of": t.number,
         "rationale": f"rerun of trial {t.number} ({status})"})
@@ -174,14 +177,22 @@ def _constraints(trial: Trial, violated: str | None) -> None:
     trial.set_user_attr("failure_kind", violated)
 
 
+def is_confirmation(t: FrozenTrial) -> bool:
+    """A re-run of a front-runner's config after the search (``autoresearch.confirm``), not a search trial."""
+    return "confirmation_of" in t.user_attrs
+
+
 def feasible(t: FrozenTrial) -> bool:
     return t.state == TrialState.COMPLETE and all(v <= 0.0 for v in t.constraints.values()) \
         and t.user_attrs.get("objective") is not None
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The best feasible trial, or None: unlike ``study.best_trial`` it never raises."""
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if feasible(t)]
+    """The search's best feasible trial, or None: unlike ``study.best_trial`` it never raises. Confirmation
+    runs are left out: a repeat that happened to run fast is not a better config (``confirm.verdict`` says which
+    config won)."""
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if feasible(t) and not is_confirmation(t)]
     if not done:
         return None
     pick = max if study.direction.name == "MAXIMIZE" else min
@@ -229,7 +240,7 @@ def tell_skipped(study: optuna.Study, trial: Trial, status: str, reason: str, ki
 
 def counts_toward_budget(t: FrozenTrial) -> bool:
     return t.state in (TrialState.COMPLETE, TrialState.PRUNED) \
-        and t.user_attrs.get("status") not in ("rejected", "duplicate")
+        and t.user_attrs.get("status") not in ("rejected", "duplicate") and not is_confirmation(t)
 
 
 def finished_count(study: optuna.Study) -> int:

@@ -10,7 +10,9 @@ Outcomes follow fixed rules so that tests can reason about them:
 - ``fake.*`` keys steer the process itself: ``fake.sleep`` (seconds of "training"), ``fake.error=true`` (a
   traceback, exit 1), ``fake.compile_error=true`` (exit 11), ``fake.crash=true`` (SIGKILL itself, no summary),
   ``fake.hang=true`` (ignore SIGTERM and never end), ``fake.marker=<path>`` (append "start <pid> <dir> cpus=<its
-  CPU affinity>" to a file), ``fake.hold=<path>`` (wait while that file exists, within the wall budget).
+  CPU affinity>" to a file), ``fake.hold=<path>`` (wait while that file exists, within the wall budget),
+  ``fake.noise=<relative sigma>`` (run-to-run noise: tokens/s and losses times 1 + sigma * N(0, 1), drawn from the
+  trial dir's name and the seed, so that a test's study is reproducible while its repeats differ).
 """
 
 from __future__ import annotations
@@ -80,6 +82,18 @@ def outcome(cfg: dict) -> tuple[int, str, dict]:
     return 0, "reached max_steps", metrics
 
 
+def add_noise(metrics: dict, sigma: float, draw: str) -> None:
+    import random
+
+    rng = random.Random(draw)  # a str seed is hashed with SHA-512: the same on every machine and run
+    speed = 1.0 + sigma * rng.gauss(0.0, 1.0)
+    metrics["tokens_per_sec"] *= speed
+    metrics["step_time_ms_median"] /= speed
+    loss = 1.0 + sigma * rng.gauss(0.0, 1.0)
+    for key in ("final_loss", "min_loss", "val_loss"):
+        metrics[key] *= loss
+
+
 METRICS = ("tokens_per_sec", "step_time_ms_median", "mfu", "first_loss", "final_loss", "min_loss", "val_loss",
            "grad_norm_last", "peak_memory_bytes", "peak_memory_bytes_per_rank", "estimated_memory_bytes")
 
@@ -127,6 +141,8 @@ def main(argv: list[str]) -> int:
         print("Fatal Python error: Segmentation fault (fake)", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     code, reason, metrics = outcome(cfg)
+    if code == 0 and _num(cfg, "fake.noise", 0.0) > 0:
+        add_noise(metrics, _num(cfg, "fake.noise", 0.0), f"{trial_dir.name}/{cfg.get('seed', 0)}")
     sleep = _num(cfg, "fake.sleep", 0.0)
     wall_budget = _num(cfg, "trial.max_wall_time_sec", math.inf)
     if sleep > wall_budget:  # the run's own clock ends it first, as in the core

@@ -45,11 +45,12 @@ def held_space(tmp_path: Path, name: str, params: dict[str, list], fixed: dict |
 
 
 def start_agent(tmp_path: Path, space: Path, *args: str) -> subprocess.Popen:
-    """``python -m autoresearch.agent`` over the fake trial, without an API key, output captured."""
+    """``python -m autoresearch.agent`` over the fake trial, without an API key, output captured; no
+    confirmation phase unless ``args`` ask for one (these tests count the search's trials)."""
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
     return subprocess.Popen(
         [sys.executable, "-m", "autoresearch.agent", "--space", str(space), "--trials-dir", str(tmp_path / "trials"),
-         "--command", FAKE, "--estimator", "none", *args],
+         "--command", FAKE, "--estimator", "none", "--confirm", "0", *args],
         cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 

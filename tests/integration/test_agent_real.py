@@ -1,7 +1,9 @@
-"""A real study: the agent runs the real core on the tiny model, records it in Optuna and reports it."""
+"""A real study: the agent runs the real core on the tiny model, confirms its front-runners, records it in Optuna
+and reports it."""
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autoresearch import confirm
 from tests.schema import assert_summary_schema
 
 pytestmark = pytest.mark.slow
@@ -19,7 +22,8 @@ def test_real_hparams_study(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
     trials = tmp_path / "trials"
     agent = subprocess.run([sys.executable, "-m", "autoresearch.agent", "--space", "hparams.yaml", "--trials", "3",
-                            "--study", "real", "--trials-dir", str(trials), "--seed", "0", "--no-progress"],
+                            "--study", "real", "--trials-dir", str(trials), "--seed", "0", "--no-progress",
+                            "--confirm", "2", "--repeats", "2"],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert agent.returncode == 0, agent.stdout + agent.stderr
     assert agent.stdout.splitlines()[0].startswith("proposer: tpe")
@@ -37,6 +41,24 @@ def test_real_hparams_study(tmp_path):
         if summary["status"] == "ok":  # the objective is the summary's measured val_loss, not a made-up number
             assert t.value == pytest.approx(summary["metrics"]["val_loss"])
     assert (trials / "real" / "trials.csv").exists()
+
+    # Confirmation: the 2 best configs ran twice more each, with other seeds (val_loss depends on the seed), and
+    # the verdict's mean ± std are those runs' own val_loss.
+    runs = [t for t in done if "confirmation_of" in t.user_attrs]
+    assert len(runs) == 4 and sorted(t.user_attrs["repeat"] for t in runs) == [0, 0, 1, 1]
+    seeds = {t.user_attrs["repeat"]: json.loads((Path(t.user_attrs["trial_dir"]) / "trial_summary.json")
+                                                .read_text())["seed"] for t in runs}
+    assert seeds == {0: 1, 1: 2}  # hparams.yaml fixes no seed: the core's default 0, then 0 + 1 + repeat
+    v = confirm.verdict(study, 2, 2)
+    assert {c.trial for c in v.configs} == {t.user_attrs["confirmation_of"] for t in runs}
+    for c in v.configs:
+        mine = [t for t in runs if t.user_attrs["confirmation_of"] == c.trial and t.user_attrs["status"] == "ok"]
+        losses = [json.loads((Path(t.user_attrs["trial_dir"]) / "trial_summary.json").read_text())["metrics"]
+                  ["val_loss"] for t in mine]
+        assert c.values == pytest.approx(losses) and c.mean == pytest.approx(statistics.fmean(losses))
+        assert f"| {c.trial} |" in agent.stdout  # the confirmation table names each config
+    assert agent.stdout.splitlines()[-1].startswith(("winner: trial", "tied within noise: trials"))
+    assert agent.stdout.splitlines()[-1] == v.line
 
     report = subprocess.run([sys.executable, "-m", "autoresearch.report", str(trials / "real"), "--format", "json"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -60,7 +60,7 @@ def test_two_agents_share_one_study(tmp_path, postgres_url):
         return subprocess.Popen(
             [sys.executable, "-m", "autoresearch.agent", "--space", str(space), "--storage", postgres_url,
              "--trials-dir", str(trials_dir), "--command", FAKE, "--estimator", "none", "--trials", "8",
-             "--seed", str(seed)], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             "--seed", str(seed), "--confirm", "0"], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
     agents = [agent(seed, tmp_path / f"host{seed}") for seed in (1, 2)]
     for a in agents:

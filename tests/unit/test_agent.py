@@ -35,9 +35,11 @@ def space_file(tmp_path, name="fake", fixed=None, params=None, constraints=(), d
     return path
 
 
-def run_agent(tmp_path, space, *args, estimator="none"):
+def run_agent(tmp_path, space, *args, estimator="none", confirm=0):
+    """The agent over the fake trial. ``confirm``: front-runners re-run after the search (0 here, so that tests
+    of the search count only its trials; test_confirm.py tests the confirmation)."""
     argv = ["--space", str(space), "--trials-dir", str(tmp_path / "trials"), "--command", FAKE,
-            "--estimator", estimator, "--seed", "0", *args]
+            "--estimator", estimator, "--seed", "0", "--confirm", str(confirm), *args]
     return agent.main(argv)
 
 
@@ -67,7 +69,7 @@ def test_tpe_study_records_every_trial(tmp_path, capsys, monkeypatch):
     assert run_agent(tmp_path, space, "--trials", "8") == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "proposer: tpe (ANTHROPIC_API_KEY not set; Claude disabled)"
-    assert "best: trial" in out and "| number | status |" in out
+    assert "search's best run: trial" in out and "| number | status |" in out
     study = load(tmp_path)
     assert study.user_attrs["space"] == "fake" and study.direction.name == "MAXIMIZE"
     assert storage.finished_count(study) == 8
@@ -87,6 +89,7 @@ def test_tpe_study_records_every_trial(tmp_path, capsys, monkeypatch):
     assert sorted(csv["number"]) == [t.number for t in study.trials]
     best = storage.best_trial(study)
     assert best.user_attrs["status"] == "ok" and study.best_trial.number == best.number
+    assert out.splitlines()[-1] == f"best (unconfirmed, --confirm 0): trial {best.number}, tokens_per_sec={best.value:.6g}"
 
 
 def test_repeats_do_not_spend_the_budget_and_the_search_ends_when_nothing_is_new(tmp_path, capsys):
