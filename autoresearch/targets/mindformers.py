@@ -24,12 +24,13 @@ Approximations, by design: MindFormers' parallel optimizer shards weights and op
 dp_shard inside the dp_replicate * dp_shard ranks). MindFormers' default ``select_recompute`` recomputes the SwiGLU
 (``feed_forward.mul``, ``feed_forward.w1.activation.silu``); the core's selective also recomputes norms and the
 attention softmax. ``op_swap`` op names are MindFormers' Llama cells (``attention``, ``feed_forward``,
-``attention_norm``, ``ffn_norm``). MindFormers' swap runs under static graph only, the core's under PyNative only.
+``attention_norm``, ``ffn_norm``). MindFormers' swap runs under static graph only, the core's under PyNative only,
+so a winner with SWAP exports its swap_config and lists training.mode=pynative as not exported.
 """
 
 from __future__ import annotations
 
-from autoresearch.targets.rules import (TRIAL_ONLY, Flat, Rule, Target, rounded, recompute_spelling, same,
+from autoresearch.targets.rules import (TRIAL_ONLY, Flat, NoCounterpart, Rule, Target, rounded, recompute_spelling, same,
                                         split_spelling, stage_split)
 
 
@@ -265,6 +266,10 @@ CLIP = Rule(("optim.grad_clip",), ("runner_wrapper.use_clip_grad", "runner_wrapp
                                if doc["runner_wrapper.use_clip_grad"] else 0.0})
 
 
+GRAPH_ONLY = ("MindFormers' YAML trainer runs in GRAPH_MODE only (configuration.md: context.mode); its PyNative "
+              "trainer takes another config")
+ASCEND_ONLY = "MindFormers runs on Ascend only (configuration.md: context.device_target)"
+
 MINDFORMERS = Target(
     name="mindformers",
     title="MindFormers YAML fragment: merge these keys into your run's YAML",
@@ -286,11 +291,12 @@ MINDFORMERS = Target(
         muon_only("optim.ns_steps", "optimizer.ns_steps"),
         same("optim.warmup_steps", "lr_schedule.warmup_steps"),
         LR_TYPE, LR_END, DECAY, CLIP,
-        same("training.mode", "context.mode", {"jit": 0, "pynative": 1}),  # 0: GRAPH_MODE, 1: PYNATIVE_MODE
+        same("training.mode", "context.mode", {"jit": 0, "pynative": NoCounterpart(GRAPH_ONLY)}),  # 0: GRAPH_MODE
         same("execution.jit_level", "context.jit_config.jit_level"),
         same("execution.graph_kernel_fusion", "context.enable_graph_kernel"),
         same("seed", "seed"),
-        same("device", "context.device_target"),
+        same("device", "context.device_target", {"Ascend": "Ascend", "CPU": NoCounterpart(ASCEND_ONLY),
+                                                  "GPU": NoCounterpart(ASCEND_ONLY)}),
     ),
     unmapped={
         "model": "the model is the target run's own (model.model_config); the study's preset only sized the search",

@@ -244,13 +244,19 @@ def test_mindformers_pins_the_parallel_keys():
                                 "momentum": 0.9, "ns_steps": 4}
     assert doc["lr_schedule"] == {"learning_rate": 0.02, "warmup_steps": 10, "type": "WarmUpStableDecayLR",
                                   "lr_end": 0.002, "decay_start_ratio": 0.7}
-    assert doc["context"]["mode"] == 1
+    assert "mode" not in doc["context"]  # MindFormers' YAML trainer is graph mode only; the header says so
 
     doc = export_config(TARGETS["mindformers"], flat(*CASES["offset-constant"])).doc
+    assert doc["parallel"]["pipeline_config"] == {"pipeline_interleave": False, "pipeline_scheduler": "1f1b"}
     assert doc["model"]["model_config"]["offset"] == [1, -1]  # small: 4 layers split [3, 1]
     assert doc["recompute_config"] == {"recompute": False, "select_recompute": True}
     assert doc["lr_schedule"] == {"learning_rate": 0.003, "warmup_steps": 10, "type": "ConstantWarmUpLR"}
     assert doc["runner_wrapper"] == {"use_clip_grad": False}
+    dropped = export_config(TARGETS["mindformers"], flat(*CASES["offset-constant"])).dropped
+    assert dropped["training.mode"] == ("pynative", "MindFormers' YAML trainer runs in GRAPH_MODE only "
+                                                    "(configuration.md: context.mode); its PyNative trainer takes "
+                                                    "another config")
+    assert dropped["device"][1] == "MindFormers runs on Ascend only (configuration.md: context.device_target)"
 
     doc = export_config(TARGETS["mindformers"], flat(*CASES["moe-ep"])).doc
     assert doc["parallel_config"]["expert_parallel"] == 2 and doc["parallel_config"]["data_parallel"] == 2
@@ -290,6 +296,7 @@ def test_torchtitan_pins_the_parallel_keys():
     assert "name" not in exported.doc["optimizer"]
 
     doc = export_config(TARGETS["torchtitan"], flat(*CASES["offset-constant"])).doc
+    assert doc["parallelism"]["pipeline_parallel_schedule"] == "1F1B"
     assert doc["parallelism"]["pipeline_parallel_split_points"] == ["layers.3"]
     assert doc["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
     assert doc["lr_scheduler"] == {"warmup_steps": 10, "decay_type": "linear", "lr_min": 1.0}  # constant
