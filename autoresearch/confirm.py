@@ -162,6 +162,15 @@ def verdict(study: optuna.Study, k: int, repeats: int) -> Verdict | None:
     return v
 
 
+def recorded_verdict(study: optuna.Study) -> Verdict | None:
+    """The verdict over the configs the study's confirmation runs repeated (whatever --confirm/--repeats were),
+    or None when the study has no confirmation run: for readers of a finished study (report, export)."""
+    runs = runs_of(study)
+    if not runs:
+        return None
+    return verdict(study, len(runs), max(map(len, runs.values())))
+
+
 def _judge(v: Verdict) -> str:
     ranked = [c for c in v.configs if c.mean is not None]
     if not ranked:

@@ -33,6 +33,7 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial
 
+from autoresearch.confirm import recorded_verdict
 from autoresearch.param import format_override_value, scalar_text
 from autoresearch.report import load_study
 from autoresearch.storage import best_trial
@@ -47,8 +48,22 @@ class ExportError(ValueError):
 
 
 def winner(study: optuna.Study) -> FrozenTrial | None:
-    """The trial whose config the study recommends: for now its best feasible trial."""
+    """The trial whose config the study recommends: the search trial of the confirmed winner when the
+    confirmation named one (``autoresearch.confirm``), else the search's best run (the header says which)."""
+    v = recorded_verdict(study)
+    if v is not None and v.winner is not None:
+        return study.get_trials(deepcopy=False)[v.winner.trial]
     return best_trial(study)
+
+
+def standing(study: optuna.Study, trial: FrozenTrial) -> str:
+    """What the study's confirmation says of this trial's config, for the header."""
+    v = recorded_verdict(study)
+    if v is None:
+        return "not confirmed (the study has no confirmation runs: a single run's ranking)"
+    if v.winner is not None and v.winner.trial == trial.number:
+        return f"the confirmed winner: {v.line}"
+    return f"not the confirmed winner: {v.line}"
 
 
 def pick_trial(study: optuna.Study, number: int | None = None) -> FrozenTrial:
@@ -129,7 +144,8 @@ def header(study: optuna.Study, trial: FrozenTrial, resolved: Resolved, title: s
     lines = [title,
              f"exported by autoresearch.export from study {study.study_name!r}, trial {trial.number}: "
              f"{metric} = {measured} ({direction})",
-             f"config: {resolved.source}"]
+             f"config: {resolved.source}",
+             f"standing: {standing(study, trial)}"]
     lines += [f"not exported: {key}={value_text(value)} — {reason}" for key, (value, reason) in dropped.items()]
     return ["# " + line for line in lines]
 

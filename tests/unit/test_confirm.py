@@ -133,3 +133,23 @@ def test_the_lead_must_clear_2_sigma_at_its_confidence_with_few_runs():
     assert few.lead / few.lead_sigma == approx(2.5) == many.lead / many.lead_sigma
     same = verdict_for(3, 0.0)
     assert same.winner is None and "tied within noise: trials 0, 1" in same.line
+
+
+def test_a_lucky_search_run_loses_to_the_confirmed_winner_and_export_follows_the_verdict(tmp_path):
+    """Two configs the fake trial runs alike, 5% noise: with these fixed draws the search's best run (label b)
+    was its lucky one, and 4 repeats each put label a ahead by more than the noise (2.77σ, 2.62σ needed)."""
+    from autoresearch import export
+
+    space = space_file(tmp_path, fixed={**NOISE, MBS: 16, "seed": 0},
+                       params={"fake.label": {"type": "choice", "values": ["a", "b"]}})
+    assert run_agent(tmp_path, space, "--proposer", "grid", "--trials", "2", "--repeats", "4", confirm=2) == 0
+    study = load(tmp_path)
+    v = confirm.recorded_verdict(study)
+    search_best = storage.best_trial(study)
+    assert search_best.params["fake.label"] == "b" and v.winner.params["fake.label"] == "a"
+    assert v.raw_winner_survived is False
+    chosen = export.winner(study)
+    assert chosen.number == v.winner.trial != search_best.number and chosen.params["fake.label"] == "a"
+    # the exported file's header says so (the fake trial's keys are no core config: the header line alone here)
+    assert export.standing(study, chosen) == f"the confirmed winner: {v.line}"
+    assert export.standing(study, search_best).startswith("not the confirmed winner: winner: trial ")
