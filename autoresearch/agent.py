@@ -1,7 +1,8 @@
 """The autoresearch agent: propose a trial, check it, run it, learn from how it ended; repeat.
 
     python -m autoresearch.agent --space parallel.yaml [--proposer auto|claude|tpe|hybrid|random|grid]
-                                 [--trials N] [--workers K] [--timeout SEC] [--max-cost USD] [--patience K]
+                                 [--trials N] [--workers K] [--timeout SEC] [--max-cost USD]
+                                 [--max-device-hours H] [--patience K]
                                  [--study NAME] [--storage URL]
 
 Each round: a proposer (Claude, the grid) may suggest params, which are validated and enqueued into the Optuna
@@ -55,6 +56,8 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
                     "default: the space's budget hours")
     ap.add_argument("--max-cost", type=float, help="stop when the study's LLM spend reaches USD; "
                     "default: the space's budget dollars")
+    ap.add_argument("--max-device-hours", type=float, help="stop when the study's trials have used H device-hours "
+                    "(ranks x wall time, summed over the study: autoresearch.ledger)")
     ap.add_argument("--patience", type=int, help="stop after K trials that ran without improving the best")
     ap.add_argument("--study", help="study name (default: the space's name)")
     ap.add_argument("--storage", help="SQLAlchemy URL (default: sqlite:///<trials-dir>/<study>/study.db); "
@@ -78,9 +81,12 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
     a = ap.parse_args(argv)
     if a.workers < 1:
         ap.error(f"--workers must be at least 1 (got {a.workers})")
+    if a.max_device_hours is not None and a.max_device_hours < 0:
+        ap.error(f"--max-device-hours must be 0 or more (got {a.max_device_hours:g})")
     return AgentOptions(
         space=a.space, proposer=a.proposer, study=a.study, storage=a.storage, trials=a.trials, timeout=a.timeout,
-        max_cost=a.max_cost, patience=a.patience, seed=a.seed, model=a.model, claude_fraction=a.claude_fraction,
+        max_cost=a.max_cost, max_device_hours=a.max_device_hours, patience=a.patience, seed=a.seed, model=a.model,
+        claude_fraction=a.claude_fraction,
         trials_dir=a.trials_dir, command=shlex.split(a.command) if a.command else None,
         estimator=None if (a.estimator or "").lower() == "none" else a.estimator, learn=not a.no_learn,
         resume=a.resume, max_errors=a.max_errors, workers=a.workers, progress=not a.no_progress)

@@ -20,7 +20,9 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from autoresearch import ledger
 from autoresearch import storage as st
+from autoresearch.explain import params_label
 from autoresearch.learn import FeasibilityMemory
 from autoresearch.proposers.base import ProposalContext, SearchExhausted, params_key
 from autoresearch.proposers.samplers import make_sampler
@@ -47,6 +49,7 @@ class AgentOptions:
     trials: int | None = None  # default: the space's budget; the study then holds this many finished trials
     timeout: float | None = None  # seconds for this session; default: the space's budget hours
     max_cost: float | None = None  # LLM dollars over the study; default: the space's budget dollars
+    max_device_hours: float | None = None  # device time (ranks x wall) over the study: autoresearch.ledger
     patience: int | None = None  # stop after this many trials that ran without improving the best
     seed: int | None = None
     model: str | None = None
@@ -229,7 +232,7 @@ class StudyLoop:
         condition holds. Proposals that are skipped cost no slot and are recorded at once."""
         from tqdm import tqdm
 
-        from autoresearch.report import render, study_table
+        from autoresearch.report import ledger_text, render, study_table
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = self.open()
@@ -279,11 +282,13 @@ class StudyLoop:
         finally:
             pool.shutdown(wait=True)
             bar.close()
-        df = study_table(study)
+        rows = st.trial_rows(study)
+        df = study_table(study, rows)
         self.study_dir.mkdir(parents=True, exist_ok=True)
         df.to_csv(self.study_dir / "trials.csv", index=False)
         print(f"\nstopped: {why}\n")
         print(render(df, "markdown"))
+        print("\n" + ledger_text(rows))
         self.print_best(study)
         print(f"\ntrials.csv: {self.study_dir / 'trials.csv'}; review with: python -m autoresearch.report "
               f"{self.study_dir}")
@@ -319,6 +324,10 @@ class StudyLoop:
             spent = st.llm_cost(study)
             if spent >= self.max_cost:
                 return f"LLM spend ${spent:.4f} reached --max-cost ${self.max_cost:g}"
+        if self.opts.max_device_hours is not None:
+            used = ledger.study_totals(st.trial_rows(study))["device_sec"]
+            if used >= self.opts.max_device_hours * 3600:
+                return f"device time {used / 3600:.4g} h reached --max-device-hours {self.opts.max_device_hours:g}"
         if self.opts.patience:
             best = st.best_trial(study)
             since = [t for t in study.get_trials(deepcopy=False)
@@ -372,7 +381,7 @@ class StudyLoop:
         if skipped:
             status, reason, kind = skipped
             st.tell_skipped(study, trial, status, reason, kind)
-            return f"trial {trial.number:4d} {status:13s} {reason}"
+            return f"trial {trial.number:4d} {status:13s} {params_label(params)}: {reason}"
         trial_dir = self.study_dir / f"{trial.number:04d}"
         trial.set_user_attr("trial_dir", str(trial_dir))
         return Launch(trial, params, trial_dir)
@@ -393,8 +402,8 @@ class StudyLoop:
         self.errors_in_a_row = self.errors_in_a_row + 1 if state == TrialState.FAIL else 0
         value = "" if result.objective is None else f"{self.space.objective_metric}={result.objective:.5g} "
         where = f" [{slot.label}]" if slot.label else ""
-        return (f"trial {item.trial.number:4d} {result.status:13s} {value}({result.wall_time:.1f}s){where} "
-                f"{result.reason[:120]}")
+        return (f"trial {item.trial.number:4d} {result.status:13s} {params_label(item.params)}: "
+                f"{value}({result.wall_time:.1f}s){where} {result.reason[:120]}")
 
     def _enqueue_unseen(self, study: optuna.Study) -> None:
         """Enqueue a random config that would run (not a duplicate, not dominated), or end the search."""
