@@ -135,13 +135,17 @@ def best_vs_device_time(study: optuna.Study, rows: list[dict], out_dir: Path) ->
     plt = _pyplot()
     metric, maximize = _goal(study)
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for name, (xs, ys) in best_so_far_curves(rows, maximize).items():
+    curves = best_so_far_curves(rows, maximize)
+    for name, (xs, ys) in curves.items():
         style = {"color": "black", "linewidth": 2.5, "alpha": 0.4} if name == "all" else {}
         ax.step([0.0, *xs], [math.nan, *ys], where="post", label=name, **style)
+    if not curves:
+        ax.text(0.5, 0.5, "no finished trial", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("device-seconds spent (ranks x wall time; each proposer over its own trials)")
     ax.set_ylabel(f"best {metric} so far")
     ax.set_title(f"{study.study_name}: best {metric} against device time, per proposer")
-    ax.legend(loc="best", fontsize=8)
+    if curves:
+        ax.legend(loc="best", fontsize=8)
     return _save(fig, out_dir / "best_vs_device_time.png")
 
 

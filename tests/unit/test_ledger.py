@@ -239,3 +239,26 @@ def test_max_device_hours_stops_the_study(tmp_path, capsys):
     with pytest.raises(SystemExit):
         agent.parse_args(["--space", "x.yaml", "--max-device-hours", "-1"])
     assert agent.parse_args(["--space", "x.yaml", "--max-device-hours", "2.5"]).max_device_hours == 2.5
+
+
+def test_llm_spend_of_every_proposal_is_in_the_ledger_skipped_ones_included(tmp_path):
+    """Each proposal's tokens and dollars land in its trial's ledger, run or skipped (a repeat here)."""
+    import shlex
+
+    from autoresearch.loop import AgentOptions, StudyLoop
+    from tests.unit.test_agent import FAKE, REC, ScriptedProposer
+
+    config = {MBS: 16, REC: "none", "optim.lr": 0.001}
+    opts = AgentOptions(space=str(space_file(tmp_path)), proposer="tpe", trials=2, trials_dir=str(tmp_path / "t"),
+                        command=shlex.split(FAKE), estimator=None, seed=0, progress=False)
+    loop = StudyLoop(opts, "tpe")
+    loop.proposer = ScriptedProposer([config, config, {**config, MBS: 8}])  # the second is a duplicate
+    assert loop.run() == 0
+    study = optuna.load_study(study_name="fake", storage=f"sqlite:///{tmp_path / 't' / 'fake' / 'study.db'}")
+    assert [t.user_attrs["status"] for t in study.trials] == ["ok", "duplicate", "ok"]
+    for t in study.trials:  # ScriptedProposer: 100 + 10 tokens and $0.01 a call
+        assert {k: t.user_attrs["ledger"][k] for k in ("llm_calls", "llm_tokens", "llm_usd")} == \
+            {"llm_calls": 1, "llm_tokens": 110, "llm_usd": 0.01}
+    totals = ledger.study_totals(storage.trial_rows(study))
+    assert totals["llm_usd"] == pytest.approx(storage.llm_cost(study)) == pytest.approx(0.03)
+    assert (totals["llm_tokens"], totals["skipped"], study.trials[1].user_attrs["ledger"]["device_sec"]) == (330, 1, 0.0)
