@@ -1,8 +1,9 @@
 """The autoresearch agent: propose a trial, check it, run it, learn from how it ended; repeat.
 
     python -m autoresearch.agent --space parallel.yaml [--proposer auto|claude|tpe|hybrid|random|grid]
-                                 [--trials N] [--workers K] [--timeout SEC] [--max-cost USD] [--patience K]
-                                 [--confirm K] [--repeats R] [--study NAME] [--storage URL]
+                                 [--trials N] [--workers K] [--timeout SEC] [--max-cost USD]
+                                 [--max-device-hours H] [--patience K] [--confirm K] [--repeats R]
+                                 [--study NAME] [--storage URL]
 
 Each round: a proposer (Claude, the grid) may suggest params, which are validated and enqueued into the Optuna
 study; otherwise the study's sampler (TPE, random) picks them. Before anything runs, the proposal is checked
@@ -60,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
                     "confirmation) and name a winner only if its lead exceeds 2 sigma of the noise")
     ap.add_argument("--repeats", type=int, default=AgentOptions.repeats, metavar="R",
                     help="confirmation runs per config, interleaved, in fresh processes (default %(default)s)")
+    ap.add_argument("--max-device-hours", type=float, help="stop when the study's trials have used H device-hours "
+                    "(ranks x wall time, summed over the study: autoresearch.ledger)")
     ap.add_argument("--patience", type=int, help="stop after K trials that ran without improving the best")
     ap.add_argument("--study", help="study name (default: the space's name)")
     ap.add_argument("--storage", help="SQLAlchemy URL (default: sqlite:///<trials-dir>/<study>/study.db); "
@@ -86,9 +89,12 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
     if a.confirm < 0 or a.repeats < 1:
         ap.error(f"--confirm must be >= 0 and --repeats >= 1 (got {a.confirm}, {a.repeats}); --confirm 0 skips "
                  "the confirmation")
+    if a.max_device_hours is not None and a.max_device_hours < 0:
+        ap.error(f"--max-device-hours must be 0 or more (got {a.max_device_hours:g})")
     return AgentOptions(
         space=a.space, proposer=a.proposer, study=a.study, storage=a.storage, trials=a.trials, timeout=a.timeout,
-        max_cost=a.max_cost, patience=a.patience, seed=a.seed, model=a.model, claude_fraction=a.claude_fraction,
+        max_cost=a.max_cost, max_device_hours=a.max_device_hours, patience=a.patience, seed=a.seed, model=a.model,
+        claude_fraction=a.claude_fraction,
         trials_dir=a.trials_dir, command=shlex.split(a.command) if a.command else None,
         estimator=None if (a.estimator or "").lower() == "none" else a.estimator, learn=not a.no_learn,
         resume=a.resume, max_errors=a.max_errors, workers=a.workers, progress=not a.no_progress,

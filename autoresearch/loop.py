@@ -23,9 +23,10 @@ from typing import Callable
 import optuna
 from optuna.trial import TrialState
 
-from autoresearch import confirm
+from autoresearch import confirm, ledger
 from autoresearch import storage as st
 from autoresearch.chooser import Chooser, build_proposer
+from autoresearch.explain import params_label
 from autoresearch.gate import Gate
 from autoresearch.outcomes import RAN, TrialResult
 from autoresearch.proposers.base import SearchExhausted
@@ -43,6 +44,7 @@ class AgentOptions:
     trials: int | None = None  # default: the space's budget; the study then holds this many finished trials
     timeout: float | None = None  # seconds for this session; default: the space's budget hours
     max_cost: float | None = None  # LLM dollars over the study; default: the space's budget dollars
+    max_device_hours: float | None = None  # device time (ranks x wall) over the study: autoresearch.ledger
     patience: int | None = None  # stop after this many trials that ran without improving the best
     seed: int | None = None
     model: str | None = None
@@ -129,7 +131,7 @@ class StudyLoop:
 
     def run(self) -> int:
         """The search, then the confirmation of its front-runners (``autoresearch.confirm``), then the table."""
-        from autoresearch.report import render, study_table
+        from autoresearch.report import ledger_text, render, study_table
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = self.open()
@@ -147,11 +149,13 @@ class StudyLoop:
             why, code = self._drive(
                 study, slots, self.prepare_confirmation, lambda running: self.budget_reason(study, start),
                 Phase("confirm", total, lambda: confirm.done_runs(study, k, repeats)))
-        df = study_table(study)
+        rows = st.trial_rows(study)
+        df = study_table(study, rows)
         self.study_dir.mkdir(parents=True, exist_ok=True)
         df.to_csv(self.study_dir / "trials.csv", index=False)
         print(f"\nstopped: {why}\n")
         print(render(df, "markdown"))
+        print("\n" + ledger_text(rows))
         print(f"\ntrials.csv: {self.study_dir / 'trials.csv'}; review with: python -m autoresearch.report "
               f"{self.study_dir}")
         self.print_outcome(study)
@@ -250,6 +254,10 @@ class StudyLoop:
             spent = st.llm_cost(study)
             if spent >= self.max_cost:
                 return f"LLM spend ${spent:.4f} reached --max-cost ${self.max_cost:g}"
+        if self.opts.max_device_hours is not None:
+            used = ledger.study_totals(st.trial_rows(study))["device_sec"]
+            if used >= self.opts.max_device_hours * 3600:
+                return f"device time {used / 3600:.4g} h reached --max-device-hours {self.opts.max_device_hours:g}"
         return ""
 
     def prepare(self, study: optuna.Study) -> Launch | str:
@@ -266,7 +274,7 @@ class StudyLoop:
         if skipped:
             status, reason, kind = skipped
             st.tell_skipped(study, trial, status, reason, kind)
-            return f"trial {trial.number:4d} {status:13s} {reason}"
+            return f"trial {trial.number:4d} {status:13s} {params_label(params)}: {reason}"
         trial_dir = self.study_dir / f"{trial.number:04d}"
         trial.set_user_attr("trial_dir", str(trial_dir))
         return Launch(trial, params, trial_dir)
@@ -304,8 +312,8 @@ class StudyLoop:
         attrs = item.trial.user_attrs
         if "confirmation_of" in attrs:
             where += f" confirming trial {attrs['confirmation_of']} (run {attrs['repeat'] + 1})"
-        return (f"trial {item.trial.number:4d} {result.status:13s} {value}({result.wall_time:.1f}s){where} "
-                f"{result.reason[:120]}")
+        return (f"trial {item.trial.number:4d} {result.status:13s} {params_label(item.params)}: "
+                f"{value}({result.wall_time:.1f}s){where} {result.reason[:120]}")
 
     def print_outcome(self, study: optuna.Study) -> None:
         """The search's best run, the confirmation table, and last the verdict: a winner only with evidence."""

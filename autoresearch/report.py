@@ -1,12 +1,16 @@
-"""Turn a study into a table a person can review, and plots.
+"""Turn a study into a table a person can review, its cost ledger, plots and an HTML page.
 
-    python -m autoresearch.report trials/<study>                     # markdown table, best first
+    python -m autoresearch.report trials/<study>                     # markdown table, best first, and the ledger
     python -m autoresearch.report trials/<study> --format csv|json   # for spreadsheets and scripts
-    python -m autoresearch.report trials/<study> --plot              # PNGs into trials/<study>/
+    python -m autoresearch.report trials/<study> --plot              # PNGs into trials/<study>/ (autoresearch.plots)
+    python -m autoresearch.report trials/<study> --html              # report.html + PNGs (autoresearch.report_html)
     python -m autoresearch.report --storage postgresql://... --study NAME
 
 Rows are sorted by objective, best first for the study's direction; trials without an objective (failures,
-pruned proposals) follow in trial order. Markdown is formatted here (no ``tabulate`` dependency). Reading the
+pruned proposals) follow in trial order. The ledger columns (``autoresearch.ledger``) are device-seconds: ranks,
+device_sec (ranks x wall time), its parts startup_sec, compile_sec and steps_sec (empty where the trial cannot
+tell them), then llm_tokens and llm_usd. The study's ledger follows the markdown table (on stderr with --format
+csv|json, so that stdout stays parseable). Markdown is formatted here (no ``tabulate`` dependency). Reading the
 CSV back with pandas: ``pd.read_csv(f, keep_default_na=False, na_values=[""])``, or the status ``nan`` reads as
 a missing value.
 """
@@ -21,11 +25,13 @@ from pathlib import Path
 import optuna
 import pandas as pd
 
+from autoresearch import ledger
 from autoresearch.storage import storage_url, trial_rows
 
 MiB = 1024**2
 LEAD = ["number", "status", "exit_code"]
-TAIL = ["objective", "peak_mem_mib", "wall_time_sec", "proposer", "reason"]
+LEDGER = ["ranks", "device_sec", *ledger.PARTS, "llm_tokens", "llm_usd"]  # from each row's ledger
+TAIL = ["objective", "peak_mem_mib", "wall_time_sec", *LEDGER, "proposer", "reason"]
 
 
 def load_study(path: str | Path | None = None, storage: str | None = None, study: str | None = None) -> optuna.Study:
@@ -49,19 +55,28 @@ def load_study(path: str | Path | None = None, storage: str | None = None, study
     return optuna.load_study(study_name=study, storage=storage)
 
 
-def study_table(study: optuna.Study) -> pd.DataFrame:
-    """One row per trial: number, status, exit code, each param, objective, peak memory (MiB), wall time,
-    proposer, reason; sorted best first."""
+def param_names(study: optuna.Study, rows: list[dict]) -> list[str]:
+    """The space's params in its order, then any other a trial has (a study whose space grew)."""
     names = list(study.user_attrs.get("param_names") or [])
-    rows = []
-    for r in trial_rows(study):
+    for r in rows:
         names += [k for k in r["params"] if k not in names]
-        peak = r["peak_memory_bytes"]
-        rows.append({"number": r["number"], "status": r["status"], "exit_code": r["exit_code"], **r["params"],
-                     "objective": r["objective"], "peak_mem_mib": None if peak is None else round(peak / MiB, 1),
-                     "wall_time_sec": r["wall_time_sec"], "proposer": r["proposer"], "reason": r["reason"]})
-    df = pd.DataFrame(rows, columns=LEAD + names + TAIL)
-    df["exit_code"] = df["exit_code"].astype("Int64")
+    return names
+
+
+def study_table(study: optuna.Study, rows: list[dict] | None = None) -> pd.DataFrame:
+    """One row per trial: number, status, exit code, each param, objective, peak memory (MiB), wall time, the
+    ledger's columns, proposer, reason; sorted best first. ``rows``: ``trial_rows(study)``, when already read."""
+    rows = trial_rows(study) if rows is None else rows
+    table = []
+    for r in rows:
+        peak, led = r["peak_memory_bytes"], r["ledger"] or {}
+        table.append({"number": r["number"], "status": r["status"], "exit_code": r["exit_code"], **r["params"],
+                      "objective": r["objective"], "peak_mem_mib": None if peak is None else round(peak / MiB, 1),
+                      "wall_time_sec": r["wall_time_sec"], **{k: led.get(k) for k in LEDGER},
+                      "proposer": r["proposer"], "reason": r["reason"]})
+    df = pd.DataFrame(table, columns=LEAD + param_names(study, rows) + TAIL)
+    for column in ("exit_code", "ranks", "llm_tokens"):
+        df[column] = df[column].astype("Int64")
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     df = df.sort_values(["objective", "number"], ascending=[not maximize, True], na_position="last", kind="stable")
     return df.reset_index(drop=True)
@@ -92,73 +107,41 @@ def render(df: pd.DataFrame, fmt: str = "markdown") -> str:
     return to_markdown(df)
 
 
-def plot(study: optuna.Study, out_dir: str | Path) -> list[Path]:
-    """objective_by_trial.png (each trial, failures marked, best-so-far line) and objective_vs_<param>.png."""
-    import matplotlib
+def ledger_text(rows: list[dict]) -> str:
+    """The study's ledger (``autoresearch.ledger.format_totals``) from ``trial_rows``."""
+    return ledger.format_totals(ledger.study_totals(rows))
 
-    matplotlib.use("Agg")  # files only; no display here or in CI
-    import matplotlib.pyplot as plt
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    df = study_table(study).sort_values("number")
+def confirmation_text(study: optuna.Study) -> str:
+    """The confirmation's table (mean ± std of each front-runner's repeats) and its verdict, or "" when the
+    study has no confirmation runs (``autoresearch.confirm``)."""
+    from autoresearch import confirm
+
+    v = confirm.recorded_verdict(study)
+    if v is None:
+        return ""
     metric = study.user_attrs.get("objective_metric", "objective")
-    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    ok = df[df["objective"].notna()]
-    failed = df[df["objective"].isna()]
-    written = []
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.scatter(ok["number"], ok["objective"], s=18, label="trial")
-    if len(ok):
-        best = ok["objective"].cummax() if maximize else ok["objective"].cummin()
-        ax.step(ok["number"], best, where="post", color="C1", label="best so far")
-        floor = ok["objective"].min() if maximize else ok["objective"].max()
-        for _, row in failed.iterrows():  # failures sit on the worst value, labelled by what went wrong
-            ax.annotate(str(row["status"]), (row["number"], floor), color="C3", fontsize=7, rotation=90)
-    ax.set_xlabel("trial")
-    ax.set_ylabel(metric)
-    ax.set_title(f"{study.study_name}: {metric} per trial ({'max' if maximize else 'min'}imize; "
-                 f"{len(failed)} without objective)")
-    ax.legend(loc="best")
-    written.append(_save(fig, out_dir / "objective_by_trial.png"))
-
-    params = [c for c in df.columns if c not in LEAD + TAIL]
-    dists = {}
-    for t in study.get_trials(deepcopy=False):
-        dists.update(t.distributions)
-    floor = (ok["objective"].min() if maximize else ok["objective"].max()) if len(ok) else 0.0
-    for name in params:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        dist = dists.get(name)
-        if isinstance(dist, optuna.distributions.CategoricalDistribution) or df[name].dtype == object:
-            labels = [str(c) for c in getattr(dist, "choices", sorted(df[name].dropna().unique(), key=str))]
-            position = lambda v, labels=labels: labels.index(str(v)) if str(v) in labels else -1  # noqa: E731
-            ax.set_xticks(range(len(labels)), labels)
-            ax.set_xlim(-0.5, len(labels) - 0.5)
-        else:
-            position = float
-            if getattr(dist, "log", False):
-                ax.set_xscale("log")
-        ax.scatter(ok[name].map(position), ok["objective"], s=18, label="trial")
-        if len(failed):  # where failures and skips sit along this param: the region to stay out of
-            ax.scatter(failed[name].dropna().map(position), [floor] * failed[name].notna().sum(), marker="x",
-                       color="C3", label="no objective (failed or skipped)")
-        ax.set_xlabel(name)
-        ax.set_ylabel(metric)
-        ax.set_title(f"{metric} against {name}")
-        ax.legend(loc="best", fontsize=8)
-        written.append(_save(fig, out_dir / f"objective_vs_{name.replace('/', '_')}.png"))
-    return written
+    table = to_markdown(pd.DataFrame(confirm.table(v, metric)))
+    return f"confirmation (up to {v.repeats} runs per config; the search's own run left out):\n{table}\n{v.line}"
 
 
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    import matplotlib.pyplot as plt
+def plot(study: optuna.Study, out_dir: str | Path, rows: list[dict] | None = None) -> list[Path]:
+    """Every PNG of ``autoresearch.plots`` into ``out_dir``."""
+    from autoresearch import plots
 
-    plt.close(fig)
-    return path
+    rows = trial_rows(study) if rows is None else rows
+    return plots.write_all(study, study_table(study, rows), rows, param_names(study, rows), out_dir)
+
+
+def write_html(study: optuna.Study, out_dir: str | Path, rows: list[dict] | None = None) -> list[Path]:
+    """The PNGs and ``report.html`` (table, ledger, plots, each trial explained) into ``out_dir``."""
+    from autoresearch import report_html
+
+    rows = trial_rows(study) if rows is None else rows
+    pngs = plot(study, out_dir, rows)
+    page = report_html.write(study, study_table(study, rows), rows, ledger_text(rows), pngs,
+                             Path(out_dir) / "report.html", confirmation_text(study))
+    return [*pngs, page]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,14 +151,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--study", help="study name (default: the only study in the storage, or the dir's name)")
     ap.add_argument("--format", choices=["markdown", "csv", "json"], default="markdown")
     ap.add_argument("--plot", action="store_true", help="write PNG plots into the study dir (or --out)")
-    ap.add_argument("--out", help="directory for --plot (default: the study dir, else trials/<study>)")
+    ap.add_argument("--html", action="store_true", help="write report.html (table, ledger, plots, each trial "
+                    "explained) and the PNGs into the study dir (or --out)")
+    ap.add_argument("--out", help="directory for --plot and --html (default: the study dir, else trials/<study>)")
     args = ap.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = load_study(args.study_dir, args.storage, args.study)
-    sys.stdout.write(render(study_table(study), args.format).rstrip("\n") + "\n")
-    if args.plot:
+    rows = trial_rows(study)
+    sys.stdout.write(render(study_table(study, rows), args.format).rstrip("\n") + "\n")
+    side = sys.stdout if args.format == "markdown" else sys.stderr  # csv/json stay parseable
+    print("\n" + ledger_text(rows), file=side)
+    confirmed = confirmation_text(study)
+    if confirmed:
+        print("\n" + confirmed, file=side)
+    if args.plot or args.html:
         out = args.out or args.study_dir or Path("trials") / study.study_name
-        for path in plot(study, out):
+        for path in (write_html if args.html else plot)(study, out, rows):
             print(f"wrote {path}", file=sys.stderr)
     return 0
 

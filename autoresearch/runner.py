@@ -154,7 +154,7 @@ def read_result(trial_dir: str | Path, exit_code: int | None, objective_metric: 
                 wall_time: float | None = None) -> TrialResult:
     """Build a TrialResult from a trial directory and the process's exit code (None when unknown)."""
     trial_dir = Path(trial_dir)
-    summary = _load_summary(trial_dir / "trial_summary.json")
+    summary = load_summary(trial_dir / "trial_summary.json")
     if summary is not None:
         status = str(summary.get("status") or EXIT_STATUS.get(summary.get("exit_code"), "error"))
         reason = str(summary.get("reason") or "")
@@ -170,7 +170,7 @@ def read_result(trial_dir: str | Path, exit_code: int | None, objective_metric: 
                        wall_time=float(wall or 0.0), trial_dir=trial_dir)
 
 
-def _load_summary(path: Path) -> dict | None:
+def load_summary(path: Path) -> dict | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

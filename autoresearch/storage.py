@@ -12,8 +12,12 @@ Everything lives in an ordinary Optuna study (SQLite by default, any SQLAlchemy 
   per failure kind plus ``space`` for a sampler's point that breaks the space's own constraints; >0 = violated.
 - User attributes: status, exit_code, reason, objective, metrics, wall_time_sec, trial_dir, proposer (who
   chose the config), fallback_from (``claude`` when Claude was asked, spent ``llm_usage`` and declined), rationale,
-  llm_usage, predicted/estimated_memory_bytes, agent (host, pid) and heartbeat_at while running; on a
-  confirmation run (``autoresearch.confirm``) confirmation_of (the search trial whose config it repeats) and repeat.
+  llm_usage, predicted/estimated_memory_bytes, agent (host, pid) and heartbeat_at while running, and ``ledger``
+  (device-seconds split into start-up, compile and steps, LLM tokens and dollars: ``autoresearch.ledger``) once told;
+  on a confirmation run (``autoresearch.confirm``) confirmation_of (the search trial whose config it repeats) and
+  repeat.
+- Study attributes: space, objective_metric, direction, param_names, space_path, world_size (the ranks a trial
+  is given: the ledger's ranks for a trial that left no summary).
 - ``--trials N`` means: the study holds N COMPLETE or PRUNED trials, not counting points rejected by the
   space's constraints nor repeats of a config that ran ok (status ``duplicate``; after a few of either in a row the
   agent enqueues an unseen valid random config, so a sampler stuck on one point, or on points the space's
@@ -32,6 +36,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from autoresearch import ledger
 from autoresearch.outcomes import CONSTRAINT_KEYS, FAILURE_KINDS, TrialResult
 from autoresearch.runner import kill_group
 
@@ -80,7 +85,7 @@ def open_study(space, study_name: str, storage: str, sampler: optuna.samplers.Ba
                          f"{space.direction}s its objective")
     for key, value in (("space", space.name), ("objective_metric", space.objective_metric),
                        ("direction", space.direction), ("param_names", list(space.params)),
-                       ("space_path", str(space.path))):
+                       ("space_path", str(space.path)), ("world_size", space.world_size)):
         study.set_user_attr(key, value)
     return study
 
@@ -214,9 +219,12 @@ def tell_result(study: optuna.Study, trial: Trial, result: TrialResult) -> Trial
     reason = result.reason
     if result.status == "ok" and result.objective is None:
         reason = f"objective metric {study.user_attrs.get('objective_metric')!r} missing in the summary; {reason}"
+    cost = ledger.trial_ledger(result.summary, result.wall_time, trial.user_attrs.get("llm_usage"),
+                               study.user_attrs.get("world_size"))
     for key, value in (("status", result.status), ("exit_code", result.exit_code), ("reason", reason),
                        ("objective", result.objective), ("metrics", metrics),
-                       ("wall_time_sec", round(result.wall_time, 3)), ("trial_dir", str(result.trial_dir))):
+                       ("wall_time_sec", round(result.wall_time, 3)), ("trial_dir", str(result.trial_dir)),
+                       ("ledger", cost)):
         trial.set_user_attr(key, value)
     if result.status == "ok" and result.objective is not None:
         _constraints(trial, None)
@@ -234,6 +242,7 @@ def tell_skipped(study: optuna.Study, trial: Trial, status: str, reason: str, ki
     """Record a proposal that did not run (``pruned``, ``duplicate`` or ``rejected``) with the constraint it broke."""
     trial.set_user_attr("status", status)
     trial.set_user_attr("reason", reason)
+    trial.set_user_attr("ledger", ledger.skipped_ledger(trial.user_attrs.get("llm_usage")))
     _constraints(trial, kind)
     study.tell(trial, state=TrialState.PRUNED)
 
@@ -258,7 +267,7 @@ def llm_cost(study: optuna.Study) -> float:
 
 def trial_rows(study: optuna.Study) -> list[dict]:
     """One plain dict per trial (not WAITING), in trial order: the table for proposers, CSV and reports."""
-    rows = []
+    rows, ranks = [], study.user_attrs.get("world_size")
     for t in study.get_trials(deepcopy=False):
         if t.state == TrialState.WAITING:
             continue
@@ -272,5 +281,7 @@ def trial_rows(study: optuna.Study) -> list[dict]:
             "wall_time_sec": a.get("wall_time_sec"), "proposer": a.get("proposer"),
             "failure_kind": a.get("failure_kind"), "reason": a.get("reason", ""),
             "rationale": a.get("rationale", ""), "trial_dir": a.get("trial_dir"),
+            "confirmation_of": a.get("confirmation_of"),
+            "ledger": ledger.of_trial(a, t.state.is_finished(), ranks),
         })
     return rows

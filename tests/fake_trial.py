@@ -13,6 +13,10 @@ Outcomes follow fixed rules so that tests can reason about them:
   CPU affinity>" to a file), ``fake.hold=<path>`` (wait while that file exists, within the wall budget),
   ``fake.noise=<relative sigma>`` (run-to-run noise: tokens/s and losses times 1 + sigma * N(0, 1), drawn from the
   trial dir's name and the seed, so that a test's study is reproducible while its repeats differ).
+- start-up phases: with ``fake.sleep`` > 0 the summary's ``startup_phases_sec`` splits the seconds slept as
+  launch 10%, imports 20%, cluster 5%, build 15%, first_step 30% (``startup_sec`` = their sum): a nominal split
+  of one sleep, not a measurement, for the cost ledger's tests. Without a sleep (or for an invalid config, which
+  never starts) it is null, like a trial that reports no phases.
 """
 
 from __future__ import annotations
@@ -94,6 +98,17 @@ def add_noise(metrics: dict, sigma: float, draw: str) -> None:
         metrics[key] *= loss
 
 
+PHASE_SHARES = {"launch": 0.1, "imports": 0.2, "cluster": 0.05, "build": 0.15, "first_step": 0.3}
+
+
+def startup_phases(cfg: dict, code: int) -> dict | None:
+    """The nominal start-up phases of the module docstring (None without a sleep or when the config is invalid)."""
+    slept = min(_num(cfg, "fake.sleep", 0.0), _num(cfg, "trial.max_wall_time_sec", math.inf))
+    if slept <= 0 or code == 2:
+        return None
+    return {phase: round(share * slept, 6) for phase, share in PHASE_SHARES.items()}
+
+
 METRICS = ("tokens_per_sec", "step_time_ms_median", "mfu", "first_loss", "final_loss", "min_loss", "val_loss",
            "grad_norm_last", "peak_memory_bytes", "peak_memory_bytes_per_rank", "estimated_memory_bytes")
 
@@ -102,11 +117,13 @@ def write_summary(trial_dir: Path, cfg: dict, argv: list[str], code: int, reason
                   wall: float) -> None:
     status = {0: "ok", 1: "error", 2: "invalid", 10: "oom", 11: "compile_error", 12: "nan", 13: "timeout"}[code]
     steps = int(_num(cfg, "trial.max_steps", 20)) if code == 0 else 3
+    phases = startup_phases(cfg, code)
     summary = {
         "schema": "mindspore-autoresearch/trial_summary/v1", "status": status, "exit_code": code,
         "reason": reason, "error": None if code == 0 else {"type": status, "message": reason, "rank": 0},
         "steps": steps, "max_steps": int(_num(cfg, "trial.max_steps", 20)), "tokens": steps * 256,
-        "wall_time_sec": wall, "startup_sec": 0.01, "startup_phases_sec": None,
+        "wall_time_sec": wall, "startup_sec": round(sum(phases.values()), 6) if phases else 0.01,
+        "startup_phases_sec": phases,
         "metrics": {k: metrics.get(k) for k in METRICS},
         "layout": {"world_size": int(_num(cfg, "parallel.tp", 1)), "dp_replicate": 1, "dp_shard": 1,
                    "tp": int(_num(cfg, "parallel.tp", 1)), "pp": 1, "cp": 1, "ep": 1},

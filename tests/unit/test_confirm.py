@@ -3,6 +3,7 @@
 import json
 import math
 import statistics
+from html import escape as html_escape
 from pathlib import Path
 
 from optuna.trial import TrialState
@@ -153,3 +154,20 @@ def test_a_lucky_search_run_loses_to_the_confirmed_winner_and_export_follows_the
     # the exported file's header says so (the fake trial's keys are no core config: the header line alone here)
     assert export.standing(study, chosen) == f"the confirmed winner: {v.line}"
     assert export.standing(study, search_best).startswith("not the confirmed winner: winner: trial ")
+
+
+def test_the_report_shows_the_confirmation_and_its_verdict(tmp_path, capsys):
+    from autoresearch import report
+
+    space = space_file(tmp_path, fixed={"fake.noise": 0.01}, params={MBS: {"type": "choice", "values": [8, 16]}})
+    assert run_agent(tmp_path, space, "--proposer", "grid", "--trials", "2", "--repeats", "2", confirm=2) == 0
+    study = load(tmp_path)
+    v = confirm.recorded_verdict(study)
+    capsys.readouterr()
+    assert report.main([str(tmp_path / "trials" / "fake"), "--html"]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().splitlines()[-1] == v.line  # the same verdict the agent printed last
+    for c in v.configs:
+        assert f"| {c.trial} | {c.params[MBS]} | {c.search_value:.6g} | 2 | {c.mean:.6g} | {c.std:.6g} |" in out
+    html = (tmp_path / "trials" / "fake" / "report.html").read_text()
+    assert "<h2>Confirmation</h2>" in html and html_escape(v.line) in html
