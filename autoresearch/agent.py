@@ -24,6 +24,7 @@ import sys
 
 from autoresearch.loop import AgentOptions, StudyLoop
 from autoresearch.space import SpaceError
+from autoresearch.space_core import check_trial_command
 
 PROPOSERS = ("auto", "claude", "tpe", "hybrid", "random", "grid")
 
@@ -112,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"proposer: {name} ({why})", flush=True)  # the first line, before anything can log
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        return StudyLoop(opts, name).run()
+        loop = StudyLoop(opts, name)
+        check_trial_command(loop.space, loop.command)
+        return loop.run()
     except SpaceError as exc:  # a malformed space file: say where and why, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2

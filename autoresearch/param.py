@@ -5,24 +5,24 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from numbers import Integral, Real
-from typing import Any, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 import numpy as np
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, model_validator
 
-__all__ = ["Param", "ParamError", "PARAM_TYPES", "ANNOTATIONS", "format_override_value", "scalar_text"]
+from autoresearch.schema import FieldError, StrictModel, first_problem, kind
+
+__all__ = ["Param", "ParamError", "ParamSpec", "PARAM_SPECS", "PARAM_TYPES", "ANNOTATIONS", "format_override_value",
+           "scalar_text"]
 
 PARAM_TYPES = ("choice", "int", "float")
 ANNOTATIONS = ("up", "down", "none")
 
 
-class ParamError(ValueError):
-    """A param definition broken in one of its fields; the loader turns it into a SpaceError."""
-
-    def __init__(self, field_name: str, reason: str):
-        self.field = field_name
-        super().__init__(reason)
+class ParamError(FieldError):
+    """A param definition broken in one of its fields (``field``); the loader turns it into a SpaceError."""
 
 
 def _is_int(v: Any) -> bool:
@@ -68,11 +68,120 @@ def format_override_value(v: Any) -> str:
     return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+# ---------------------------------------------------------------------------------------------- the schema
+# One pydantic model per param type: the keys it takes (any other is an error naming the allowed ones), their
+# types, and the rules between them. The YAML loader validates each ``params`` entry with these, and ``Param``
+# validates itself with them too, so a param built in code obeys the same rules.
+
+def _annotation(value: Any) -> Any:
+    if value is not None and not (isinstance(value, str) and value in ANNOTATIONS):
+        raise ValueError(f"must be up, down or none (got {kind(value)}); omit it to mean 'must be equal when "
+                         "comparing configs'")
+    return value
+
+
+def _choice_values(values: list) -> list:
+    if not values:
+        raise ValueError("a choice needs a non-empty list of values, e.g. values: [adamw, muon]")
+    seen = set()
+    for v in values:
+        if not (v is None or isinstance(v, (str, bool, int, float))):
+            raise ValueError(f"values must be scalars (string, number, bool, null), got {v!r}")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"values must be finite, got {v!r}")
+        key = (type(v).__name__ if isinstance(v, (bool, str)) or v is None else "number", v)
+        if key in seen:
+            raise ValueError(f"duplicate value {scalar_text(v)}; list each value once")
+        seen.add(key)
+    return values
+
+
+def _spec_mapping(value: Any) -> Any:
+    """Before the union picks a model by ``type``: say what a param entry is when it is not one."""
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a mapping with a type (choice, int or float), got {kind(value)}; e.g. "
+                         "{type: choice, values: [1, 2]}")
+    if "type" not in value:
+        raise ValueError(f"needs a type: {', '.join(PARAM_TYPES)}")
+    return value
+
+
+Annotation = Annotated[Optional[Any], AfterValidator(_annotation)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class ChoiceSpec(StrictModel):
+    type: Literal["choice"]
+    values: Annotated[list, AfterValidator(_choice_values)]
+    memory: Annotation = None
+    nan: Annotation = None
+    description: str = ""
+
+
+class _RangeSpec(StrictModel):
+    """The keys of an int or a float range, in the order messages list them, and the rules they share; the
+    subclasses narrow the types."""
+
+    type: str
+    low: FiniteFloat
+    high: FiniteFloat
+    step: Optional[FiniteFloat] = None
+    log: bool = False
+    memory: Annotation = None
+    nan: Annotation = None
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _rules(self):
+        if self.low >= self.high:
+            raise FieldError("high", f"low must be below high (got low={self.low}, high={self.high}); use a choice "
+                                     "or a fixed value for a single value")
+        if self.log and self.low <= 0:
+            raise FieldError("low", f"a log-scale param needs low > 0 (got {self.low})")
+        if self.step is not None:
+            if self.step <= 0:
+                raise FieldError("step", f"must be > 0 (got {self.step})")
+            self._check_step_with_log()
+            k = (self.high - self.low) / self.step
+            if abs(k - round(k)) > 1e-9 * max(1.0, k):
+                raise FieldError("step", f"high - low = {self.high - self.low} is not a multiple of step {self.step}")
+        return self
+
+    def _check_step_with_log(self) -> None:
+        raise NotImplementedError
+
+
+class IntSpec(_RangeSpec):
+    type: Literal["int"]
+    low: int
+    high: int
+    step: int = 1
+
+    def _check_step_with_log(self) -> None:
+        if self.log and self.step != 1:
+            raise FieldError("step", "a log-scale int param must have step 1 (Optuna samples it continuously)")
+
+
+class FloatSpec(_RangeSpec):
+    type: Literal["float"]
+
+    def _check_step_with_log(self) -> None:
+        if self.log:
+            raise FieldError("step", "log and step cannot be combined for a float param; drop one")
+
+
+PARAM_SPECS = {"choice": ChoiceSpec, "int": IntSpec, "float": FloatSpec}
+# A ``params`` entry of a space file: the model is chosen by its ``type``.
+ParamSpec = Annotated[Union[ChoiceSpec, IntSpec, FloatSpec], Field(discriminator="type"),
+                      BeforeValidator(_spec_mapping)]
+
+
 # ---------------------------------------------------------------------------------------------- Param
 
 @dataclass
 class Param:
-    """One dimension of the space. Validated on construction (ParamError names the broken field)."""
+    """One dimension of the space. Validated on construction by its type's model (ParamError names the broken
+    field)."""
 
     name: str
     type: str                       # choice | int | float
@@ -88,82 +197,26 @@ class Param:
     def __post_init__(self):
         if self.type not in PARAM_TYPES:
             raise ParamError("type", f"must be one of {', '.join(PARAM_TYPES)} (got {self.type!r})")
-        for key in ("memory", "nan"):
-            value = getattr(self, key)
-            if value is not None and value not in ANNOTATIONS:
-                raise ParamError(key, f"must be up, down or none (got {value!r}); omit it to mean "
-                                      "'must be equal for a comparison'")
-        if not isinstance(self.log, bool):
-            raise ParamError("log", f"must be true or false (got {self.log!r})")
-        if self.type == "choice":
-            self._init_choice()
-        else:
-            self._init_range()
+        # Only what was given: a default left alone is not "an unknown key" of the other types.
+        given = {f.name: getattr(self, f.name) for f in fields(self)
+                 if f.name != "name" and not _is_default(getattr(self, f.name), f.default)}
+        if isinstance(given.get("values"), tuple):
+            given["values"] = list(given["values"])
+        try:
+            spec = PARAM_SPECS[self.type].model_validate({"type": self.type, **given})
+        except ValidationError as exc:
+            raise ParamError(*first_problem(exc)) from None
+        for key, value in spec:
+            setattr(self, key, value)
 
-    def _init_choice(self):
-        for key in ("low", "high", "step"):
-            if getattr(self, key) is not None:
-                raise ParamError(key, "is only for int and float params; a choice lists its values")
-        if self.log:
-            raise ParamError("log", "is only for int and float params")
-        if not isinstance(self.values, (list, tuple)) or not self.values:
-            raise ParamError("values", "a choice needs a non-empty list of values")
-        seen = set()
-        for v in self.values:
-            if not (v is None or isinstance(v, (str, bool, int, float))):
-                raise ParamError("values", f"values must be scalars (string, number, bool, null), got {v!r}")
-            if isinstance(v, float) and not math.isfinite(v):
-                raise ParamError("values", f"values must be finite, got {v!r}")
-            key = (type(v).__name__ if isinstance(v, (bool, str)) or v is None else "number", v)
-            if key in seen:
-                raise ParamError("values", f"duplicate value {scalar_text(v)}")
-            seen.add(key)
-        self.values = list(self.values)
+    @classmethod
+    def from_spec(cls, name: str, spec: StrictModel) -> "Param":
+        """The Param of a validated ``params`` entry of a space file."""
+        return cls(name=name, **dict(spec))
 
-    def _init_range(self):
-        if self.values is not None:
-            raise ParamError("values", "is only for choice params; int and float take low and high")
-        for key in ("low", "high"):
-            v = getattr(self, key)
-            if v is None:
-                raise ParamError(key, f"an {self.type} param needs low and high")
-            ok = _is_int(v) if self.type == "int" else (_is_number(v) and math.isfinite(v))
-            if not ok:
-                raise ParamError(key, f"must be {'an integer' if self.type == 'int' else 'a finite number'} "
-                                      f"(got {v!r})")
-        if self.type == "int":
-            self.low, self.high = int(self.low), int(self.high)
-        else:
-            self.low, self.high = float(self.low), float(self.high)
-        if self.low >= self.high:
-            raise ParamError("high", f"low must be below high (got low={self.low}, high={self.high}); "
-                                     "use a choice or a fixed value for a single value")
-        if self.log and self.low <= 0:
-            raise ParamError("low", f"a log-scale param needs low > 0 (got {self.low})")
-        if self.type == "int":
-            self._init_int_step()
-        elif self.step is not None:
-            self._init_float_step()
-
-    def _init_int_step(self):
-        step = 1 if self.step is None else self.step
-        if not _is_int(step) or step <= 0:
-            raise ParamError("step", f"must be a positive integer (got {step!r})")
-        if self.log and step != 1:
-            raise ParamError("step", "a log-scale int param must have step 1 (Optuna samples it continuously)")
-        if (self.high - self.low) % step:
-            raise ParamError("step", f"high - low = {self.high - self.low} is not a multiple of step {step}")
-        self.step = int(step)
-
-    def _init_float_step(self):
-        if not _is_number(self.step) or not self.step > 0:
-            raise ParamError("step", f"must be a positive number (got {self.step!r})")
-        if self.log:
-            raise ParamError("step", "log and step cannot be combined for a float param")
-        k = (self.high - self.low) / self.step
-        if abs(k - round(k)) > 1e-9 * max(1.0, k):
-            raise ParamError("step", f"high - low = {self.high - self.low} is not a multiple of step {self.step}")
-        self.step = float(self.step)
+    def spec(self) -> dict:
+        """This param as the ``params`` entry of a space file."""
+        return {k: getattr(self, k) for k in PARAM_SPECS[self.type].model_fields}
 
     # -- values -------------------------------------------------------------------------------------------
 
@@ -323,6 +376,10 @@ class Param:
         if self.description:
             text += f" — {self.description}"
         return text
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    return value is default or (type(value) is type(default) and value == default)
 
 
 def _same_choice(a: Any, b: Any) -> bool:

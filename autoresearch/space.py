@@ -1,11 +1,14 @@
 """Search spaces: what a study may vary, under which constraints, toward which objective.
 
 A space is a YAML file in ``search_spaces/`` (schema below; also in ``search_spaces/README.md``). It is data,
-never code: constraints go through the safe parser in ``autoresearch.expr``.
+never code: constraints go through the safe evaluator in ``autoresearch.expr``. ``load_space`` reads it
+(``autoresearch.space_file``: one pydantic model of the whole file) and, for a space of the training core,
+checks every key and value against the core's own config before any trial runs (``autoresearch.space_core``).
 
 ```yaml
 name: hparams                       # [A-Za-z0-9_.-]+; default: the file's stem. Default study name.
 description: free text for people and the LLM proposer
+trial_command: core.train           # default; "other": trials run another --command (keys not checked)
 objective: {metric: val_loss, direction: minimize}   # metric: a key of trial_summary.json "metrics"
 world_size: 1                       # ranks available to a trial (a name constraints may use); default 1
 fixed:                              # Hydra overrides applied to every trial, key -> scalar
@@ -36,43 +39,28 @@ Numbers like ``1e-4`` are read as floats (YAML 1.2), not strings as PyYAML would
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from autoresearch.expr import ExprError, parse
+from autoresearch.expr import ExprError
 from autoresearch.param import ANNOTATIONS, PARAM_TYPES, Param, ParamError, format_override_value, scalar_text
+from autoresearch.space_core import check_against_core
+from autoresearch.space_file import (CORE_COMMAND, OBJECTIVE_METRICS, SPACES_DIR, Lines, SpaceDoc, SpaceError,
+                                     read_space_file, resolve_space_path, validate_doc)
 
 __all__ = ["SpaceError", "Param", "ParamError", "SearchSpace", "load_space", "SPACES_DIR", "OBJECTIVE_METRICS",
-           "ANNOTATIONS", "PARAM_TYPES", "format_override_value"]
-
-SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
-
-# Keys of trial_summary.json "metrics" (DESIGN §3.4) an objective may name.
-OBJECTIVE_METRICS = ("val_loss", "final_loss", "min_loss", "tokens_per_sec", "step_time_ms_median", "mfu",
-                     "peak_memory_bytes", "grad_norm_last")
-RESERVED_NAMES = {"world_size", "min", "max", "and", "or", "not", "true", "false"}
-_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-
-
-class SpaceError(ValueError):
-    """A search space that cannot be used. ``file``, ``key`` (dotted, e.g. ``params.optim.lr.low``) and
-    ``reason`` say where and why; ``line`` is the 1-based line in the file when known."""
-
-    def __init__(self, file: str, key: str, reason: str, line: Optional[int] = None):
-        self.file, self.key, self.reason, self.line = str(file), key, reason, line
-        where = f" (line {line})" if line else ""
-        super().__init__(f"{self.file}: {key}: {reason}{where}")
+           "ANNOTATIONS", "PARAM_TYPES", "format_override_value", "CORE_COMMAND"]
 
 
 # ---------------------------------------------------------------------------------------------- SearchSpace
 
 @dataclass
 class SearchSpace:
-    """A loaded space. Build it with ``load_space``; direct construction is checked too."""
+    """A loaded space. Build it with ``load_space``; direct construction is checked by the same model
+    (``autoresearch.space_file.SpaceDoc``)."""
 
     name: str
     description: str
@@ -86,40 +74,47 @@ class SearchSpace:
     budget_hours: Optional[float] = None     # None: no time budget
     budget_dollars: Optional[float] = None   # None: no LLM spending limit
     path: Optional[str] = None
+    trial_command: str = CORE_COMMAND        # core.train | other (autoresearch.space_file.TRIAL_COMMANDS)
+    lines: Optional[Lines] = field(default=None, repr=False, compare=False)  # key -> line in the file
     _exprs: list = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        file = self.path or f"<space {self.name}>"
         for name, param in self.params.items():
             if not isinstance(param, Param) or param.name != name:
-                raise SpaceError(file, f"params.{name}", "must be a Param with the same name")
-            _check_key_name(file, f"params.{name}", name)
-        for key in self.fixed:
-            _check_key_name(file, f"fixed.{key}", key)
-        if not (isinstance(self.world_size, int) and not isinstance(self.world_size, bool) and self.world_size > 0):
-            raise SpaceError(file, "world_size", f"must be a positive integer (got {self.world_size!r})")
-        if self.direction not in ("minimize", "maximize"):
-            raise SpaceError(file, "objective.direction", f"must be minimize or maximize (got {self.direction!r})")
-        for key in self.fixed:
-            if key in self.params:
-                raise SpaceError(file, f"fixed.{key}", f"{key} is also a param; a key is either fixed or searched")
-        known = set(self.params) | set(self.fixed) | {"world_size"}
-        self._exprs = []
-        for i, text in enumerate(self.constraints):
-            key = f"constraints[{i}]"
-            if not isinstance(text, str):
-                raise SpaceError(file, key, f"must be a string expression (got {text!r})")
-            try:
-                expr = parse(text)
-            except ExprError as exc:
-                raise SpaceError(file, key, f"{text!r} does not parse: {exc}") from None
-            unknown = sorted(expr.names - known)
-            if unknown:
-                raise SpaceError(file, key, f"{text!r} uses unknown name(s) {', '.join(unknown)}; constraints may "
-                                            "use params, fixed keys and world_size")
-            if not expr.is_boolean:
-                raise SpaceError(file, key, f"{text!r} is not a condition; write a comparison such as a <= b")
-            self._exprs.append(expr)
+                raise self.error(f"params.{name}", "must be a Param with the same name")
+        doc = validate_doc(self.as_doc(), self.file, self.lines)
+        self._exprs = doc.exprs
+
+    @property
+    def exprs(self) -> list:
+        """The parsed constraints (``autoresearch.expr.Expr``), in order."""
+        return list(self._exprs)
+
+    @property
+    def file(self) -> str:
+        return self.path or f"<space {self.name}>"
+
+    def error(self, key: str, reason: str) -> SpaceError:
+        """A SpaceError at ``key``, with its line when the space came from a file."""
+        return SpaceError(self.file, key, reason, self.lines.of(key) if self.lines else None)
+
+    def as_doc(self) -> dict:
+        """This space as the data of a space file (what ``SpaceDoc`` validates)."""
+        budget = {"trials": self.budget_trials, "hours": self.budget_hours, "dollars": self.budget_dollars}
+        return {"name": self.name, "description": self.description, "trial_command": self.trial_command,
+                "objective": {"metric": self.objective_metric, "direction": self.direction},
+                "world_size": self.world_size, "fixed": self.fixed,
+                "params": {name: p.spec() for name, p in self.params.items()}, "constraints": self.constraints,
+                "budget": {k: v for k, v in budget.items() if v is not None}}
+
+    @classmethod
+    def from_doc(cls, doc: SpaceDoc, path: Optional[Path] = None, lines: Optional[Lines] = None) -> "SearchSpace":
+        return cls(name=doc.name, description=doc.description, objective_metric=doc.objective.metric,
+                   direction=doc.objective.direction, world_size=doc.world_size, fixed=dict(doc.fixed),
+                   params={name: Param.from_spec(name, spec) for name, spec in doc.params.items()},
+                   constraints=list(doc.constraints), budget_trials=doc.budget.trials,
+                   budget_hours=doc.budget.hours, budget_dollars=doc.budget.dollars,
+                   path=str(path) if path is not None else None, trial_command=doc.trial_command, lines=lines)
 
     @property
     def maximize(self) -> bool:
@@ -232,41 +227,15 @@ class SearchSpace:
             lines.append("budget: " + ", ".join(b for b in budget if b))
         return "\n".join(lines)
 
-    def config_key_problems(self) -> list[str]:
-        """Fixed and param keys that the training core's config does not know (typos such as
-        ``trainng.mode``), checked against ``core.config`` without composing Hydra. Separate from loading so
-        that spaces for other trial commands (tests, fakes) stay valid."""
-        from dataclasses import MISSING, fields
 
-        from core.config import CONFIG_DIR, TrainConfig
-
-        groups = {p.name for p in CONFIG_DIR.iterdir() if p.is_dir()} | {"model", "optim"}
-        top = {f.name for f in fields(TrainConfig)}
-        sections = {f.name: f.default_factory for f in fields(TrainConfig) if f.default_factory is not MISSING}
-        problems = []
-        for key in [*self.fixed, *self.params]:
-            head, _, rest = key.partition(".")
-            if not rest:
-                if head not in groups and head not in top:
-                    problems.append(f"{key}: not a config group or top-level key of core.config.TrainConfig")
-            elif head not in sections or rest not in {f.name for f in fields(sections[head])}:
-                problems.append(f"{key}: not a field of core.config (check the spelling)")
-        return problems
-
-
-def _check_key_name(file: str, key: str, name: str) -> None:
-    """Param and fixed keys must be dotted identifiers: constraints refer to them by name, and Hydra reads
-    them as config paths."""
-    if not isinstance(name, str) or not _DOTTED.match(name):
-        raise SpaceError(file, key, f"{name!r} is not a dotted name like training.micro_batch_size")
-    if name in RESERVED_NAMES:
-        raise SpaceError(file, key, f"{name!r} is reserved in constraints ({', '.join(sorted(RESERVED_NAMES))})")
-
-
-def load_space(name_or_path: str) -> SearchSpace:
+def load_space(name_or_path: str | Path) -> SearchSpace:
     """Load and validate a space file: ``name_or_path`` as given, else relative to the working directory,
-    else in ``search_spaces/`` (``.yaml`` added when missing). Raises SpaceError(file, key, reason)."""
-    from autoresearch.space_file import load_space_file  # the YAML schema lives there; it imports this module
-
-    return load_space_file(name_or_path)
-
+    else in ``search_spaces/`` (``.yaml`` added when missing). A space of the training core (``trial_command:
+    core.train``, the default) is also checked against the core's config: every key, type, group option and
+    value the core refuses whatever the other params are. Raises SpaceError(file, key, reason, line)."""
+    path = resolve_space_path(name_or_path)
+    doc, lines = read_space_file(path)
+    space = SearchSpace.from_doc(doc, path, lines)
+    if space.trial_command == CORE_COMMAND:
+        check_against_core(space)
+    return space

@@ -1,35 +1,171 @@
-"""Reading a search-space YAML file into a ``SearchSpace``, rejecting malformed files with the line and reason.
+"""A search-space YAML file: where it is, its lines, and the one declarative model (pydantic) of its contents.
 
-The schema is documented in ``autoresearch.space`` and ``search_spaces/README.md``. This module checks the
-file's *shape* (unknown keys, types, required keys, duplicate keys); the rules between values (``low < high``,
-constraints that parse and name known keys, ...) live on ``Param`` and ``SearchSpace`` so that spaces built
-in code obey them too. Every error becomes ``SpaceError(file, key, reason, line)``.
+The schema is documented in ``autoresearch.space`` and ``search_spaces/README.md``. ``SpaceDoc`` holds every
+rule of a space: keys and types (no unknown keys anywhere), each param's rules (``autoresearch.param``), and
+the rules between parts (a key is fixed or searched, constraints parse and name known keys). The YAML is read
+twice over: once into data, once into nodes that give each dotted key its line (and catch duplicate keys, which
+PyYAML would silently collapse). Every problem becomes ``SpaceError(file, key, reason, line)``.
+
+This module does not import ``autoresearch.space`` (which builds a ``SearchSpace`` from a ``SpaceDoc``), so the
+two do not import each other.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Optional
 
 import yaml
+from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, ValidationError, model_validator
 
-from autoresearch.param import ANNOTATIONS, PARAM_TYPES, Param, ParamError
-from autoresearch.space import OBJECTIVE_METRICS, SPACES_DIR, SearchSpace, SpaceError
+from autoresearch.expr import ExprError, parse
+from autoresearch.param import PARAM_TYPES, ParamSpec
+from autoresearch.schema import FieldError, StrictModel, first_problem, kind
 
-__all__ = ["load_space_file", "resolve_space_path", "TOP_LEVEL_KEYS", "PARAM_KEYS"]
+__all__ = ["SpaceError", "SpaceDoc", "Lines", "read_space_file", "validate_doc", "resolve_space_path", "SPACES_DIR",
+           "OBJECTIVE_METRICS", "TRIAL_COMMANDS", "CORE_COMMAND"]
 
-TOP_LEVEL_KEYS = ("name", "description", "objective", "world_size", "fixed", "params", "constraints", "budget")
-PARAM_KEYS = {
-    "choice": ("type", "values", "memory", "nan", "description"),
-    "int": ("type", "low", "high", "step", "log", "memory", "nan", "description"),
-    "float": ("type", "low", "high", "step", "log", "memory", "nan", "description"),
-}
-OBJECTIVE_KEYS = ("metric", "direction")
-BUDGET_KEYS = ("trials", "hours", "dollars")
+SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+
+# Keys of trial_summary.json "metrics" (DESIGN §3.4) an objective may name.
+OBJECTIVE_METRICS = ("val_loss", "final_loss", "min_loss", "tokens_per_sec", "step_time_ms_median", "mfu",
+                     "peak_memory_bytes", "grad_norm_last")
+# What runs the trials. core.train: keys and values are checked against the core's config when the file loads
+# (autoresearch.space_core); other: another trial command given to the agent with --command (tests' fake trial).
+CORE_COMMAND = "core.train"
+TRIAL_COMMANDS = (CORE_COMMAND, "other")
+RESERVED_NAMES = {"world_size", "min", "max", "and", "or", "not", "true", "false"}
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
+
+class SpaceError(ValueError):
+    """A search space that cannot be used. ``file``, ``key`` (dotted, e.g. ``params.optim.lr.low``) and
+    ``reason`` say where and why; ``line`` is the 1-based line in the file when known."""
+
+    def __init__(self, file: str, key: str, reason: str, line: Optional[int] = None):
+        self.file, self.key, self.reason, self.line = str(file), key, reason, line
+        where = f" (line {line})" if line else ""
+        super().__init__(f"{self.file}: {key}: {reason}{where}")
+
+
+# ---------------------------------------------------------------------------------------------- the model
+
+def _dotted_name(name: str) -> str:
+    """Param and fixed keys are dotted identifiers: constraints refer to them by name, Hydra reads them as
+    config paths."""
+    if not _DOTTED.match(name):
+        raise ValueError(f"{name!r} is not a dotted name like training.micro_batch_size")
+    if name in RESERVED_NAMES:
+        raise ValueError(f"{name!r} is reserved in constraints ({', '.join(sorted(RESERVED_NAMES))})")
+    return name
+
+
+def _scalar(value: Any) -> Any:
+    if not (value is None or isinstance(value, (str, int, float, bool))):
+        raise ValueError(f"must be a scalar override value (string, number, bool, null), got {kind(value)}")
+    return value
+
+
+def _metric(metric: str) -> str:
+    if metric not in OBJECTIVE_METRICS:
+        raise ValueError(f"{metric!r} is not a trial metric; one of {', '.join(OBJECTIVE_METRICS)}")
+    return metric
+
+
+def _study_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise ValueError(f"must be a non-empty string of letters, digits, '_', '.', '-' (got {name!r}); it names "
+                         "the study and its directory")
+    return name
+
+
+def _none_as(empty: Any):
+    """YAML reads a key with nothing under it (``fixed:``) as null: the same as empty."""
+    return BeforeValidator(lambda v: type(empty)() if v is None else v)
+
+
+def _some_params(params: dict) -> dict:
+    if not params:
+        raise ValueError("needs at least one param; a space with nothing to vary is a single trial")
+    return params
+
+
+DottedName = Annotated[str, AfterValidator(_dotted_name)]
+
+
+class Objective(StrictModel):
+    metric: Annotated[str, AfterValidator(_metric)]
+    direction: Literal["minimize", "maximize"]
+
+
+class Budget(StrictModel):
+    """Defaults for the agent's stop conditions; each optional."""
+    trials: Optional[Annotated[int, Field(gt=0)]] = None
+    hours: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
+    dollars: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+
+
+class SpaceDoc(StrictModel):
+    """A search-space file (the schema in ``autoresearch.space``)."""
+
+    name: Annotated[str, AfterValidator(_study_name)]
+    description: str = ""
+    trial_command: Literal["core.train", "other"] = CORE_COMMAND
+    objective: Objective
+    world_size: Annotated[int, Field(gt=0)] = 1
+    fixed: Annotated[dict[DottedName, Annotated[Any, AfterValidator(_scalar)]], _none_as({})] = {}
+    params: Annotated[dict[DottedName, ParamSpec], AfterValidator(_some_params)]
+    constraints: Annotated[list[str], _none_as([])] = []
+    budget: Annotated[Budget, _none_as({})] = Budget()
+    _exprs: list = PrivateAttr(default_factory=list)  # the parsed constraints, in order
+
+    @model_validator(mode="after")
+    def _between_parts(self):
+        for key in self.fixed:
+            if key in self.params:
+                raise FieldError(f"fixed.{key}", f"{key} is also a param; a key is either fixed or searched")
+        known = set(self.params) | set(self.fixed) | {"world_size"}
+        for i, text in enumerate(self.constraints):
+            key = f"constraints[{i}]"
+            try:
+                expr = parse(text)
+            except ExprError as exc:
+                raise FieldError(key, f"{text!r} does not parse: {exc}") from None
+            unknown = sorted(expr.names - known)
+            if unknown:
+                raise FieldError(key, f"{text!r} uses unknown name(s) {', '.join(unknown)}; constraints may use "
+                                      "params, fixed keys and world_size")
+            if not expr.is_boolean:
+                raise FieldError(key, f"{text!r} is not a condition; write a comparison such as a <= b")
+            self._exprs.append(expr)
+        return self
+
+    @property
+    def exprs(self) -> list:
+        return list(self._exprs)
+
+
+def _without_union_tag(loc: list) -> list:
+    """pydantic puts the chosen param model's tag into the location (params, lr, float, low); the file has no
+    such level."""
+    if len(loc) > 2 and loc[0] == "params" and loc[2] in PARAM_TYPES:
+        return loc[:2] + loc[3:]
+    return loc
+
+
+def validate_doc(data: Any, file: str, lines: "Lines | None" = None) -> SpaceDoc:
+    """``data`` validated into a SpaceDoc; raises SpaceError for the topmost problem in the file."""
+    lines = lines if lines is not None else Lines()
+    try:
+        return SpaceDoc.model_validate(data)
+    except ValidationError as exc:
+        key, reason = first_problem(exc, order=lines.of, loc_filter=_without_union_tag)
+        raise SpaceError(file, key, reason, lines.of(key)) from None
+
+
+# ---------------------------------------------------------------------------------------------- the file
 
 class _Loader(yaml.SafeLoader):
     """PyYAML follows YAML 1.1, where ``1e-4`` (no dot) is a string. People write learning rates that way,
@@ -42,6 +178,39 @@ _Loader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"),
 )
+
+
+class Lines(dict):
+    """Dotted key path ("params.optim.lr.low", "constraints[0]") -> its 1-based line in the file."""
+
+    def of(self, key: str) -> Optional[int]:
+        """The line of ``key``, or of its closest enclosing key that has one."""
+        while key:
+            if key in self:
+                return self[key]
+            cut = max(key.rfind("."), key.rfind("["))
+            key = key[:cut] if cut > 0 else ""
+        return None
+
+
+def _index_lines(node: yaml.Node, file: str, prefix: str = "", lines: Lines | None = None) -> Lines:
+    """Every key's line; a duplicate key is an error here, since the data would silently keep the last one."""
+    lines = Lines() if lines is None else lines
+    if isinstance(node, yaml.MappingNode):
+        seen: set = set()
+        for key_node, value_node in node.value:
+            key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
+            if key_node.value in seen:
+                raise SpaceError(file, key, "duplicate key; keep one", key_node.start_mark.line + 1)
+            seen.add(key_node.value)
+            lines[key] = key_node.start_mark.line + 1
+            _index_lines(value_node, file, key, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            key = f"{prefix}[{i}]"
+            lines[key] = item.start_mark.line + 1
+            _index_lines(item, file, key, lines)
+    return lines
 
 
 def resolve_space_path(name_or_path: str | Path) -> Path:
@@ -58,160 +227,23 @@ def resolve_space_path(name_or_path: str | Path) -> Path:
     raise SpaceError(str(name_or_path), "file", f"not found (looked at {looked}); shipped spaces: {available}")
 
 
-def _line_index(node: yaml.Node, file: str, prefix: str = "", lines: dict | None = None) -> dict[str, int]:
-    """Map each dotted key path ("params.optim.lr.low", "constraints[0]") to its 1-based line, and reject
-    duplicate keys, which PyYAML would silently collapse to the last one."""
-    lines = {} if lines is None else lines
-    if isinstance(node, yaml.MappingNode):
-        seen: set = set()
-        for key_node, value_node in node.value:
-            key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
-            if key_node.value in seen:
-                raise SpaceError(file, key, "duplicate key", key_node.start_mark.line + 1)
-            seen.add(key_node.value)
-            lines[key] = key_node.start_mark.line + 1
-            _line_index(value_node, file, key, lines)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            key = f"{prefix}[{i}]"
-            lines[key] = item.start_mark.line + 1
-            _line_index(item, file, key, lines)
-    return lines
-
-
-def _line_of(lines: dict[str, int], key: str) -> int | None:
-    """The line of ``key``, or of its closest enclosing key that has one."""
-    while key:
-        if key in lines:
-            return lines[key]
-        cut = max(key.rfind("."), key.rfind("["))
-        key = key[:cut] if cut > 0 else ""
-    return None
-
-
-class _File:
-    """The parsed document with its line index; ``fail`` raises a SpaceError pointing into the file."""
-
-    def __init__(self, path: Path):
-        self.file = str(path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise SpaceError(self.file, "file", f"cannot be read: {exc}") from None
-        try:
-            root = yaml.compose(text, Loader=_Loader)
-            self.lines = _line_index(root, self.file) if root is not None else {}
-            self.data = yaml.load(text, Loader=_Loader)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise SpaceError(self.file, "yaml", f"not valid YAML: {problem}",
-                             mark.line + 1 if mark else None) from None
-
-    def fail(self, key: str, reason: str) -> SpaceError:
-        return SpaceError(self.file, key, reason, _line_of(self.lines, key))
-
-    def mapping(self, value: Any, key: str, allowed: tuple | None = None) -> dict:
-        if not isinstance(value, dict):
-            raise self.fail(key, f"must be a mapping (got {_kind(value)})")
-        for k in value:
-            if not isinstance(k, str):
-                raise self.fail(key, f"keys must be strings (got {k!r})")
-            if allowed is not None and k not in allowed:
-                raise self.fail(f"{key}.{k}" if key else k, f"unknown key; allowed: {', '.join(allowed)}")
-        return value
-
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else f"{type(value).__name__} {value!r}"
-
-
-def _number(f: _File, value: Any, key: str, *, integer: bool = False, positive: bool = True) -> Any:
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok or (isinstance(value, float) and not math.isfinite(value)):
-        raise f.fail(key, f"must be {'an integer' if integer else 'a number'} (got {_kind(value)})")
-    if positive and value <= 0 or not positive and value < 0:
-        raise f.fail(key, f"must be {'> 0' if positive else '>= 0'} (got {value})")
-    return value
-
-
-def _param(f: _File, name: str, spec: Any) -> Param:
-    key = f"params.{name}"
-    if not isinstance(spec, dict):
-        raise f.fail(key, f"must be a mapping with a type (choice, int or float), got {_kind(spec)}")
-    kind = spec.get("type")
-    if kind not in PARAM_TYPES:
-        raise f.fail(f"{key}.type" if "type" in spec else key,
-                     f"type must be one of {', '.join(PARAM_TYPES)} (got {_kind(kind)})")
-    f.mapping(spec, key, PARAM_KEYS[kind])
-    for a in ("memory", "nan"):
-        if a in spec and spec[a] not in ANNOTATIONS:
-            raise f.fail(f"{key}.{a}", f"must be up, down or none (got {_kind(spec[a])}); omit it to mean "
-                                       "'must be equal when comparing configs'")
-    if "description" in spec and not isinstance(spec["description"], str):
-        raise f.fail(f"{key}.description", "must be a string")
+def read_space_file(path: Path) -> tuple[SpaceDoc, Lines]:
+    """The validated contents of a space file and its line index; raises SpaceError."""
+    file = str(path)
     try:
-        return Param(name=name, **{k: v for k, v in spec.items()})
-    except ParamError as exc:
-        raise f.fail(f"{key}.{exc.field}", str(exc)) from None
-
-
-def _budget(f: _File, raw: Any) -> dict:
-    budget = f.mapping({} if raw is None else raw, "budget", BUDGET_KEYS)
-    return {
-        "budget_trials": _number(f, budget["trials"], "budget.trials", integer=True) if "trials" in budget else None,
-        "budget_hours": float(_number(f, budget["hours"], "budget.hours")) if "hours" in budget else None,
-        "budget_dollars": (float(_number(f, budget["dollars"], "budget.dollars", positive=False))
-                           if "dollars" in budget else None),
-    }
-
-
-def load_space_file(name_or_path: str | Path) -> SearchSpace:
-    path = resolve_space_path(name_or_path)
-    f = _File(path)
-    doc = f.mapping(f.data, "", TOP_LEVEL_KEYS) if f.data is not None else None
-    if not doc:
-        raise f.fail("file", "is empty; a space needs at least objective and params")
-    for required in ("objective", "params"):
-        if required not in doc:
-            raise f.fail(required, "is required")
-
-    name = doc.get("name", path.stem)
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise f.fail("name", f"must be a non-empty string of letters, digits, '_', '.', '-' (got {_kind(name)}); "
-                             "it names the study and its directory")
-    description = doc.get("description", "")
-    if not isinstance(description, str):
-        raise f.fail("description", f"must be a string (got {_kind(description)})")
-
-    objective = f.mapping(doc["objective"], "objective", OBJECTIVE_KEYS)
-    for key in OBJECTIVE_KEYS:
-        if key not in objective:
-            raise f.fail("objective", f"needs {key}")
-    if objective["metric"] not in OBJECTIVE_METRICS:
-        raise f.fail("objective.metric", f"{_kind(objective['metric'])} is not a trial metric; one of "
-                                         f"{', '.join(OBJECTIVE_METRICS)}")
-    world_size = _number(f, doc.get("world_size", 1), "world_size", integer=True)
-
-    fixed = f.mapping({} if doc.get("fixed") is None else doc["fixed"], "fixed")
-    for key, value in fixed.items():
-        if not (value is None or isinstance(value, (str, int, float, bool))):
-            raise f.fail(f"fixed.{key}", f"must be a scalar override value (got {_kind(value)})")
-
-    params_raw = f.mapping(doc["params"], "params")
-    if not params_raw:
-        raise f.fail("params", "needs at least one param; a space with nothing to vary is a single trial")
-    params = {name: _param(f, name, spec) for name, spec in params_raw.items()}
-
-    constraints = [] if doc.get("constraints") is None else doc["constraints"]
-    if not isinstance(constraints, list):
-        raise f.fail("constraints", f"must be a list of expressions (got {_kind(constraints)})")
-
+        text = path.read_text()
+    except OSError as exc:
+        raise SpaceError(file, "file", f"cannot be read: {exc}") from None
     try:
-        return SearchSpace(name=name, description=description, objective_metric=objective["metric"],
-                           direction=objective["direction"], world_size=world_size, fixed=dict(fixed),
-                           params=params, constraints=list(constraints), path=str(path),
-                           **_budget(f, doc.get("budget")))
-    except SpaceError as exc:
-        # The space's own rules do not know about lines; point into the file.
-        raise f.fail(exc.key, exc.reason) from None
+        root = yaml.compose(text, Loader=_Loader)
+        lines = _index_lines(root, file) if root is not None else Lines()
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpaceError(file, "yaml", f"not valid YAML: {problem}", mark.line + 1 if mark else None) from None
+    if not data:
+        raise SpaceError(file, "file", "is empty; a space needs at least objective and params")
+    if isinstance(data, dict):
+        data.setdefault("name", path.stem)  # the study's name unless the file gives one
+    return validate_doc(data, file, lines), lines

@@ -38,7 +38,7 @@ def held_space(tmp_path: Path, name: str, params: dict[str, list], fixed: dict |
     hold, marker = tmp_path / "hold", tmp_path / "started"
     space = tmp_path / f"{name}.yaml"
     space.write_text(yaml.safe_dump({
-        "name": name, "objective": {"metric": "tokens_per_sec", "direction": "maximize"},
+        "name": name, "trial_command": "other", "objective": {"metric": "tokens_per_sec", "direction": "maximize"},
         "fixed": {"fake.hold": str(hold), "fake.marker": str(marker), "trial.max_wall_time_sec": 120, **(fixed or {})},
         "params": {k: {"type": "choice", "values": v} for k, v in params.items()}}))
     return space, hold, marker

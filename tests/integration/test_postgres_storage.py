@@ -50,7 +50,7 @@ def postgres_url():
 def test_two_agents_share_one_study(tmp_path, postgres_url):
     space = tmp_path / "shared.yaml"
     space.write_text(yaml.safe_dump({
-        "name": "shared", "objective": {"metric": "tokens_per_sec", "direction": "maximize"},
+        "name": "shared", "trial_command": "other", "objective": {"metric": "tokens_per_sec", "direction": "maximize"},
         "fixed": {"training.seq_len": 64, "fake.sleep": 0.3},
         "params": {"training.micro_batch_size": {"type": "choice", "values": [1, 2, 4, 8, 16, 32, 64]},
                    "optim.lr": {"type": "choice", "values": [0.001, 0.002]}}}))

@@ -23,7 +23,8 @@ MBS, REC = "training.micro_batch_size", "memory.recompute"
 
 def space_file(tmp_path, name="fake", fixed=None, params=None, constraints=(), direction="maximize",
                metric="tokens_per_sec"):
-    doc = {"name": name, "description": "fake trials", "objective": {"metric": metric, "direction": direction},
+    doc = {"name": name, "description": "fake trials", "trial_command": "other",  # fake.* keys: not core.train's
+           "objective": {"metric": metric, "direction": direction},
            "world_size": 1, "fixed": {"training.seq_len": 256, "fake.sleep": 0.0, **(fixed or {})},
            "params": params or {
                MBS: {"type": "choice", "values": [8, 16, 32, 64], "memory": "up", "nan": "none"},
