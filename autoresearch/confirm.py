@@ -131,6 +131,7 @@ class Verdict:
     lead: float | None = None  # winner - runner-up, in the objective's better direction
     lead_sigma: float | None = None  # standard error of that difference
     needed_sigmas: float | None = None  # how many lead_sigmas a lead must exceed with these runs (2σ's confidence)
+    tied: list[int] = field(default_factory=list)  # search trials of the configs tied with the best, when no winner
     line: str = ""
 
     @property
@@ -190,8 +191,8 @@ def _judge(v: Verdict) -> str:
     if _decisive(v.lead, v.lead_sigma, v.needed_sigmas):
         v.winner = best
         return f"winner: trial {best.trial}'s config ({_pm(best)}), ahead of trial {second.trial}'s ({_pm(second)}): {shown}"
-    tied = [best.trial] + [c.trial for c in ranked[1:] if c.std is not None and not _decisive(*_lead(best, c, sign))]
-    return (f"tied within noise: trials {', '.join(map(str, tied))} (trial {best.trial} over trial {second.trial}: "
+    v.tied = [best.trial] + [c.trial for c in ranked[1:] if c.std is not None and not _decisive(*_lead(best, c, sign))]
+    return (f"tied within noise: trials {', '.join(map(str, v.tied))} (trial {best.trial} over trial {second.trial}: "
             f"{shown}); no winner is named")
 
 

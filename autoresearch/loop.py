@@ -310,7 +310,7 @@ class StudyLoop:
         value = "" if result.objective is None else f"{self.space.objective_metric}={result.objective:.5g} "
         where = f" [{slot.label}]" if slot.label else ""
         attrs = item.trial.user_attrs
-        if "confirmation_of" in attrs:
+        if st.is_confirmation(item.trial):
             where += f" confirming trial {attrs['confirmation_of']} (run {attrs['repeat'] + 1})"
         return (f"trial {item.trial.number:4d} {result.status:13s} {params_label(item.params)}: "
                 f"{value}({result.wall_time:.1f}s){where} {result.reason[:120]}")

@@ -182,7 +182,7 @@ def _constraints(trial: Trial, violated: str | None) -> None:
     trial.set_user_attr("failure_kind", violated)
 
 
-def is_confirmation(t: FrozenTrial) -> bool:
+def is_confirmation(t: FrozenTrial | Trial) -> bool:
     """A re-run of a front-runner's config after the search (``autoresearch.confirm``), not a search trial."""
     return "confirmation_of" in t.user_attrs
 

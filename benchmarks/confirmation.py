@@ -66,7 +66,7 @@ def summarise(study_dir: Path) -> dict:
     if v.winner is not None:
         out["survival"] = "won" if v.winner.trial == best.number else f"lost to trial {v.winner.trial}"
     else:
-        out["survival"] = "tied within noise" if str(best.number) in v.line.split("(")[0] else "tied, not top"
+        out["survival"] = "tied within noise" if best.number in v.tied else "tied, not top"
     return out
 
 

@@ -133,7 +133,7 @@ def test_the_lead_must_clear_2_sigma_at_its_confidence_with_few_runs():
     assert many.winner is not None and many.winner.trial == 0 and many.needed_sigmas == approx(2.044, abs=1e-3)  # 58 df
     assert few.lead / few.lead_sigma == approx(2.5) == many.lead / many.lead_sigma
     same = verdict_for(3, 0.0)
-    assert same.winner is None and "tied within noise: trials 0, 1" in same.line
+    assert same.winner is None and same.tied == [0, 1] and "tied within noise: trials 0, 1" in same.line
 
 
 def test_a_lucky_search_run_loses_to_the_confirmed_winner_and_export_follows_the_verdict(tmp_path):
