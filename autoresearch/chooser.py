@@ -23,13 +23,28 @@ from autoresearch.space import SearchSpace
 # combinations) its first 40 proposals were all rejected (measured 2026-11-30).
 REPEATS_BEFORE_RANDOM = 3
 
+# The classical method behind ``--proposer hybrid`` on the turns that are not Claude's, and when Claude declines:
+# the one that won the search suite (benchmarks/search_suite.py; RESULTS.md "Search efficiency across tables").
+HYBRID_SAMPLER = "gp"
 
-def build_proposer(name: str, model: str | None = None, claude_fraction: float = 0.3):
+
+def sampler_for(proposer: str) -> str:
+    """The study's own sampler, which chooses a trial no proposer took: random behind ``gp`` (it proposes every
+    trial it can, and declines only when no candidate would run), TPE behind Claude."""
+    proposer = HYBRID_SAMPLER if proposer == "hybrid" else proposer
+    return {"grid": "grid", "random": "random", "gp": "random"}.get(proposer, "tpe")
+
+
+def build_proposer(name: str, model: str | None = None, claude_fraction: float = 0.3, seed: int | None = None):
     """The Proposer for a name (None: the study's sampler chooses every trial)."""
     from autoresearch.proposers.samplers import GridProposer
 
     if name == "grid":
         return GridProposer()
+    if name == "gp":
+        from autoresearch.proposers.model_based import ModelBasedProposer
+
+        return ModelBasedProposer(seed=seed)
     if name in ("claude", "hybrid"):
         from autoresearch.proposers.claude import ClaudeProposer  # imports anthropic: only when asked for
 
@@ -38,7 +53,7 @@ def build_proposer(name: str, model: str | None = None, claude_fraction: float =
             return claude
         from autoresearch.proposers.hybrid import HybridProposer
 
-        return HybridProposer(claude, fraction=claude_fraction)
+        return HybridProposer(claude, fraction=claude_fraction, sampler_half=build_proposer(HYBRID_SAMPLER, seed=seed))
     return None
 
 
@@ -60,7 +75,9 @@ class Chooser:
         waiting = bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
         usage = declined = None
         if not waiting and self.proposer is not None:
-            ctx = ProposalContext(self.space, st.trial_rows(study), lambda p: self.gate.skip_reason(study, p))
+            recorded = recorded_keys(study)  # once per round: a proposer may check hundreds of candidates
+            ctx = ProposalContext(self.space, st.trial_rows(study),
+                                  lambda p: self.gate.skip_reason(study, p, recorded))
             proposal = self.proposer.propose(study, ctx)
             usage = self._new_usage(proposal)
             problems = self.space.check(proposal.params) if proposal is not None else []
@@ -70,7 +87,7 @@ class Chooser:
             if proposal is not None and not problems:
                 study.enqueue_trial(self.space.coerce(proposal.params), user_attrs={
                     "proposer": proposal.proposer, "rationale": proposal.rationale})
-                waiting = True
+                waiting, declined = True, proposal.fallback_from
             elif usage is not None:  # Claude (the one LLM proposer) was asked, spent tokens, and declined
                 declined = "claude"
         if not waiting and self.repeats_in_a_row >= REPEATS_BEFORE_RANDOM:

@@ -99,10 +99,10 @@ class Gate:
             return ("pruned" if kind else "duplicate"), reason, kind
         return None
 
-    def skip_reason(self, study: optuna.Study, params: dict) -> str | None:
+    def skip_reason(self, study: optuna.Study, params: dict, recorded: dict | None = None) -> str | None:
         """``ProposalContext.check``: why a proposal would be skipped, or None."""
         try:
-            skipped = self.skip(study, params)
+            skipped = self.skip(study, params, recorded)
         except ValueError as exc:  # coerce() refuses a value of the wrong type
             return str(exc)
         return skipped[1] if skipped else None

@@ -25,7 +25,7 @@ from optuna.trial import TrialState
 
 from autoresearch import confirm, ledger
 from autoresearch import storage as st
-from autoresearch.chooser import Chooser, build_proposer
+from autoresearch.chooser import Chooser, build_proposer, sampler_for
 from autoresearch.explain import params_label
 from autoresearch.gate import Gate
 from autoresearch.outcomes import RAN, TrialResult
@@ -92,10 +92,10 @@ class StudyLoop:
         hours = self.space.budget_hours
         self.timeout = opts.timeout if opts.timeout is not None else (hours * 3600 if hours else None)
         self.max_cost = opts.max_cost if opts.max_cost is not None else self.space.budget_dollars
-        self.sampler_name = proposer_name if proposer_name in ("random", "grid") else "tpe"
+        self.sampler_name = sampler_for(proposer_name)
         self.gate = Gate(self.space, opts.estimator, learn=opts.learn)
-        self.chooser = Chooser(self.space, self.gate, build_proposer(proposer_name, opts.model, opts.claude_fraction),
-                               self.sampler_name, opts.seed)
+        self.chooser = Chooser(self.space, self.gate, build_proposer(proposer_name, opts.model, opts.claude_fraction,
+                                                                     opts.seed), self.sampler_name, opts.seed)
         self.workers = opts.workers
         self.errors_in_a_row = 0
 

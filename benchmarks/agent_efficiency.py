@@ -24,6 +24,9 @@ A tabular benchmark (the way NAS-Bench and HPOBench make optimiser comparisons c
 
 Metrics, per method over seeds: runs (trials actually paid for) until the best config ran, median and quartiles;
 the share of runs, up to then, that ended OOM or NaN (pooled over seeds); proposals skipped for free.
+``collect --space benchmarks/spaces/<name>.yaml --out benchmarks/data/table_<name>.json`` tables another space; a
+replay uses the space the table was collected from. ``benchmarks/search_suite.py`` replays every table of the suite
+and aggregates.
 
 This module's top level imports only the standard library: ``trial`` is started once per replayed trial.
 """
@@ -193,6 +196,7 @@ METHODS = {
     "tpe+memory": ("tpe", True, "autoresearch.runner:estimate_with_core"),
     "tpe+dominance (no gate)": ("tpe", True, None),
     "random+memory": ("random", True, "autoresearch.runner:estimate_with_core"),
+    "gp": ("gp", True, "autoresearch.runner:estimate_with_core"),
 }
 SEEDLESS = ("grid",)  # the grid walks the same order whatever the seed
 
@@ -244,10 +248,10 @@ def replay_once(table_path: Path, method: str, seed: int, budget: int, work: Pat
 
     proposer, learn, estimator = METHODS[method]
     study = f"{method.replace('+', '_').replace(' ', '_').replace('(', '').replace(')', '')}-s{seed}"
-    opts = AgentOptions(space=str(SPACE), proposer=proposer, study=study, trials=budget, timeout=1e9, seed=seed,
+    opts = AgentOptions(space=str(table_space(json.loads(table_path.read_text()))), proposer=proposer, study=study, trials=budget, timeout=1e9, seed=seed,
                         trials_dir=str(work), command=[sys.executable, str(Path(__file__).resolve()), "trial",
                                                        f"--table={table_path}"],
-                        estimator=estimator, learn=learn, progress=False)
+                        estimator=estimator, learn=learn, progress=False, confirm=0)  # the search alone
     loop, st = make_replay_loop(opts, proposer, best_key, budget, max_proposals)
     with contextlib.redirect_stdout(io.StringIO()) as out:  # the agent's per-trial lines and final table
         code = loop.run()
@@ -276,6 +280,11 @@ def replay_once(table_path: Path, method: str, seed: int, budget: int, work: Pat
             "statuses": runs}
 
 
+def table_space(table: dict) -> Path:
+    """The space file a table was collected from (its ``space``, relative to the repository)."""
+    return ROOT / table["space"]
+
+
 def best_row(table: dict) -> dict:
     ok = [r for r in table["rows"] if r["status"] == "ok" and r["objective"] is not None]
     sign = 1 if table["objective"]["direction"] == "minimize" else -1
@@ -289,7 +298,7 @@ def soundness(table: dict) -> list[str]:
     from autoresearch.learn import FeasibilityMemory, Outcome
     from autoresearch.space import load_space
 
-    space = load_space(str(SPACE))
+    space = load_space(str(table_space(table)))
     memory = FeasibilityMemory(space)
 
     def proves(r):
@@ -342,7 +351,7 @@ def gate_diagnosis(table: dict, best: dict) -> list[str]:
     from autoresearch.runner import estimate_with_core
     from autoresearch.space import load_space
 
-    space = load_space(str(SPACE))
+    space = load_space(str(table_space(table)))
     limit = float(space.fixed["memory.limit_gb"]) * GiB
     memory_param = next(n for n, p in space.params.items() if p.memory == "up")
     smallest = space.params[memory_param].values[0]
@@ -409,7 +418,7 @@ def results_markdown(table: dict, summary: list[dict], results: list[dict], args
     lines = [
         "# Agent efficiency: proposers replayed on a real tabular space",
         "",
-        f"Table: `{TABLE.relative_to(ROOT)}` — {n} configs of `{table['space']}`, each run once with the real core "
+        f"Table: `{Path(args.table).resolve().relative_to(ROOT)}` — {n} configs of `{table['space']}`, each run once with the real core "
         f"on {table['date']} (commit {table['git_commit']}; {table['machine']['cpu']}, "
         f"{table['machine']['cores']} cores). Outcomes: "
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ".",
@@ -527,7 +536,8 @@ def demo(args) -> int:
     if study_dir.exists() and not args.reuse:
         raise SystemExit(f"{study_dir} exists: remove it, or pass --reuse to report on it as it is")
     agent_args = ["--space", str(SPACE.relative_to(ROOT)), "--proposer", "tpe", "--trials", str(args.trials),
-                  "--study", args.study, "--seed", str(args.seed), *([] if args.gate else ["--estimator", "none"])]
+                  "--study", args.study, "--seed", str(args.seed), "--confirm", "0",
+                  *([] if args.gate else ["--estimator", "none"])]
     if not args.reuse:
         cmd = [sys.executable, "-m", "autoresearch.agent", *agent_args, "--trials-dir", args.trials_dir,
                "--no-progress"]
@@ -610,7 +620,7 @@ def replay_sequence(args) -> list[tuple[dict, str]]:
 
     with tempfile.TemporaryDirectory(prefix="agent-efficiency-demo-") as work:
         opts = AgentOptions(space=str(SPACE), proposer="tpe", study=args.study, trials=args.trials, seed=args.seed,
-                            trials_dir=work, progress=False, estimator=AgentOptions.estimator if args.gate else None,
+                            trials_dir=work, progress=False, confirm=0, estimator=AgentOptions.estimator if args.gate else None,
                             command=[sys.executable, str(Path(__file__).resolve()), "trial", f"--table={TABLE}"])
         with contextlib.redirect_stdout(io.StringIO()):
             StudyLoop(opts, "tpe").run()

@@ -23,6 +23,7 @@ class Proposal:
     proposer: str
     rationale: str = ""
     usage: dict | None = None  # LLM calls behind it: tokens and cost_usd (the agent's cost ledger sums cost_usd)
+    fallback_from: str | None = None  # the proposer that was asked first and declined ("claude" on a hybrid)
 
 
 @dataclass

@@ -26,7 +26,7 @@ def test_real_hparams_study(tmp_path):
                             "--confirm", "2", "--repeats", "2"],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert agent.returncode == 0, agent.stdout + agent.stderr
-    assert agent.stdout.splitlines()[0].startswith("proposer: tpe")
+    assert agent.stdout.splitlines()[0].startswith("proposer: gp")
 
     url = f"sqlite:///{trials / 'real' / 'study.db'}"
     study = optuna.load_study(study_name="real", storage=url)

@@ -54,7 +54,8 @@ def in_region(params, region):
 
 
 def test_auto_proposer_says_which_and_why(monkeypatch):
-    assert agent.resolve_proposer("auto", {}) == ("tpe", "ANTHROPIC_API_KEY not set; Claude disabled")
+    assert agent.resolve_proposer("auto", {})[0] == "gp"
+    assert agent.resolve_proposer("auto", {})[1].startswith("ANTHROPIC_API_KEY not set; Claude disabled")
     assert agent.resolve_proposer("auto", {"ANTHROPIC_API_KEY": "k"})[0] == "hybrid"
     assert agent.resolve_proposer("random", {}) == ("random", "requested with --proposer")
     with pytest.raises(SystemExit, match="ANTHROPIC_API_KEY"):
@@ -64,19 +65,19 @@ def test_auto_proposer_says_which_and_why(monkeypatch):
     assert agent.parse_args(["--space", "x.yaml", "--workers", "2"]).workers == 2
 
 
-def test_tpe_study_records_every_trial(tmp_path, capsys, monkeypatch):
+def test_default_study_records_every_trial(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     space = space_file(tmp_path)
     assert run_agent(tmp_path, space, "--trials", "8") == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "proposer: tpe (ANTHROPIC_API_KEY not set; Claude disabled)"
+    assert out.splitlines()[0] == f"proposer: gp (ANTHROPIC_API_KEY not set; Claude disabled. {agent.GP_WHY})"
     assert "search's best run: trial" in out and "| number | status |" in out
     study = load(tmp_path)
     assert study.user_attrs["space"] == "fake" and study.direction.name == "MAXIMIZE"
     assert storage.finished_count(study) == 8
     for t in study.trials:
         assert t.state in (TrialState.COMPLETE, TrialState.PRUNED)
-        assert t.user_attrs["proposer"] in ("tpe", "random (tpe repeated a config)") and t.user_attrs["status"]
+        assert t.user_attrs["proposer"] == "gp" and t.user_attrs["status"] and t.user_attrs["rationale"]
         assert set(t.constraints) == set(outcomes.CONSTRAINT_KEYS)
         if t.state == TrialState.COMPLETE:
             assert Path(t.user_attrs["trial_dir"]).name == f"{t.number:04d}"
@@ -171,7 +172,7 @@ def test_a_sampler_that_keeps_breaking_the_space_gets_a_valid_config(tmp_path):
     from autoresearch.chooser import REPEATS_BEFORE_RANDOM
 
     space = space_file(tmp_path, constraints=[f"{MBS} * optim.lr <= 0.008"])  # 1 valid (mbs, lr) pair of 8
-    assert run_agent(tmp_path, space, "--trials", "4", "--no-learn") == 0
+    assert run_agent(tmp_path, space, "--proposer", "tpe", "--trials", "4", "--no-learn") == 0
     statuses = [t.user_attrs["status"] for t in load(tmp_path).trials]
     runs = "".join("r" if s == "rejected" else "." for s in statuses).split(".")
     assert max(len(r) for r in runs) <= REPEATS_BEFORE_RANDOM, statuses
@@ -334,15 +335,15 @@ def test_hybrid_through_the_sdk_enqueues_claude_and_records_every_call(tmp_path,
     assert trials[1].user_attrs["proposer"] == "claude" and trials[1].params == \
         {k: v for k, v in proposal.items() if k != "rationale"}
     assert trials[1].user_attrs["rationale"] == "largest micro-batch that fits"
-    # Every later Claude turn repeats trial 1: Claude is told so, gives up after its retries, and another chooser
-    # (TPE, or the repeat policy's unseen random config) takes the trial, named as what chose it; the decline and
-    # the tokens spent are still on the record.
+    # Every later Claude turn repeats trial 1: Claude is told so, gives up after its retries, and the hybrid's
+    # classical half takes the trial, named as what chose it; the decline and the tokens spent stay on the record.
     for t in claude_turns[1:]:
-        assert t.user_attrs["proposer"] in ("tpe", "random (tpe repeated a config)")
+        assert t.user_attrs["proposer"] == "gp"
         assert t.user_attrs["fallback_from"] == "claude" and t.user_attrs["llm_usage"]["calls"] == 3
     assert claude_turns[0].user_attrs["llm_usage"]["calls"] == 1
     others = [t for t in trials if not is_claude_turn(t.number, 0.5)]
     assert all("llm_usage" not in t.user_attrs and "fallback_from" not in t.user_attrs for t in others)
+    assert all(t.user_attrs["proposer"] == "gp" for t in others)  # the classical half: the suite's winner
     total = sum(t.user_attrs["llm_usage"]["cost_usd"] for t in claude_turns)
     assert total > 0 and storage.llm_cost(load(tmp_path)) == pytest.approx(total)
     assert len(fake.messages_requests) == 1 + 3 * (len(claude_turns) - 1)
