@@ -39,8 +39,6 @@ import os
 import sys
 from pathlib import Path
 
-from provenance import git_commit
-
 ROOT = Path(__file__).resolve().parent.parent
 SPACE = ROOT / "benchmarks" / "spaces" / "tabular.yaml"
 DATA = ROOT / "benchmarks" / "data"
@@ -130,7 +128,7 @@ def collect(args) -> int:
         table = {"space": str(Path(args.space).resolve().relative_to(ROOT)), "space_name": space.name,
                  "objective": {"metric": space.objective_metric, "direction": space.direction},
                  "fixed": space.fixed, "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-                 "git_commit": git_commit(), "machine": _machine(), "command": "python -m core.train",
+                 "git_commit": _git_commit(), "machine": _machine(), "command": "python -m core.train",
                  "retry_policy": "a compile_error or error (not caused by the config: seen as a flaky jit "
                                  "compile here) is run once more; both outcomes are kept in 'attempts'",
                  "rows": []}
@@ -557,7 +555,7 @@ def demo(args) -> int:
              f"`python -m autoresearch.agent {' '.join(agent_args)} --trials-dir {args.trials_dir}` — real trials "
              f"of the tiny GPT through `python -m core.train`, memory budget {space.fixed['memory.limit_gb']} GiB "
              f"per rank; then `python -m autoresearch.report {study_dir.relative_to(ROOT)} --format markdown` "
-             f"(below). Date {_now()}, commit {git_commit()}.", ""]
+             f"(below). Date {_now()}, commit {_git_commit()}.", ""]
     if not args.gate:
         lines += ["The memory gate is off (`--estimator none`) so that an OOM can happen at all: with it, the estimate "
                   "(`core.memory`, predicting batch 32 above the 1 GiB budget) keeps every OOM config of this space "
@@ -626,6 +624,12 @@ def replay_sequence(args) -> list[tuple[dict, str]]:
             StudyLoop(opts, "tpe").run()
         study = optuna.load_study(study_name=args.study, storage=f"sqlite:///{work}/{args.study}/study.db")
         return [(dict(t.params), t.user_attrs.get("status")) for t in study.get_trials(deepcopy=False)]
+
+
+def _git_commit() -> str:
+    from provenance import git_commit  # not at the top: it imports core, and ``trial`` runs once per replayed trial
+
+    return git_commit()
 
 
 def _params_text(params: dict) -> str:
