@@ -71,7 +71,12 @@ class GaussianProcess:
         starts = [np.r_[np.full(dim, math.log(0.5)), 0.0, math.log(1e-2)],
                   np.r_[np.full(dim, math.log(2.0)), 0.0, math.log(1e-1)]]
         fits = [optimize.minimize(self._objective, s, jac=True, method="L-BFGS-B", bounds=bounds) for s in starts]
-        self._set(min(fits, key=lambda r: r.fun).x)
+        theta = min(fits, key=lambda r: r.fun).x
+        try:
+            self._set(theta)
+        except np.linalg.LinAlgError:  # the same config run twice, at the smallest noise: more noise, and it fits
+            theta[-1] = max(theta[-1], math.log(1e-2))
+            self._set(theta)
 
     def _set(self, theta: np.ndarray) -> None:
         dim = self.x.shape[1]

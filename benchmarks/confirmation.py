@@ -1,8 +1,8 @@
 """How noisy is a trial's objective here, how often does a search's raw winner survive confirmation, and where does
 a study's device time go?
 
-    .venv/bin/python benchmarks/confirmation.py [--space parallel.yaml] [--studies 3] [--trials 8] [--confirm 3]
-                                                [--repeats 3] [--out benchmarks/data/confirmation.md]
+    .venv/bin/python benchmarks/confirmation.py [--space parallel.yaml] [--studies 3] [--first-seed 0] [--trials 8]
+                                                [--confirm 3] [--repeats 3] [--out benchmarks/data/confirmation.md]
 
 Runs ``--studies`` real studies of the agent (``python -m autoresearch.agent``, default proposer, seeds 0, 1, ...,
 each with its confirmation phase) and reads them back from their Optuna storage:
@@ -82,7 +82,8 @@ def shares(totals: dict) -> str:
 def markdown(args, results: list[dict]) -> str:
     metric_cv = [c["cv"] for r in results for c in r["configs"] if c["cv"] is not None]
     lines = [f"Date {datetime.date.today()}, commit {git_commit()}, CPU {cpu_info()}.",
-             f"`benchmarks/confirmation.py --space {args.space} --studies {args.studies} --trials {args.trials} "
+             f"`benchmarks/confirmation.py --space {args.space} --studies {args.studies} --first-seed {args.first_seed} "
+             f"--trials {args.trials} "
              f"--confirm {args.confirm} --repeats {args.repeats}` (in-sample: each study measures itself).", "",
              "| study | raw winner | verdict | search: device time | confirmation: device time |",
              "|---|---|---|---|---|"]
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--space", default="parallel.yaml")
     ap.add_argument("--studies", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=0, help="the studies' seeds: first-seed, first-seed + 1, ...")
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--confirm", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     trials_dir = Path(args.trials_dir)
     results = []
-    for seed in range(args.studies):
+    for seed in range(args.first_seed, args.first_seed + args.studies):
         name = f"confirm-{args.space.removesuffix('.yaml')}-{seed}" if args.reuse else run_study(args, seed, trials_dir)
         results.append(summarise(trials_dir / name))
     text = markdown(args, results)

@@ -42,10 +42,11 @@ class ModelBasedProposer(Proposer):
 
     def propose(self, study, ctx: ProposalContext) -> Proposal | None:
         space = ctx.space
+        # Runs of this space's params only (a resumed study may hold trials of an older version of the file).
         ran = [r for r in ctx.table if r["status"] in RAN and r["status"] != "invalid"
-               and r.get("confirmation_of") is None]
-        seen = {config_key(space.coerce(r["params"])) for r in ctx.table if r["params"]}
-        candidates = [p for p in self._candidates(space, len(ctx.table)) if config_key(space.coerce(p)) not in seen]
+               and r.get("confirmation_of") is None and set(r["params"]) == set(space.params)]
+        seen = {config_key(r["params"]) for r in ctx.table if r["params"]}  # config_key: 4 == 4.0
+        candidates = [p for p in self._candidates(space, len(ctx.table)) if config_key(p) not in seen]
         if not candidates:
             return None  # the study's sampler tries; the agent ends the search when nothing new would run
         x = np.stack([surrogate.encode(space, p) for p in candidates])

@@ -94,3 +94,10 @@ def test_failure_probability_rises_near_failures_and_is_even_without_evidence():
     assert p[2] == pytest.approx(0.5, abs=1e-6)
     assert surrogate.failure_probability(np.zeros((2, 2)), np.zeros((0, 2)), np.zeros(0), np.ones(2)).tolist() == \
         [0.5, 0.5]
+
+
+def test_the_same_config_run_twice_fits_and_predicts_between_its_two_values():
+    x = np.array([[0.1, 0.2], [0.1, 0.2], [0.5, 0.5], [0.9, 0.1]])
+    y = np.array([0.0, 0.1, -1.0, 1.0])
+    mean, std = surrogate.GaussianProcess(x, y).predict(x[:1])
+    assert 0.0 <= mean[0] <= 0.1 and np.isfinite(std[0])
