@@ -246,7 +246,8 @@ def replay_once(table_path: Path, method: str, seed: int, budget: int, work: Pat
 
     proposer, learn, estimator = METHODS[method]
     study = f"{method.replace('+', '_').replace(' ', '_').replace('(', '').replace(')', '')}-s{seed}"
-    opts = AgentOptions(space=str(table_space(json.loads(table_path.read_text()))), proposer=proposer, study=study, trials=budget, timeout=1e9, seed=seed,
+    space = table_space(json.loads(table_path.read_text()))
+    opts = AgentOptions(space=str(space), proposer=proposer, study=study, trials=budget, timeout=1e9, seed=seed,
                         trials_dir=str(work), command=[sys.executable, str(Path(__file__).resolve()), "trial",
                                                        f"--table={table_path}"],
                         estimator=estimator, learn=learn, progress=False, confirm=0)  # the search alone

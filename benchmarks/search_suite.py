@@ -25,6 +25,7 @@ import math
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -45,7 +46,6 @@ METHODS = ("random", "tpe", "tpe+memory", "random+memory", "gp")
 
 def _replay(job: tuple) -> dict:
     name, path, method, seed, budget, best_key, work = job
-    sys.path.insert(0, str(ROOT))
     r = ae.replay_once(Path(path), method, seed, budget, Path(work) / name, best_key, max_proposals=20 * budget)
     return {**r, "table": name}
 
@@ -60,7 +60,7 @@ def run(tables: list[str], methods: list[str], seeds: list[int], jobs: int) -> t
         meta[name] = {"path": str(path.relative_to(ROOT)), "role": TABLES[name][1], "configs": len(table["rows"]),
                       "space": table["space"], "objective": table["objective"], "date": table["date"],
                       "commit": table["git_commit"], "cpu": table["machine"]["cpu"],
-                      "statuses": _counts(r["status"] for r in table["rows"]),
+                      "statuses": dict(Counter(r["status"] for r in table["rows"])),
                       "best": {"index": best["index"], "params": best["params"], "objective": best["objective"]}}
         for method in methods:
             for seed in seeds:
@@ -73,13 +73,6 @@ def run(tables: list[str], methods: list[str], seeds: list[int], jobs: int) -> t
             print(f"{r['table']:8s} {r['method']:14s} seed {r['seed']:3d}: {r['runs']:3d} runs, ended {r['ended']:6s}"
                   f" oom {r['oom']} nan {r['nan']} skipped {r['skipped']}", flush=True)
     return meta, results
-
-
-def _counts(statuses) -> dict:
-    out: dict = {}
-    for s in statuses:
-        out[s] = out.get(s, 0) + 1
-    return out
 
 
 def _geomean(xs: list[float]) -> float:
