@@ -170,6 +170,8 @@ class _ReduceScatter(nn.Cell):
     def construct(self, x):
         d = self.dim
         if self.composed:
+            # A view, not a Slice kernel (ops.slice): MindSpore rewrites AllReduce + Slice into its ReduceScatter,
+            # which fails on CPU (measured with dp_shard=4: "RunRingAllReduce Memcpy error")
             return mint.narrow(self.op(x), d, self.index * (x.shape[d] // self.n), x.shape[d] // self.n)
         return _along_dim(self.op, x, d)
 
