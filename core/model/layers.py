@@ -54,10 +54,9 @@ def _heads_first(x):
     """(B, S, N, E) <-> (B, N, S, E), as a Transpose kernel that writes a new tensor.
 
     Not mint.permute, and RoPE's halves not by mint.split: on CPU those return views, and MindSpore 2.10 makes a
-    view contiguous for the next kernel ~6x slower than the copying kernel does (permute + add 1.42 ms against
-    0.21, split + add + concat 1.34 ms against 0.21, on (8, 4, 64, 64) float32; RoPE forward + backward 26.6 ms
-    against 2.8, bit-identical). Broadcasting is slow too (a (S, E/2) operand 3.6x a same-shape multiply), so
-    RoPE broadcasts its tables once and multiplies same-shape tensors.
+    view contiguous for the next kernel 5-6x slower than the copying kernel does (benchmarks/view_ops.py on
+    (8, 4, 64, 64) float32: permute + add 1.39 ms against 0.22 for transpose + add, split + add + concat 1.05
+    against 0.18; RoPE forward + backward 14.9 ms against 4.9, bit-identical).
     """
     return ops.transpose(x, (0, 2, 1, 3))
 
@@ -197,9 +196,9 @@ def apply_rope(x, cos, sin):
     the same model up to a fixed permutation of each head's q/k rows, and halves slice without strided access.
     """
     x1, x2 = ops.split(x, x.shape[-1] // 2, axis=-1)          # (B, N, S, E/2) each
-    # Tables broadcast once (shared by q, k and every layer: the graph computes a repeated op once), then
-    # same-shape products (see _heads_first); - sin as a table, so that backward has no Neg of a big gradient
-    # (0.86 ms each on (8, 4, 64, 32)); a - b and a + (-b) are the same float.
+    # Halves as kernels, not views (see _heads_first); tables broadcast once per shape (the graph computes a
+    # repeated op once: q, k and every layer share them); - sin as a table, so that backward has no Neg of a big
+    # gradient (0.86 ms each on (8, 4, 64, 32)); a - b and a + (-b) are the same float.
     neg_sin = ops.broadcast_to(ops.neg(sin), x1.shape)
     cos, sin = ops.broadcast_to(cos, x1.shape), ops.broadcast_to(sin, x1.shape)
     return ops.concat((x1 * cos + x2 * neg_sin, x1 * sin + x2 * cos), axis=-1)
