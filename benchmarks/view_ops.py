@@ -23,16 +23,17 @@ from provenance import cpu_info, git_commit
 from core.model.layers import apply_rope
 
 
-def per_call_us(fn, args, repeats: int, inner: int = 1) -> float:
+def timed(fn, args, repeats: int, inner: int = 1) -> tuple[float, object]:
+    """(microseconds per call of ``mindspore.jit(fn)`` / ``inner``, its output)."""
     graph = ms.jit(fn)
     for _ in range(40):
         graph(*args)
     ms.runtime.synchronize()
     start = time.perf_counter()
     for _ in range(repeats):
-        graph(*args)
+        out = graph(*args)
     ms.runtime.synchronize()
-    return (time.perf_counter() - start) / repeats / inner * 1e6
+    return (time.perf_counter() - start) / repeats / inner * 1e6, out
 
 
 def chained(step):
@@ -117,14 +118,13 @@ def main() -> None:
           f"{cpu_info()}; float32 {tuple(args.shape)}, jit, means of {n} calls\n")
     print("| pattern | us per pattern |\n|---|---:|")
     for name, fn, inputs in rows:
-        print(f"| {name} | {per_call_us(fn, inputs, n, inner=10):.0f} |", flush=True)
+        print(f"| {name} | {timed(fn, inputs, n, inner=10)[0]:.0f} |", flush=True)
     for name, fn in (("RoPE forward, before", rope_before), ("RoPE forward, now", rope_now)):
-        print(f"| {name} | {per_call_us(fn, (x, cos, sin), n):.0f} |", flush=True)
+        print(f"| {name} | {timed(fn, (x, cos, sin), n)[0]:.0f} |", flush=True)
     outs = {}
     for name, rope in (("before", rope_before), ("now", rope_now)):
-        outs[name] = ms.jit(with_grad(rope))(x, cos, sin)
-        print(f"| RoPE forward + backward, {name} | {per_call_us(with_grad(rope), (x, cos, sin), n):.0f} |",
-              flush=True)
+        us, outs[name] = timed(with_grad(rope), (x, cos, sin), n)
+        print(f"| RoPE forward + backward, {name} | {us:.0f} |", flush=True)
     same = all(np.array_equal(a.asnumpy(), b.asnumpy()) for a, b in zip(outs["before"], outs["now"]))
     print(f"\nRoPE before and now, value and gradient bit-identical: {same}")
 
