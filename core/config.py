@@ -251,9 +251,13 @@ class ExecutionConfig:
     graph_kernel_fusion: bool = False  # fuse element-wise ops into generated kernels (AKG); may fail: exit 11
     kernel_threads: Optional[int] = None    # kernel thread pool; null: this rank's share of the cores
     dispatch_threads: Optional[int] = None  # runtime (actor) threads; null: MindSpore's default
+    eval_mode: str = "auto"        # auto | jit | pynative: validation under training.mode=jit; auto: compiled only
+                                   # when the trial validates more than once (config_rules.eval_compiled)
 
     def __post_init__(self):
         require(self.jit_level in ("O0", "O1"), "execution.jit_level", f"must be O0 or O1 (got {self.jit_level!r})")
+        require(self.eval_mode in ("auto", "jit", "pynative"), "execution.eval_mode",
+                f"must be auto, jit or pynative (got {self.eval_mode!r})")
         require(self.capture_mode in ("ast", "bytecode"), "execution.capture_mode",
                 f"must be ast or bytecode (got {self.capture_mode!r})")
         for name in ("kernel_threads", "dispatch_threads"):

@@ -35,6 +35,16 @@ def segmented_recompute(mode: str, pipeline: bool) -> bool:
     return mode == "jit" and not pipeline
 
 
+def eval_compiled(mode: str, eval_mode: str, eval_interval: int, max_steps: Optional[int]) -> bool:
+    """Whether validation runs as a compiled graph. ``auto``: only if the trial validates more than once. One pass
+    over the validation batches costs less op by op than compiling its graph first: measured on 2 CPU cores,
+    2026-12-01, the final validation of a 2-step trial took ~3 s compiled against 1-2 s in PyNative for
+    model=tiny and small, 4 s against 3 s for medium (same val_loss to every printed digit)."""
+    if mode != "jit" or eval_mode == "pynative":
+        return False
+    return eval_mode == "jit" or (eval_interval > 0 and (max_steps is None or max_steps > eval_interval))
+
+
 def selective_costs_memory(device: str, mode: str) -> bool:
     """CPU workaround: under jit MindSpore's CPU runtime keeps a bprop-Cell's forward intermediates as well as
     recomputing them, so selective recompute (core.recompute) adds memory there instead of saving it (measured on

@@ -4,6 +4,8 @@
     configure(cfg, local_ranks)   # threads, graph-kernel fusion: process-wide, so set before the first graph
     jit(fn)                        # mindspore.jit with this trial's jit_level and capture_mode
     compiled_if(jit_mode)(fn)      # jit(fn) under training.mode=jit, fn itself in PyNative
+    each(fn, xs, ys, ...)          # (fn(x0, y0, ...), fn(x1, y1, ...), ...) inside a graph, compiled fast
+    pick(xs, indices)              # (xs[i] for i in indices) inside a graph, likewise
 
 Every graph a trial compiles goes through ``jit``, so that one config key changes them all.
 """
@@ -15,11 +17,33 @@ import os
 import mindspore as ms
 
 _JIT_OPTIONS: dict = {}
+_MAP = ms.ops.Map()
 
 
 def jit(fn):
     """``mindspore.jit(fn)`` with the options ``configure`` set (MindSpore's defaults before it is called)."""
     return ms.jit(fn, **_JIT_OPTIONS)
+
+
+def each(fn, *tuples) -> tuple:
+    """``tuple(fn(*xs) for xs in zip(*tuples))``, spelled as MindSpore's ``Map`` so that a graph over one tensor
+    per parameter compiles in a fraction of the time. Per-element constants go in as tuples of their own (a branch
+    on one folds away), a tensor shared by all through ``ops.partial(fn, t)``.
+
+    MindSpore 2.10's graph compiler is slow on Python loops over tuples and very slow on comprehensions
+    (benchmarks/compile_time.py, 60 (64, 64) tensors, 2 CPU cores): scaling each tensor compiled in 3.75 s as
+    ``tuple(g * 2 for g in grads)``, 0.92 s as a loop over indices, 0.29 s by ``Map``; an update per parameter
+    in 0.57 s as a loop, 0.14 s by ``Map``. A trial's gradient-sync and update graphs compiled ~4x faster."""
+    return _MAP(fn, *tuples)
+
+
+def pick(xs: tuple, indices: tuple) -> tuple:
+    """``tuple(xs[i] for i in indices)`` inside a graph (as ``each``)."""
+    return _MAP(ms.ops.partial(_item, xs), indices)
+
+
+def _item(xs, i):
+    return xs[i]
 
 
 def compiled_if(enabled: bool):

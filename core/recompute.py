@@ -129,13 +129,15 @@ class SegmentedStep(GradientAccumulation):
     one backward graph for all of them."""
 
     def __init__(self, model: nn.Cell, loss: nn.Cell, eval_loss: nn.Cell, params: list, recomputed: range,
-                 micro_batch_size: int, jit: bool):
+                 micro_batch_size: int, jit: bool, jit_eval: bool | None = None):
+        """``jit_eval``: the evaluation loss compiled too (default: as ``jit``; config_rules.eval_compiled)."""
         super().__init__(None, None, micro_batch_size)
+        jit_eval = jit if jit_eval is None else jit_eval
         n, k = len(model.layers), min(len(recomputed), len(model.layers) - 1)
         if k < 1:
             raise ValueError("a segmented step needs a recomputed block before the last segment")
         embed = Stage(model, range(0), True, False)
-        self.segments = [_Segment(StageFns(embed, loss, eval_loss, jit), embed.trainable_params())]
+        self.segments = [_Segment(StageFns(embed, loss, eval_loss, jit, jit_eval), embed.trainable_params())]
         templates: dict[tuple, tuple[nn.Cell, StageFns]] = {}
         for i in range(k):
             block = model.layers[i]
@@ -146,12 +148,13 @@ class SegmentedStep(GradientAccumulation):
                     p.name = "recompute_template." + p.name   # not the block's: a graph may not hold both names
                 holder = SimpleNamespace(cfg=model.cfg, tie_embeddings=model.tie_embeddings, rope_cos=model.rope_cos,
                                          rope_sin=model.rope_sin, layers=[template], embed=None, norm=None)
-                templates[kind] = template, StageFns(Stage(holder, range(1), False, False), loss, eval_loss, jit)
+                templates[kind] = template, StageFns(Stage(holder, range(1), False, False), loss, eval_loss,
+                                                            jit, jit_eval)
             template, fns = templates[kind]
             self.segments.append(_Segment(fns, block.trainable_params(), block, template))
         # the last segment's head is the model's own table (one rank holds every segment: no copy)
         last = Stage(model, range(k, n), False, True, head_copy=False)
-        self.segments.append(_Segment(StageFns(last, loss, eval_loss, jit), last.trainable_params()))
+        self.segments.append(_Segment(StageFns(last, loss, eval_loss, jit, jit_eval), last.trainable_params()))
         position = {id(p): i for i, p in enumerate(params)}
         self.slots = [[position[id(p)] for p in seg.params] for seg in self.segments]
         self.n_params = len(params)

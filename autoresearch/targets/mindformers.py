@@ -309,6 +309,7 @@ MINDFORMERS = Target(
                                   "its Cells itself",
         "execution.kernel_threads": "the core's CPU kernel thread pool; no MindFormers setting",
         "execution.dispatch_threads": "the core's runtime thread count on CPU; no MindFormers setting",
+        "execution.eval_mode": TRIAL_ONLY,
         "training.log_interval": TRIAL_ONLY,
         "training.eval_interval": TRIAL_ONLY,
         "training.eval_batches": TRIAL_ONLY,

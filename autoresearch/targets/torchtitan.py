@@ -172,6 +172,7 @@ TORCHTITAN = Target(
         "execution.graph_kernel_fusion": MINDSPORE_ONLY,
         "execution.kernel_threads": MINDSPORE_ONLY,
         "execution.dispatch_threads": MINDSPORE_ONLY,
+        "execution.eval_mode": TRIAL_ONLY,
         "device": "torchtitan runs on the accelerator PyTorch finds",
         "training.log_interval": TRIAL_ONLY,
         "training.eval_interval": TRIAL_ONLY,

@@ -13,6 +13,8 @@ from typing import Sequence
 import mindspore as ms
 from mindspore import Tensor, ops
 
+from core import execution
+
 NORM_EPS = 1e-6  # guards a zero norm (also core.parallel.grads)
 
 
@@ -44,7 +46,12 @@ def clip_grad_norm(grads: Sequence[Tensor], max_norm: float) -> tuple[tuple[Tens
     if max_norm <= 0:
         return grads, norm
     coef = ops.minimum(max_norm / (norm + NORM_EPS), 1.0)
-    return tuple(g * coef for g in grads), norm
+    return execution.each(ops.partial(scaled, coef), grads), norm
+
+
+def scaled(coef, g):
+    """g * coef (for ``execution.each(ops.partial(scaled, coef), grads)``)."""
+    return g * coef
 
 
 _clip_compiled = ms.jit(clip_grad_norm)

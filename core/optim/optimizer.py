@@ -33,9 +33,11 @@ STEP_KEY = "step"  # state_dict key of the number of updates taken so far (0-d i
 class _UpdateCell(nn.Cell):
     """Holds the parameters and their optimizer states; ``construct`` applies one update to all of them.
 
-    Everything that differs between parameters (which rule, decay or not, Muon's RMS scale, which states) is a
-    Python constant here, so the loop in ``construct`` unrolls at trace time into straight-line graph code.
-    ``sharded_ns``: Muon's Newton–Schulz over sharded matrices (all of them at once), or None.
+    Everything that differs between parameters (which rule, decay or not, Muon's RMS scale) is a Python constant
+    here, one ``rule`` per parameter, so that ``execution.each`` specialises the update of each parameter at trace
+    time into straight-line graph code. ``first``/``second``: each parameter's AdamW m and v, or its Muon momentum
+    (twice; Muon reads only the first). ``sharded_ns``: Muon's Newton–Schulz over sharded matrices (all of them at
+    once), or None.
     """
 
     def __init__(self, params: list[Parameter], kinds: list[str], states: list[Parameter],
@@ -43,36 +45,48 @@ class _UpdateCell(nn.Cell):
                  sharded_ns: nn.Cell | None = None):
         super().__init__()
         self.params = ParameterTuple(params)
-        self.states = ParameterTuple(states)
-        self.kinds = tuple(kinds)
-        self.slots = tuple(slots)
-        self.decays = tuple(decays(s) for s in full_shapes)
-        self.muon_wd = cfg.weight_decay
-        self.scales = tuple(rms_match_scale(s) if k == "muon" else 1.0 for s, k in zip(full_shapes, kinds))
+        self.first = ParameterTuple([states[s[0]] for s in slots])
+        self.second = ParameterTuple([states[s[-1]] for s in slots])
+        self.rules = tuple((k, decays(s), rms_match_scale(s) if k == "muon" else 1.0)
+                           for s, k in zip(full_shapes, kinds))
+        self.hyper = (cfg.beta1, cfg.beta2, cfg.momentum, cfg.ns_steps, cfg.weight_decay, sharded_ns is not None)
         self.muon = tuple(i for i, k in enumerate(kinds) if k == "muon")
-        self.beta1, self.beta2 = cfg.beta1, cfg.beta2
-        self.momentum, self.ns_steps = cfg.momentum, cfg.ns_steps
+        self.muon_params = ParameterTuple([params[i] for i in self.muon])
+        self.muon_momenta = ParameterTuple([states[slots[i][0]] for i in self.muon])
+        self.muon_rules = tuple(self.rules[i] for i in self.muon)
         self.sharded_ns = sharded_ns
 
     def construct(self, grads, lr, adam_lr, adam_eps, adam_decay):
         if self.sharded_ns is not None and self.muon:
-            looks = tuple(muon_lookahead(grads[i], self.states[self.slots[i][0]], self.momentum) for i in self.muon)
-            orth = self.sharded_ns(looks)
-            for j in range(len(self.muon)):
-                i = self.muon[j]
-                muon_apply(self.params[i], orth[j], lr, self.muon_wd if self.decays[i] else 0.0, self.scales[i])
-        for i in range(len(self.params)):
-            slot = self.slots[i]
-            if self.kinds[i] == "muon":
-                if self.sharded_ns is None:
-                    wd = self.muon_wd if self.decays[i] else 0.0
-                    muon_update(self.params[i], grads[i], self.states[slot[0]], lr, self.momentum, wd,
-                                self.scales[i], self.ns_steps)
-            else:
-                decay = adam_decay if self.decays[i] else None  # a constant: no decay kernel at all
-                adamw_update(self.params[i], grads[i], self.states[slot[0]], self.states[slot[1]], adam_lr,
-                             adam_eps, decay, self.beta1, self.beta2)
+            looks = execution.each(ops.partial(_lookahead, self.hyper), execution.pick(grads, self.muon),
+                                   self.muon_momenta)
+            execution.each(ops.partial(_apply_orthogonal, self.hyper, lr), self.muon_params,
+                           self.sharded_ns(looks), self.muon_rules)
+        execution.each(ops.partial(_update, self.hyper, lr, adam_lr, adam_eps, adam_decay), self.rules,
+                       self.params, grads, self.first, self.second)
         return lr  # a compiled graph needs an output; the updates are side effects
+
+
+def _update(hyper, lr, adam_lr, adam_eps, adam_decay, rule, p, g, first, second):
+    """One parameter's update in place (Muon's, unless its matrices are sharded: ``_apply_orthogonal``)."""
+    beta1, beta2, momentum, ns_steps, muon_wd, sharded = hyper
+    kind, decay, scale = rule
+    if kind == "muon":
+        if not sharded:
+            muon_update(p, g, first, lr, momentum, muon_wd if decay else 0.0, scale, ns_steps)
+    else:
+        adamw_update(p, g, first, second, adam_lr, adam_eps, adam_decay if decay else None, beta1, beta2)
+    return lr
+
+
+def _lookahead(hyper, g, momentum_buffer):
+    return muon_lookahead(g, momentum_buffer, hyper[2])
+
+
+def _apply_orthogonal(hyper, lr, p, orth, rule):
+    _, decay, scale = rule
+    muon_apply(p, orth, lr, hyper[4] if decay else 0.0, scale)
+    return lr
 
 
 class Optimizer:

@@ -26,7 +26,7 @@ import mindspore as ms
 from mindspore import mint, nn, ops
 
 from core import execution
-from core.optim.clip import NORM_EPS, sum_of_squares
+from core.optim.clip import NORM_EPS, scaled, sum_of_squares
 from core.parallel import comm
 from core.parallel.dims import ParallelDims
 from core.parallel.placement import Placement, is_expert
@@ -42,9 +42,9 @@ class _FlatAllReduce(nn.Cell):
         self.sizes = tuple(math.prod(s) for s in shapes)
 
     def construct(self, tensors):
-        flat = mint.cat([t.reshape(-1) for t in tensors])
+        flat = mint.cat(execution.each(_flat, tensors))
         parts = mint.split(self.reduce(flat), self.sizes)
-        return tuple(p.reshape(s) for p, s in zip(parts, self.shapes))
+        return execution.each(_reshape, parts, self.shapes)
 
 
 class _Sync(nn.Cell):
@@ -67,19 +67,17 @@ class _Sync(nn.Cell):
         if self.replicas is not None:
             grads = self.replicas(grads)
         if self.tp_sum is not None:
-            grads = _replace(grads, self.partial, self.tp_sum(tuple(grads[i] for i in self.partial)))
+            grads = _replace(grads, self.partial, self.tp_sum(execution.pick(grads, self.partial)))
         if self.tied_sum is not None:
-            grads = _replace(grads, self.tied, self.tied_sum(tuple(grads[i] for i in self.tied)))
+            grads = _replace(grads, self.tied, self.tied_sum(execution.pick(grads, self.tied)))
         # The norm of the scaled gradients from the unscaled ones, then one multiply by scale * clip: each
         # gradient is read twice (squares, product), not four times (scale, square, sum, clip).
-        total = sum_of_squares(grads[0]) * self.norm_weight[0]
-        for i in range(1, self.n):
-            total = total + sum_of_squares(grads[i]) * self.norm_weight[i]
+        total = ops.addn(execution.each(_weighted_sum_of_squares, grads, self.norm_weight))
         norm = ops.sqrt(self.norm_sum(total.reshape(1))).reshape(()) * self.scale
         coef = self.scale
         if self.max_norm > 0:
             coef = ops.minimum(self.max_norm / (norm + NORM_EPS), 1.0) * self.scale  # as core.optim.clip
-        return tuple(g * coef for g in grads), norm
+        return execution.each(ops.partial(scaled, coef), grads), norm
 
 
 def _norm_weight(name: str, placement: Placement, dims: ParallelDims) -> float:
@@ -87,6 +85,18 @@ def _norm_weight(name: str, placement: Placement, dims: ParallelDims) -> float:
     weight TP does not split, and the context-parallel replicas of experts (never FSDP-sharded)."""
     copies = dims.tp if dims.tp > 1 and not placement.tp_split else 1
     return 1.0 / (copies * (dims.cp if is_expert(name) else 1))
+
+
+def _flat(x):
+    return x.reshape(-1)
+
+
+def _reshape(x, shape):
+    return x.reshape(shape)
+
+
+def _weighted_sum_of_squares(g, weight):
+    return sum_of_squares(g) * weight
 
 
 def _replace(grads: tuple, indices: tuple, new: tuple) -> tuple:

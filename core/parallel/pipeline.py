@@ -88,7 +88,8 @@ class StageFns:
     """The compiled functions of one stage: forward; forward+backward from an output gradient (or, on the last
     stage, from the loss)."""
 
-    def __init__(self, stage: Stage, loss: nn.Cell, eval_loss: nn.Cell, jit: bool):
+    def __init__(self, stage: Stage, loss: nn.Cell, eval_loss: nn.Cell, jit: bool, jit_eval: bool):
+        """``jit_eval``: the last stage's evaluation loss compiled too (config_rules.eval_compiled)."""
         self.stage, self.params = stage, stage.trainable_params()
         wrap = execution.compiled_if(jit)
         if stage.last:
@@ -99,7 +100,7 @@ class StageFns:
                 return eval_loss(stage(x, positions), stage.head_weight(), targets)
 
             self.loss_and_grads = wrap(ms.value_and_grad(loss_fn, 0, self.params))
-            self.eval = wrap(eval_fn)
+            self.eval = execution.compiled_if(jit_eval)(eval_fn)
         else:
             def vjp(x, positions, dy):  # d/dx, d/dW of <stage(x), dy> is the vector-Jacobian product
                 return (stage(x, positions) * dy).sum()
@@ -117,13 +118,14 @@ class PipelineSchedule:
     gradients for ``params`` (this rank's stages' parameters, in order)."""
 
     def __init__(self, stages: dict[int, Stage], loss: nn.Cell, eval_loss: nn.Cell, params: list, pp_ranks: tuple,
-                 schedule: str, micro_batches: int, micro_batch_size: int, virtual: int, jit: bool, seq_split: int):
+                 schedule: str, micro_batches: int, micro_batch_size: int, virtual: int, jit: bool, jit_eval: bool,
+                 seq_split: int):
         """``seq_split``: the factor by which the hidden states between stages are split on the sequence beyond
         context parallelism (tp with sequence parallelism, else 1)."""
         self.pp, self.ranks, self.mbs = len(pp_ranks), pp_ranks, micro_batch_size
         self.seq_split, self.d_model = seq_split, next(iter(stages.values())).cfg.d_model
         self.index = next(s for s in stages) % self.pp
-        self.fns = {s: StageFns(stage, loss, eval_loss, jit) for s, stage in stages.items()}
+        self.fns = {s: StageFns(stage, loss, eval_loss, jit, jit_eval) for s, stage in stages.items()}
         self.last = max(stages) == self.pp * virtual - 1
         self.actions = build(schedule, self.pp, micro_batches, virtual)[self.index]
         # one micro-batch's forwards, in the schedule's chunk order: evaluation repeats them per micro-batch

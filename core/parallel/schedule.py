@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import mindspore as ms
 import numpy as np
-from mindspore import Tensor
+from mindspore import Tensor, ops
 
 from core import execution
 
@@ -50,23 +50,25 @@ class GradientAccumulation:
 
 
 def _add(acc, grads):
-    return tuple(a + g for a, g in zip(acc, grads))
+    return execution.each(ops.add, acc, grads)
 
 
 def build_schedule(par, cfg, params: list, loss_fn, eval_fn, swap_dir=None):
     """The schedule of this rank: a pipeline's over ``par.stages``; full recompute's segments under jit
     (core.recompute); else gradient accumulation over ``loss_fn(inputs, targets, positions)`` (differentiated
     here) and ``eval_fn``, with activation SWAP of ``par.model`` into ``swap_dir`` if ``memory.swap``."""
-    from core.config_rules import segmented_recompute
+    from core.config_rules import eval_compiled, segmented_recompute
     from core.recompute import SegmentedStep, recomputed_blocks
 
     jit = cfg.training.mode == "jit"
+    jit_eval = eval_compiled(cfg.training.mode, cfg.execution.eval_mode, cfg.training.eval_interval,
+                             cfg.trial.max_steps)
     if par.stages is None:
         n = len(par.model.layers)
         blocks = recomputed_blocks(n, cfg.memory.recompute_layers)
         if cfg.memory.recompute == "full" and segmented_recompute(cfg.training.mode, False) and min(len(blocks), n - 1) >= 1:
             return SegmentedStep(par.model, par.loss, par.eval_loss, params, blocks, cfg.training.micro_batch_size,
-                                 jit)
+                                 jit, jit_eval)
         grad_fn = ms.value_and_grad(loss_fn, None, params)
         swap = None
         if cfg.memory.swap:
@@ -74,12 +76,11 @@ def build_schedule(par, cfg, params: list, loss_fn, eval_fn, swap_dir=None):
 
             mem = cfg.memory
             swap = ActivationSwap(par.model, swap_dir, cfg.device, mem.swap_layers, mem.swap_ops, mem.swap_prefetch)
-        compiled = execution.compiled_if(jit)
-        return GradientAccumulation(compiled(grad_fn), compiled(eval_fn),
+        return GradientAccumulation(execution.compiled_if(jit)(grad_fn), execution.compiled_if(jit_eval)(eval_fn),
                                     cfg.training.micro_batch_size, swap)
     from core.parallel.pipeline import PipelineSchedule
 
     p, dims = cfg.parallel, par.dims
     return PipelineSchedule(par.stages, par.loss, par.eval_loss, params, dims.group_ranks("pp"), p.pp_schedule,
                             cfg.grad_accum_steps, cfg.training.micro_batch_size, p.pp_virtual, jit,
-                            seq_split=dims.tp if dims.sp else 1)
+                            jit_eval, seq_split=dims.tp if dims.sp else 1)

@@ -68,6 +68,7 @@ def test_swap_settings_compose():
     (["execution.capture_mode=trace"], "execution.capture_mode", "ast or bytecode"),
     (["execution.kernel_threads=0"], "execution.kernel_threads", ">= 1, or null"),
     (["execution.dispatch_threads=0"], "execution.dispatch_threads", ">= 1, or null"),
+    (["execution.eval_mode=graph"], "execution.eval_mode", "auto, jit or pynative"),
     (["checkpoint.interval=50", "trial.max_steps=10"], "checkpoint.interval", "longer"),
 ])
 def test_rejections_name_the_field_and_the_fix(overrides, field, fix):
@@ -149,3 +150,18 @@ def test_node_ranks_single_host_and_multi_node(monkeypatch):
     assert node_ranks(4) == (0, 4)
     monkeypatch.setenv("MSAR_NODE_RANKS", "2:2")           # the second node of a 2 x 2 run
     assert node_ranks(4) == (2, 2)
+
+
+@pytest.mark.parametrize("mode, eval_mode, interval, max_steps, compiled", [
+    ("jit", "auto", 0, 20, False),        # one validation, at the end: op by op, no graph to compile
+    ("jit", "auto", 20, 20, False),       # the interval's only pass is the end's
+    ("jit", "auto", 10, 20, True),        # two passes
+    ("jit", "auto", 10, None, True),      # a wall budget: any number of passes
+    ("jit", "jit", 0, 20, True),
+    ("jit", "pynative", 10, 100, False),
+    ("pynative", "jit", 10, 100, False),  # nothing compiles in PyNative
+])
+def test_validation_compiles_only_when_it_pays(mode, eval_mode, interval, max_steps, compiled):
+    from core.config_rules import eval_compiled
+
+    assert eval_compiled(mode, eval_mode, interval, max_steps) is compiled

@@ -51,3 +51,28 @@ def test_defaults_leave_mindspore_alone_on_one_rank(mindspore_calls, monkeypatch
 def test_compiled_if_jits_only_in_jit_mode(mindspore_calls):
     assert execution.compiled_if(True)(len) == (len, {})   # mindspore.jit, with the options configure set (none)
     assert execution.compiled_if(False)(len) is len         # PyNative: the function itself
+
+
+def _scaled_sum(scale, x, w):
+    return (x * w).sum() * scale
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["jit", "pynative"])
+def test_each_and_pick_match_the_comprehensions_they_replace(compiled):
+    """Map over tensors with per-element constants and a shared tensor, and selection by index: the same values
+    as the plain Python they stand for, compiled and op by op."""
+    import mindspore as ms
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    xs = tuple(rng.standard_normal(shape).astype(np.float32) for shape in [(3, 4), (5,), (2, 2, 2)])
+    weights, indices = (0.5, -2.0, 3.0), (2, 0)
+
+    def graph(tensors, scale):
+        return execution.each(ms.ops.partial(_scaled_sum, scale), tensors, weights), execution.pick(tensors, indices)
+
+    fn = ms.jit(graph) if compiled else graph
+    sums, picked = fn(ms.mutable(tuple(ms.Tensor(x) for x in xs)), ms.Tensor(1.5, ms.float32))
+    want = [float((x.astype(np.float64) * w).sum() * 1.5) for x, w in zip(xs, weights)]
+    assert [float(s.asnumpy()) for s in sums] == pytest.approx(want, rel=1e-5)
+    assert [p.asnumpy().tolist() for p in picked] == [xs[i].tolist() for i in indices]
