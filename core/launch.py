@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Optional
 
 from core.parallel import node_ranks
-from core.trial import CLASSIFIED, STATUS, Exit, TrialRecorder, write_json_atomic
+from core.trial import CLASSIFIED, CONFIG_ENV, START_ENV, STATUS, Exit, TrialRecorder, write_json_atomic
 
 POLL_SEC = 0.1
 # After the first rank fails, how long the others get to end by themselves (and so report a classified cause,
@@ -82,8 +82,8 @@ class Supervisor:
 
     def _env(self, host: str, port: int) -> dict:
         env = dict(os.environ)
-        env.update(MS_WORKER_NUM=str(self.world_size), MS_SCHED_HOST=host, MS_SCHED_PORT=str(port),
-                   MSAR_TRIAL_START=repr(self.started), PYTHONUNBUFFERED="1")
+        env.update({"MS_WORKER_NUM": str(self.world_size), "MS_SCHED_HOST": host, "MS_SCHED_PORT": str(port),
+                    START_ENV: repr(self.started), CONFIG_ENV: json.dumps(self.config), "PYTHONUNBUFFERED": "1"})
         env.setdefault("GLOG_v", "3")  # MindSpore's INFO/WARNING lines would drown the rank logs
         # A worker learns that every rank has joined from its heartbeat's reply, sent every 3-5 s by default, so
         # ranks left init() up to 5 s apart (and one of them then still sleeps 3 s, a fixed poll, for the other's

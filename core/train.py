@@ -11,6 +11,7 @@ gets ``trial_summary.json`` and the process exits with the code of DESIGN §3.3.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -18,8 +19,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from core.config import ConfigError, TrainConfig, compose, load_config, to_dict
-from core.trial import Exit, TrialRecorder, Watchdog, classify, write_invalid_summary
+from core.config import ConfigError, TrainConfig, compose, from_dict, load_config, to_dict
+from core.trial import CONFIG_ENV, START_ENV, Exit, TrialRecorder, Watchdog, classify, write_invalid_summary
 
 log = logging.getLogger("core.train")
 PROCESS_START = time.time()  # this process is up (its interpreter started just before)
@@ -127,18 +128,19 @@ def main(argv: list[str] | None = None) -> int:
         print(OmegaConf.to_yaml(compose([o for o in overrides[1:] if "=" in o])))
         return 0
     # Workers measure the wall budget from the supervisor's start, so the budget covers cluster start-up too.
-    started = float(os.environ.get("MSAR_TRIAL_START") or PROCESS_START)
+    started = float(os.environ.get(START_ENV) or PROCESS_START)
     trial_dir, overrides = _trial_dir(overrides)
+    from core.parallel import is_worker_process
+
+    worker = is_worker_process()
+    handed = os.environ.get(CONFIG_ENV) if worker else None  # the supervisor's config, validated already
     try:
-        cfg = load_config(overrides)
+        cfg = from_dict(json.loads(handed)) if handed else load_config(overrides)
     except ConfigError as e:
         write_invalid_summary(trial_dir, overrides, f"invalid config: {e}", e.field)
         print(f"invalid config: {e}", file=sys.stderr)
         return int(Exit.INVALID)
 
-    from core.parallel import is_worker_process
-
-    worker = is_worker_process()
     _setup_logging(trial_dir, to_file=not worker)  # a worker's stdout is already its logs/rank_<r>.log
     if not worker:
         from omegaconf import OmegaConf

@@ -67,6 +67,10 @@ class NonFinite(TrialFailure):
 # (its graphs compiled and run once).
 STARTUP_PHASES = ("launch", "imports", "cluster", "build", "first_step")
 
+# What a supervisor (core.launch) hands its workers: the trial's start time (the wall budget covers cluster
+# start-up too) and its validated config as JSON (core.config.to_dict), so that no worker composes it again.
+START_ENV, CONFIG_ENV = "MSAR_TRIAL_START", "MSAR_CONFIG"
+
 
 class CompileError(TrialFailure):
     code = Exit.COMPILE_ERROR

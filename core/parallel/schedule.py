@@ -24,7 +24,7 @@ class GradientAccumulation:
         """``grad_fn(inputs, targets, positions) -> (loss, grads)`` and ``eval_fn(...) -> loss`` of one
         micro-batch; ``swap``: a ``core.swap.ActivationSwap`` that each forward+backward runs under."""
         self.grad_fn, self.eval_fn, self.micro_batch_size, self.swap = grad_fn, eval_fn, micro_batch_size, swap
-        self._add = execution.jit(_add)
+        self._add = execution.jit(_add, source=True)
 
     def run(self, inputs: np.ndarray, targets: np.ndarray, positions: Tensor) -> tuple[float, tuple]:
         """inputs, targets (b, S) of this rank -> (mean of the micro-batches' losses, sum of their gradients)."""

@@ -165,3 +165,21 @@ def test_validation_compiles_only_when_it_pays(mode, eval_mode, interval, max_st
     from core.config_rules import eval_compiled
 
     assert eval_compiled(mode, eval_mode, interval, max_steps) is compiled
+
+
+@pytest.mark.parametrize("overrides", [
+    [], ["model=small", "optim=muon", "parallel.tp=2", "parallel.sp=true", "parallel.pp=2", "parallel.pp_layers=[1,3]"],
+    ["training.mode=pynative", "memory.swap=true", "memory.swap_ops=[mlp]"]])
+def test_a_config_handed_to_workers_is_the_same_config(overrides):
+    """What the supervisor hands its workers (core.config.to_dict, as JSON) rebuilds the same config, and is
+    checked again on the way in."""
+    import json
+
+    from core.config import from_dict, to_dict
+
+    cfg = load_config(overrides)
+    assert from_dict(json.loads(json.dumps(to_dict(cfg)))) == cfg
+    bad = to_dict(cfg)
+    bad["training"]["seq_len"] = 10**6
+    with pytest.raises(ConfigError, match="training.seq_len"):
+        from_dict(bad)

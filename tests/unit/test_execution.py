@@ -76,3 +76,10 @@ def test_each_and_pick_match_the_comprehensions_they_replace(compiled):
     want = [float((x.astype(np.float64) * w).sum() * 1.5) for x, w in zip(xs, weights)]
     assert [float(s.asnumpy()) for s in sums] == pytest.approx(want, rel=1e-5)
     assert [p.asnumpy().tolist() for p in picked] == [xs[i].tolist() for i in indices]
+
+
+def test_graphs_spelled_with_each_are_parsed_from_source_whatever_the_capture_mode(mindspore_calls):
+    execution.configure(load_config(["execution.capture_mode=bytecode", "execution.jit_level=O1"]), local_ranks=1)
+    assert execution.jit(len) == (len, {"jit_level": "O1", "capture_mode": "bytecode"})
+    assert execution.jit(len, source=True) == (len, {"jit_level": "O1", "capture_mode": "ast"})
+    assert execution.compiled_if(True, source=True)(len) == (len, {"jit_level": "O1", "capture_mode": "ast"})
