@@ -272,7 +272,7 @@ def fit(args) -> None:
 
     data = json.loads(Path(args.data).read_text())
     meta, rows = data["meta"], data["rows"]
-    print(f"Data: `{Path(args.data).relative_to(ROOT)}`: {len(rows)} runs of {STEPS} steps, {meta['date']}, commit "
+    print(f"Data: `{Path(args.data).resolve().relative_to(ROOT)}`: {len(rows)} runs of {STEPS} steps, {meta['date']}, commit "
           f"{meta['commit']}, {meta['machine']}, MindSpore {meta['mindspore']}, device {meta['device']}.\n")
     for mode in sorted({r["mode"] for r in rows}):
         prof = fit_profile([r for r in rows if r["mode"] == mode])

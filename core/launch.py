@@ -87,7 +87,7 @@ class Supervisor:
         env.setdefault("GLOG_v", "3")  # MindSpore's INFO/WARNING lines would drown the rank logs
         # A worker learns that every rank has joined from its heartbeat's reply, sent every 3-5 s by default, so
         # ranks left init() up to 5 s apart (and one of them then still sleeps 3 s, a fixed poll, for the other's
-        # address). A 1 s heartbeat: ~3 s less per trial (benchmarks/RESULTS.md, "Start-up of multi-rank trials").
+        # address). A 1 s heartbeat: ~3 s less per trial (benchmarks/RESULTS.md, "Start-up: what a trial").
         env.setdefault("MS_RETRY_INTERVAL_LOWER", "1")
         env.setdefault("MS_RETRY_INTERVAL_UPPER", "1")
         return env

@@ -274,17 +274,17 @@ class RuntimeProfile:
 # fitted (it saved 4-11% of the peak in PyNative, where the textbook expects far more): counted as saving nothing,
 # it over-predicts rather than under; under jit on CPU it is refused.
 _PROFILES = {
-    ("CPU", "jit"): RuntimeProfile(baseline=486 * MiB, per_layer=51 * MiB, state_copies=1.69,
-                                   activation_copies=6.07, score_copies=7.62, rebuilt_copies=0.702,
-                                   logits_copies=9.52, muon_graph=-12 * MiB, muon_copies=16.9, recompute_saves=True,
-                                   selective_saves=False, distributed=119 * MiB, distributed_per_rank=48 * MiB,
-                                   distributed_param_copies=1.73, gathered_copies=13.6),
-    ("CPU", "pynative"): RuntimeProfile(baseline=471 * MiB, per_layer=46 * MiB, state_copies=1.68,
-                                        activation_copies=1.66, score_copies=2.63, rebuilt_copies=2.1,
-                                        logits_copies=0.0752, muon_graph=1 * MiB, muon_copies=16.8,
-                                        recompute_saves=True, selective_saves=False, distributed=68 * MiB,
-                                        distributed_per_rank=-14 * MiB, distributed_param_copies=4.13,
-                                        gathered_copies=1.95),
+    ("CPU", "jit"): RuntimeProfile(baseline=554 * MiB, per_layer=11 * MiB, state_copies=1.55,
+                                   activation_copies=4.09, score_copies=5.02, rebuilt_copies=0.918,
+                                   logits_copies=6.15, muon_graph=-9 * MiB, muon_copies=16.2, recompute_saves=True,
+                                   selective_saves=False, distributed=68 * MiB, distributed_per_rank=57 * MiB,
+                                   distributed_param_copies=1.06, gathered_copies=39.8),
+    ("CPU", "pynative"): RuntimeProfile(baseline=485 * MiB, per_layer=0 * MiB, state_copies=1.48,
+                                        activation_copies=1.94, score_copies=1.97, rebuilt_copies=1.65,
+                                        logits_copies=3.68, muon_graph=32 * MiB, muon_copies=18.3,
+                                        recompute_saves=True, selective_saves=False, distributed=30 * MiB,
+                                        distributed_per_rank=80 * MiB, distributed_param_copies=2.47,
+                                        gathered_copies=8.18),
 }
 
 

@@ -51,7 +51,6 @@ class _Sync(nn.Cell):
     def __init__(self, names: list[str], shapes: list[tuple[int, ...]], placements: dict[str, Placement],
                  dims: ParallelDims, groups: dict, scale: float, max_norm: float, tied: tuple, mirrors: tuple):
         super().__init__()
-        n = len(names)
         self.replicas = _FlatAllReduce(groups["dp_replicate"], shapes) if dims.dp_replicate > 1 else None
         self.tied = tuple(i for i, name in enumerate(names) if name in tied)
         self.tied_sum = _FlatAllReduce(groups["embed"], [shapes[i] for i in self.tied]) if self.tied else None
@@ -61,7 +60,7 @@ class _Sync(nn.Cell):
         self.norm_weight = tuple(0.0 if name in mirrors else _norm_weight(name, placements[name], dims)
                                  for name in names)
         self.norm_sum = comm.all_reduce(groups["model"])
-        self.scale, self.max_norm, self.n = scale, max_norm, n
+        self.scale, self.max_norm = scale, max_norm
 
     def construct(self, grads):
         if self.replicas is not None:
