@@ -272,8 +272,9 @@ def fit(args) -> None:
 
     data = json.loads(Path(args.data).read_text())
     meta, rows = data["meta"], data["rows"]
-    print(f"Data: `{Path(args.data).resolve().relative_to(ROOT)}`: {len(rows)} runs of {STEPS} steps, {meta['date']}, commit "
-          f"{meta['commit']}, {meta['machine']}, MindSpore {meta['mindspore']}, device {meta['device']}.\n")
+    print(f"Data: `{Path(args.data).resolve().relative_to(ROOT)}`: {len(rows)} runs of {STEPS} steps, "
+          f"{meta['date']}, commit {meta['commit']}, {meta['machine']}, MindSpore {meta['mindspore']}, "
+          f"device {meta['device']}.\n")
     for mode in sorted({r["mode"] for r in rows}):
         prof = fit_profile([r for r in rows if r["mode"] == mode])
         shown = ", ".join(f"{f.name}={_fmt(getattr(prof, f.name))}" for f in fields(prof))

@@ -41,8 +41,8 @@ def each(fn, *tuples) -> tuple:
 
 
 def pick(xs: tuple, indices: tuple) -> tuple:
-    """``tuple(xs[i] for i in indices)`` inside a graph (as ``each``)."""
-    return _MAP(ms.ops.partial(_item, xs), indices)
+    """``tuple(xs[i] for i in indices)`` inside a graph, through ``each``."""
+    return each(ms.ops.partial(_item, xs), indices)
 
 
 def _item(xs, i):

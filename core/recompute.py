@@ -148,8 +148,8 @@ class SegmentedStep(GradientAccumulation):
                     p.name = "recompute_template." + p.name   # not the block's: a graph may not hold both names
                 holder = SimpleNamespace(cfg=model.cfg, tie_embeddings=model.tie_embeddings, rope_cos=model.rope_cos,
                                          rope_sin=model.rope_sin, layers=[template], embed=None, norm=None)
-                templates[kind] = template, StageFns(Stage(holder, range(1), False, False), loss, eval_loss,
-                                                            jit, jit_eval)
+                fns = StageFns(Stage(holder, range(1), False, False), loss, eval_loss, jit, jit_eval)
+                templates[kind] = template, fns
             template, fns = templates[kind]
             self.segments.append(_Segment(fns, block.trainable_params(), block, template))
         # the last segment's head is the model's own table (one rank holds every segment: no copy)
