@@ -283,7 +283,7 @@ _PROFILES = {
                                         activation_copies=1.94, score_copies=1.97, rebuilt_copies=1.65,
                                         logits_copies=3.68, muon_graph=32 * MiB, muon_copies=18.3,
                                         recompute_saves=True, selective_saves=False, distributed=30 * MiB,
-                                        distributed_per_rank=80 * MiB, distributed_param_copies=2.47,
+                                        distributed_per_rank=-13 * MiB, distributed_param_copies=2.47,
                                         gathered_copies=8.18),
 }
 

@@ -27,7 +27,10 @@ LAYOUTS = {
     "tp=2 dp_shard=2": ("parallel.tp=2", "parallel.dp_shard=2"),
     "cp=2 tp=2": ("parallel.cp=2", "parallel.tp=2"),
 }
-UNTIED = "model.tie_embeddings=false"  # tiny ties its head to the embedding; small and medium do not
+# tiny ties its head to the embedding; small and medium do not. The tp x dp_shard case runs an untied head (and so
+# does its 1-process reference): split by vocabulary rows under TP, sharded by FSDP, gathered whole by Muon.
+UNTIED = "model.tie_embeddings=false"
+MODEL = {"tp=2 dp_shard=2": (UNTIED,)}
 # With recompute and in PyNative (the same numbers as jit: the 1-process reference serves both), AdamW only.
 VARIANTS = {
     "dp_shard=2 recompute pynative": ("parallel.dp_shard=2", "memory.recompute=full", "training.mode=pynative"),
@@ -65,7 +68,8 @@ CASES = [("dp_shard=2", "adamw"), ("dp_shard=2", "muon"), ("hsdp 2x2", "muon"), 
 
 @pytest.mark.parametrize("layout, optim", CASES + [(variant, "adamw") for variant in VARIANTS])
 def test_layout_reproduces_the_single_process_run(runs, layout, optim):
-    ref, run = runs("single", optim), runs(layout, optim)
+    model = MODEL.get(layout, ())
+    ref, run = runs("single", optim, *model), runs(layout, optim, *model)
     assert ref.code == 0, ref.output
     assert run.code == 0, run.output + "".join(p.read_text()[-2000:] for p in (run.dir / "logs").glob("rank_*.log"))
     s = run.summary
@@ -76,6 +80,8 @@ def test_layout_reproduces_the_single_process_run(runs, layout, optim):
             assert s["layout"][key.split(".")[1]] == int(value)
     assert s["layout"]["world_size"] == len(s["metrics"]["peak_memory_bytes_per_rank"])
     assert_same_run(run, ref, STEPS)
+    if UNTIED in model:
+        assert "model.lm_head.weight" in final_params(run, STEPS)
 
 
 def _state(run: TrialRun, rank: int | None = None) -> int:
@@ -97,15 +103,6 @@ def test_fsdp_divides_parameters_gradients_and_optimizer_state(runs, optim, n):
         assert _state(sharded, rank) <= _state(single) / n + remainder
     # and not trivially: the ranks together hold at least the whole model
     assert sum(_state(sharded, rank) for rank in range(n)) >= _state(single)
-
-
-def test_untied_head_is_vocab_parallel_and_sharded_too(runs):
-    """A separate lm_head (small, medium): split by vocabulary rows under TP and sharded by FSDP (with Muon, which
-    gathers the split head whole to orthogonalise it)."""
-    ref, run = runs("single", "muon", UNTIED), runs("tp=2 dp_shard=2", "muon", UNTIED)
-    assert ref.code == 0 and run.code == 0, run.output
-    assert "model.lm_head.weight" in final_params(run, STEPS)
-    assert_same_run(run, ref, STEPS)
 
 
 def test_resume_on_any_layout_continues_exactly(runs, tmp_path):

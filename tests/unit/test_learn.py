@@ -276,8 +276,8 @@ def test_verdict_names_the_failure_kind_it_predicts(memory):
 
 
 def test_the_core_estimate_gates_an_oom_before_any_trial_ran():
-    """benchmarks/spaces/tabular.yaml under its 1 GiB budget: measured, batch 32 goes out of memory (1117 MiB with
-    AdamW, 1201 with Muon) and batch 16 fits (857 / 942 MiB). With nothing measured yet, the memory gate must
+    """benchmarks/spaces/tabular.yaml under its 0.875 GiB budget: measured, batch 32 goes out of memory (954 MiB
+    with AdamW, 993 with Muon) and batch 16 fits (781 / 825 MiB). With nothing measured yet, the memory gate must
     already skip the first and run the second."""
     from autoresearch.runner import estimate_with_core
 
