@@ -94,8 +94,8 @@ def _memory_model():
 
 
 # (mode, held out) -> bound on |estimate - peak| / peak: the worst errors benchmarks/RESULTS.md reports, rounded
-# up (jit held out: TP x FSDP with recompute over-predicted by 32%; PyNative held out: rows of the 2026-11-30 sweep
-# not yet re-collected since the peaks dropped, under-predicted by up to 33%).
+# up (jit held out: TP x FSDP with recompute over-predicted by 32%; PyNative held out: tiny with 6 layers at seq 256,
+# 3 of them recomputed, over-predicted by 24%).
 BOUNDS = {("jit", False): 0.13, ("pynative", False): 0.14, ("jit", True): 0.32, ("pynative", True): 0.25}
 
 
