@@ -33,6 +33,9 @@ def child(variant: str) -> dict:
     import numpy as np
     from mindspore import Parameter, Tensor, nn, ops
 
+    def loss_of(x, w1, w2):
+        return ((ops.tanh(x @ w1) @ w2) ** 2).mean()
+
     class Net(nn.Cell):
         def __init__(self):
             super().__init__()
@@ -41,7 +44,7 @@ def child(variant: str) -> dict:
             self.w2 = Parameter(Tensor(rng.standard_normal((32, 4)).astype(np.float32)), name="w2")
 
         def construct(self, x):
-            return ((ops.tanh(x @ self.w1) @ self.w2) ** 2).mean()
+            return loss_of(x, self.w1, self.w2)
 
     class Compiled(nn.Cell):
         def __init__(self, fn, held):
@@ -53,9 +56,6 @@ def child(variant: str) -> dict:
         @ms.jit
         def construct(self, *args):
             return self.fn(*args)
-
-    def loss_of(x, w1, w2):
-        return ((ops.tanh(x @ w1) @ w2) ** 2).mean()
 
     net, x = Net(), Tensor(np.ones((8, 16), np.float32))
     if variant == "inputs":
