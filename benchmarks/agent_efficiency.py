@@ -141,7 +141,9 @@ def collect(args) -> int:
         for attempt in range(2):
             trial_dir = trials_dir / (f"{i:03d}" + ("" if attempt == 0 else f"-retry{attempt}"))
             shutil.rmtree(trial_dir, ignore_errors=True)  # a stale summary must not pass for this run's
-            result = run_trial(space.overrides(params), trial_dir, objective_metric=space.objective_metric)
+            # compile_cache=false: each config compiles, so its memory peak (and OOM) does not depend on order
+            result = run_trial([*space.overrides(params), "execution.compile_cache=false"], trial_dir,
+                               objective_metric=space.objective_metric)
             row = _row(i, params, space, result)
             attempts.append({k: row[k] for k in ("status", "exit_code", "reason", "wall_time_sec")})
             if result.status not in ("compile_error", "error"):

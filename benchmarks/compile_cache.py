@@ -1,6 +1,10 @@
-"""Does MindSpore's compile cache give back the graph it saved? A lead for start-up (issue "Performance I").
+"""Does MindSpore's compile cache give back the graph it saved? Start-up (issue "Performance I").
 
-    .venv/bin/python benchmarks/compile_cache.py
+    .venv/bin/python benchmarks/compile_cache.py [--trials]
+
+``--trials``: then real trials (``core.compile_cache``) for a few layouts, each run three times in one cache: the
+first compiles and saves its graphs, the second loads them, the third has the cache off; prints each run's
+start-up, first step and whether the losses, validation loss and gradient norm are the same to the bit.
 
 MindSpore saves a compiled ``jit`` graph under ``MS_COMPILER_CACHE_PATH`` when ``MS_COMPILER_CACHE_ENABLE=1`` and
 loads it in the next process instead of compiling. Each variant below runs twice in fresh processes sharing one
@@ -79,6 +83,42 @@ def child(variant: str) -> dict:
     return {"first_call_sec": round(first_call, 3), "before": first, "after_change": measure()}
 
 
+LAYOUTS = {
+    "tiny, 1 rank": ["model=tiny"],
+    "tiny, tp=2 + sp": ["model=tiny", "parallel.tp=2", "parallel.sp=true"],
+    "tiny (4 layers), pp=2": ["model=tiny", "model.n_layers=4", "parallel.pp=2", "training.micro_batch_size=2"],
+    "tiny, dp_shard=2, Muon, full recompute": ["model=tiny", "optim=muon", "parallel.dp_shard=2",
+                                              "memory.recompute=full"],
+}
+
+
+def trials() -> None:
+    from pathlib import Path
+
+    from provenance import cpu_info, git_commit
+
+    root = Path(__file__).resolve().parents[1]
+    print(f"\ntrials, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {git_commit()}, {cpu_info()}")
+    print("| layout | run | graphs | start-up (s) | first step (s) | peak MiB | same numbers as the first run |")
+    print("|---|---|---|---:|---:|---:|---|")
+    for name, overrides in LAYOUTS.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            env = dict(os.environ, MINDSPORE_AUTORESEARCH_CACHE=str(Path(tmp) / "cache"), GLOG_v="3")
+            runs = []
+            for run, extra in (("compiles", []), ("loads", []), ("cache off", ["execution.compile_cache=false"])):
+                out = Path(tmp) / run.replace(" ", "_")
+                subprocess.run([sys.executable, "-m", "core.train", *overrides, *extra, "trial.max_steps=4",
+                                f"trial.dir={out}"], cwd=root, env=env, capture_output=True)
+                s = json.loads((out / "trial_summary.json").read_text())
+                m = s["metrics"]
+                rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+                numbers = ([r["loss"] for r in rows if "loss" in r], m["val_loss"], m["grad_norm_last"])
+                runs.append(numbers)
+                print(f"| {name} | {run} | {s['compile_cache'] or 'compiled, not saved'} | {s['startup_sec']:.1f} | "
+                      f"{s['startup_phases_sec']['first_step']:.2f} | {m['peak_memory_bytes'] / 2**20:.0f} | "
+                      f"{'yes' if numbers == runs[0] else 'NO'} |", flush=True)
+
+
 def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         print(json.dumps(child(sys.argv[2])))
@@ -96,6 +136,8 @@ def main() -> int:
               f"{'the same numbers' if same else 'DIFFERENT numbers'} "
               f"(loss {runs[0]['before'][0]:.4f} vs {runs[1]['before'][0]:.4f}, "
               f"after the change {runs[0]['after_change'][0]:.4f} vs {runs[1]['after_change'][0]:.4f})")
+    if "--trials" in sys.argv:
+        trials()
     return 0
 
 

@@ -45,8 +45,9 @@ LAYOUTS = {  # name -> (overrides, held out of the memory fit)
 
 
 def run(overrides: list[str], out: Path) -> dict:
-    subprocess.run([sys.executable, "-m", "core.train", *overrides, f"trial.dir={out}"], cwd=ROOT,
-                   capture_output=True)
+    # compile_cache=false: every layout compiles its graphs (their memory is part of the peak on CPU)
+    subprocess.run([sys.executable, "-m", "core.train", *overrides, "execution.compile_cache=false",
+                    f"trial.dir={out}"], cwd=ROOT, capture_output=True)
     s = json.loads((out / "trial_summary.json").read_text())
     if s["status"] != "ok":
         raise SystemExit(f"{overrides}: trial ended {s['status']}: {s['reason']}")

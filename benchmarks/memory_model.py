@@ -169,8 +169,9 @@ def collect(args) -> None:
                 if done.get((mode, name)) == ov:
                     continue
                 out = Path(tmp) / f"{mode}{i}"
-                subprocess.run([sys.executable, "-m", "core.train", *ov, f"trial.dir={out}"], cwd=ROOT,
-                               capture_output=True)
+                # compile_cache=false: every row's peak includes compiling its graphs, as in a trial that compiles
+                subprocess.run([sys.executable, "-m", "core.train", *ov, "execution.compile_cache=false",
+                                f"trial.dir={out}"], cwd=ROOT, capture_output=True)
                 s = json.loads((out / "trial_summary.json").read_text())
                 if s["status"] == "invalid":   # a setting this mode refuses (core.config says why)
                     print(f"{mode:8s} {name:26s} skipped: {s['reason'][:100]}", file=sys.stderr)

@@ -6,7 +6,8 @@
 1. ``model=small`` and ``model=medium``: median step time and tokens/s with ``training.mode=jit`` vs ``pynative``,
    and MFU against this machine's fixed reference rate (``metrics.reference_flops_per_sec``, core.reference_rate).
 2. Process start to the end of the first step (``startup_sec``), ``model=tiny`` on 1 and on 2 ranks, and each
-   start-up phase (``startup_phases_sec``: launch, imports, cluster, build, first step).
+   start-up phase (``startup_phases_sec``: launch, imports, cluster, build, first step); the tiny variants also
+   with their graphs loaded from the compile cache (core.compile_cache; every other run compiles its graphs).
 
 Runs alternate between the variants so that load on this shared machine hits both alike; medians over repeats.
 Prints a markdown table with date and commit, for benchmarks/RESULTS.md.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -36,11 +38,15 @@ VARIANTS = {
     "tiny 1 rank": ["model=tiny"],
     "tiny 2 ranks (dp)": ["model=tiny", "parallel.dp_replicate=2"],
 }
+CACHED = ("tiny 1 rank", "tiny 2 ranks (dp)")  # also run with their graphs loaded from the compile cache
 
 
-def run(overrides: list[str], steps: int, out: Path) -> dict:
-    subprocess.run([sys.executable, "-m", "core.train", *overrides, f"trial.max_steps={steps}", f"trial.dir={out}"],
-                   cwd=ROOT, capture_output=True)
+def run(overrides: list[str], steps: int, out: Path, cache: Path | None = None) -> dict:
+    """One trial; ``cache``: the compile cache's root (the variant loads its graphs), else it compiles them."""
+    flag = f"execution.compile_cache={cache is not None}".lower()
+    env = dict(os.environ, MINDSPORE_AUTORESEARCH_CACHE=str(cache)) if cache else None
+    subprocess.run([sys.executable, "-m", "core.train", *overrides, flag, f"trial.max_steps={steps}",
+                    f"trial.dir={out}"], cwd=ROOT, capture_output=True, env=env)
     summary = json.loads((out / "trial_summary.json").read_text())
     if summary["status"] != "ok":
         raise SystemExit(f"{overrides}: trial ended {summary['status']}: {summary['reason']}")
@@ -52,12 +58,19 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
-    results: dict[str, list[dict]] = {name: [] for name in VARIANTS}
+    runs = {name: (overrides, False) for name, overrides in VARIANTS.items()}
+    runs.update({f"{name}, graphs cached": (VARIANTS[name], True) for name in CACHED})
+    results: dict[str, list[dict]] = {name: [] for name in runs}
     with tempfile.TemporaryDirectory() as tmp:
+        cache = Path(tmp) / "cache"
+        for name in CACHED:  # fill the cache: one trial of each compiles and saves its graphs
+            run(VARIANTS[name], 2, Path(tmp) / f"fill{CACHED.index(name)}", cache)
         for r in range(args.repeats):
-            for name, overrides in VARIANTS.items():
-                out = Path(tmp) / f"v{list(VARIANTS).index(name)}_{r}"  # hydra overrides reject ( ) in values
-                results[name].append(run(overrides, args.steps, out))
+            for i, (name, (overrides, cached)) in enumerate(runs.items()):
+                out = Path(tmp) / f"v{i}_{r}"  # hydra overrides reject ( ) in values
+                results[name].append(run(overrides, args.steps, out, cache if cached else None))
+                if cached and results[name][-1]["compile_cache"] != "loaded":
+                    raise SystemExit(f"{name}: the graphs were not loaded from the cache")
                 print(f"  done: {name} #{r + 1}", file=sys.stderr)
 
     def med(name: str, key: str, metrics: bool = True):
@@ -75,7 +88,7 @@ def main() -> None:
           "build: model, optimizer, schedule; first step: its graphs compiled and run once).\n")
     print("| variant | step median (ms) | tokens/s | MFU | start-up (s) | " + " | ".join(STARTUP_PHASES) + " |")
     print("|---|---:|---:|---:|---:|" + "---:|" * len(STARTUP_PHASES))
-    for name in VARIANTS:
+    for name in runs:
         print(f"| {name} | {med(name, 'step_time_ms_median'):.0f} | {med(name, 'tokens_per_sec'):.0f} | "
               f"{med(name, 'mfu'):.3f} | {med(name, 'startup_sec', metrics=False):.1f} | "
               + " | ".join(f"{phase(name, p):.2f}" for p in STARTUP_PHASES) + " |")
@@ -83,6 +96,9 @@ def main() -> None:
     startup = med("tiny 2 ranks (dp)", "startup_sec", False) / med("tiny 1 rank", "startup_sec", False)
     print(f"\njit speed-up over PyNative (model=small): **{speedup:.2f}x**; "
           f"start-up of 2 ranks vs 1: **{startup:.2f}x**")
+    for name in CACHED:
+        ratio = med(f"{name}, graphs cached", "startup_sec", False) / med(name, "startup_sec", False)
+        print(f"start-up of {name} with its graphs from the compile cache: **{ratio:.2f}x** of compiling them")
 
 if __name__ == "__main__":
     main()

@@ -253,6 +253,9 @@ class ExecutionConfig:
     dispatch_threads: Optional[int] = None  # runtime (actor) threads; null: MindSpore's default
     eval_mode: str = "auto"        # auto | jit | pynative: validation under training.mode=jit; auto: compiled only
                                    # when the trial validates more than once (config_rules.eval_compiled)
+    compile_cache: bool = True     # load graphs a finished trial of the same code and graph config compiled
+                                   # (core.compile_cache); not with graph_kernel_fusion
+    compile_cache_dir: Optional[str] = None  # null: ~/.cache/mindspore-autoresearch/compile
 
     def __post_init__(self):
         require(self.jit_level in ("O0", "O1"), "execution.jit_level", f"must be O0 or O1 (got {self.jit_level!r})")

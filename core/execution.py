@@ -2,7 +2,8 @@
 ``search_spaces/compile.yaml``), applied once per process before anything is compiled.
 
     configure(cfg, local_ranks)   # threads, graph-kernel fusion: process-wide, so set before the first graph
-    jit(fn)                        # mindspore.jit with this trial's jit_level and capture_mode
+    jit(fn, owners)                # mindspore.jit with this trial's jit_level and capture_mode, compiled as a
+                                   # cell that owns the cells whose Parameters fn reads (the compile cache needs it)
     compiled_if(jit_mode)(fn)      # jit(fn) under training.mode=jit, fn itself in PyNative
     each(fn, xs, ys, ...)          # (fn(x0, y0, ...), fn(x1, y1, ...), ...) inside a graph, compiled fast
     pick(xs, indices)              # (xs[i] for i in indices) inside a graph, likewise
@@ -12,20 +13,50 @@ Every graph a trial compiles goes through ``jit``, so that one config key change
 
 from __future__ import annotations
 
+import functools
 import os
 
 import mindspore as ms
+from mindspore import nn
 
 _JIT_OPTIONS: dict = {}
 _MAP = ms.ops.Map()
 
 
-def jit(fn, source: bool = False):
+def jit(fn, source: bool = False, owners: tuple = ()):
     """``mindspore.jit(fn)`` with the options ``configure`` set (MindSpore's defaults before it is called).
 
     ``source``: capture ``fn`` by parsing its source whatever ``capture_mode`` says: for the graphs spelled with
-    ``each``, which bytecode capture traced wrong (a tiny trial's second loss off)."""
-    return ms.jit(fn, **dict(_JIT_OPTIONS, capture_mode="ast") if source else _JIT_OPTIONS)
+    ``each``, which bytecode capture traced wrong (a tiny trial's second loss off). ``owners``: the cells whose
+    Parameters ``fn`` reads or updates (``fn`` itself if it is a cell). The graph is then compiled as the
+    ``construct`` of a cell holding them, so that the Parameters are its own: a graph loaded from MindSpore's
+    compile cache binds only those, and reads uninitialised memory for Parameters it merely closes over
+    (benchmarks/compile_cache.py: loss ``inf`` or zero gradients)."""
+    options = dict(_JIT_OPTIONS, capture_mode="ast") if source else dict(_JIT_OPTIONS)
+    if isinstance(fn, nn.Cell):
+        owners = (fn, *owners)
+    if not owners:
+        return ms.jit(fn, **options)
+    return _owner_cell(tuple(sorted(options.items())))(fn, owners)
+
+
+@functools.cache
+def _owner_cell(options: tuple) -> type:
+    """A Cell class whose ``construct`` runs ``fn`` compiled with ``options``: one class per option set, because
+    ``mindspore.jit`` binds its options to the method it decorates."""
+
+    class Compiled(nn.Cell):
+        def __init__(self, fn, owners):
+            super().__init__(auto_prefix=False)  # children keep their Parameters' names (a CellList would not)
+            self.fn = fn
+            for i, cell in enumerate(c for c in owners if c is not fn):
+                setattr(self, f"owner_{i}", cell)
+
+        @ms.jit(**dict(options))
+        def construct(self, *args):
+            return self.fn(*args)
+
+    return Compiled
 
 
 def each(fn, *tuples) -> tuple:
@@ -49,10 +80,10 @@ def _item(xs, i):
     return xs[i]
 
 
-def compiled_if(enabled: bool, source: bool = False):
-    """``jit`` (with ``source``) when ``enabled`` (training.mode=jit), else a function returned as it is
-    (PyNative)."""
-    return (lambda fn: jit(fn, source)) if enabled else _as_is
+def compiled_if(enabled: bool, source: bool = False, owners: tuple = ()):
+    """``jit`` (with ``source`` and ``owners``) when ``enabled`` (training.mode=jit), else a function returned as
+    it is (PyNative)."""
+    return (lambda fn: jit(fn, source, owners)) if enabled else _as_is
 
 
 def _as_is(fn):

@@ -81,9 +81,24 @@ def _work_in(trial_dir: Path, cfg: TrainConfig) -> TrainConfig:
 
     data = replace(cfg.data, train_path=absolute(cfg.data.train_path), val_path=absolute(cfg.data.val_path))
     checkpoint = replace(cfg.checkpoint, resume=absolute(cfg.checkpoint.resume))
+    execution = replace(cfg.execution, compile_cache_dir=absolute(cfg.execution.compile_cache_dir))
     trial_dir.mkdir(parents=True, exist_ok=True)
     os.chdir(trial_dir)
-    return replace(cfg, data=data, checkpoint=checkpoint)
+    return replace(cfg, data=data, checkpoint=checkpoint, execution=execution)
+
+
+def _compile_cache(cfg: TrainConfig, rank: int, trial_dir: Path):
+    """This rank's ``core.compile_cache.CompileCache``, opened; None when ``execution.compile_cache`` is off or
+    graph-kernel fusion is on (its generated kernels live outside the cached graphs)."""
+    e = cfg.execution
+    if not e.compile_cache or e.graph_kernel_fusion:
+        return None
+    from core.compile_cache import CompileCache, default_root, graph_key
+
+    root = Path(e.compile_cache_dir) if e.compile_cache_dir else default_root()
+    graphs = CompileCache(root, graph_key(cfg), rank, trial_dir / "compile_cache")
+    graphs.open()
+    return graphs
 
 
 def run_rank(cfg: TrainConfig, overrides: list[str], trial_dir: Path, started: float) -> int:
@@ -105,6 +120,8 @@ def run_rank(cfg: TrainConfig, overrides: list[str], trial_dir: Path, started: f
     watchdog.start()
     exc: BaseException | None = None
     rec.mark("launch", at=PROCESS_START)
+    graphs = _compile_cache(cfg, rank, trial_dir)
+    rec.compile_cache = None if graphs is None else ("loaded" if graphs.loaded else "compiled")
     try:
         from core.trainer import Trainer
 
@@ -115,6 +132,8 @@ def run_rank(cfg: TrainConfig, overrides: list[str], trial_dir: Path, started: f
         code, reason = classify(e)
         log.error("trial failed (%s): %s", code.name, reason)
     watchdog.stop()
+    if graphs is not None:
+        graphs.close(ok=code == Exit.OK, compile_failed=code == Exit.COMPILE_ERROR)
     rec.finish(code, reason, exc)
     return int(code)
 

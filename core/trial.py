@@ -186,6 +186,7 @@ class TrialRecorder:
     comm_time_share: Optional[float] = None  # with training.profile: share of step time in collectives
     pipeline_bubble: Optional[float] = None  # with a pipeline: share of step time blocked in receives (rank mean)
     moe_dropped_fraction: Optional[float] = None  # MoE: pairs over capacity / routed (ranks' last micro-batches)
+    compile_cache: Optional[str] = None  # "loaded" / "compiled" (core.compile_cache; rank 0's); None: off
     started_at: str = field(default_factory=utc_now)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _written: bool = False
@@ -262,6 +263,7 @@ class TrialRecorder:
             "wall_time_sec": round(time.time() - self.started, 3),
             "startup_sec": None if self.startup_sec is None else round(self.startup_sec, 3),
             "startup_phases_sec": self.startup_phases(),
+            "compile_cache": self.compile_cache,
             "metrics": self.metrics(),
             "layout": layout,
             "config": cfg,

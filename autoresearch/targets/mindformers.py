@@ -310,6 +310,8 @@ MINDFORMERS = Target(
         "execution.kernel_threads": "the core's CPU kernel thread pool; no MindFormers setting",
         "execution.dispatch_threads": "the core's runtime thread count on CPU; no MindFormers setting",
         "execution.eval_mode": TRIAL_ONLY,
+        "execution.compile_cache": TRIAL_ONLY,
+        "execution.compile_cache_dir": TRIAL_ONLY,
         "training.log_interval": TRIAL_ONLY,
         "training.eval_interval": TRIAL_ONLY,
         "training.eval_batches": TRIAL_ONLY,

@@ -173,6 +173,8 @@ TORCHTITAN = Target(
         "execution.kernel_threads": MINDSPORE_ONLY,
         "execution.dispatch_threads": MINDSPORE_ONLY,
         "execution.eval_mode": TRIAL_ONLY,
+        "execution.compile_cache": TRIAL_ONLY,
+        "execution.compile_cache_dir": TRIAL_ONLY,
         "device": "torchtitan runs on the accelerator PyTorch finds",
         "training.log_interval": TRIAL_ONLY,
         "training.eval_interval": TRIAL_ONLY,

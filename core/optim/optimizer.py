@@ -132,7 +132,7 @@ class Optimizer:
                 states.append(Parameter(Tensor(np.zeros(p.shape, np.float32)), name=key, requires_grad=False))
         self._states = states
         self._cell = _UpdateCell(params, kinds, states, slots, full, cfg, sharded_ns)
-        self._update = execution.compiled_if(jit, source=True)(self._cell.construct)
+        self._update = execution.compiled_if(jit, source=True)(self._cell)
         self.step_count = 0
 
     def step(self, grads: Sequence[Tensor], lr: float) -> None:

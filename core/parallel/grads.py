@@ -113,7 +113,7 @@ class GradientSync:
                  mirrors: tuple = ()):
         scale = 1.0 / (dims.size("loss") * micro_batches)
         self._cell = _Sync(names, shapes, placements, dims, groups, scale, max_norm, tied, mirrors)
-        self._fn = execution.jit(self._cell.construct, source=True)
+        self._fn = execution.jit(self._cell, source=True)
 
     def __call__(self, grads):
         # mutable: a jit function given a plain tuple of Tensors treats it as a constant and recompiles each step

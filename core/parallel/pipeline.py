@@ -91,7 +91,8 @@ class StageFns:
     def __init__(self, stage: Stage, loss: nn.Cell, eval_loss: nn.Cell, jit: bool, jit_eval: bool):
         """``jit_eval``: the last stage's evaluation loss compiled too (config_rules.eval_compiled)."""
         self.stage, self.params = stage, stage.trainable_params()
-        wrap = execution.compiled_if(jit)
+        owners = (stage, loss, eval_loss)  # the cells whose Parameters the graphs read (execution.jit)
+        wrap = execution.compiled_if(jit, owners=owners)
         if stage.last:
             def loss_fn(x, targets, positions):
                 return loss(stage(x, positions), stage.head_weight(), targets)
@@ -100,7 +101,7 @@ class StageFns:
                 return eval_loss(stage(x, positions), stage.head_weight(), targets)
 
             self.loss_and_grads = wrap(ms.value_and_grad(loss_fn, 0, self.params))
-            self.eval = execution.compiled_if(jit_eval)(eval_fn)
+            self.eval = execution.compiled_if(jit_eval, owners=owners)(eval_fn)
         else:
             def vjp(x, positions, dy):  # d/dx, d/dW of <stage(x), dy> is the vector-Jacobian product
                 return (stage(x, positions) * dy).sum()

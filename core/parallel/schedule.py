@@ -76,7 +76,9 @@ def build_schedule(par, cfg, params: list, loss_fn, eval_fn, swap_dir=None):
 
             mem = cfg.memory
             swap = ActivationSwap(par.model, swap_dir, cfg.device, mem.swap_layers, mem.swap_ops, mem.swap_prefetch)
-        return GradientAccumulation(execution.compiled_if(jit)(grad_fn), execution.compiled_if(jit_eval)(eval_fn),
+        owners = (par.model, par.loss, par.eval_loss)
+        return GradientAccumulation(execution.compiled_if(jit, owners=owners)(grad_fn),
+                                    execution.compiled_if(jit_eval, owners=owners)(eval_fn),
                                     cfg.training.micro_batch_size, swap)
     from core.parallel.pipeline import PipelineSchedule
 

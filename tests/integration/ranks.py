@@ -22,7 +22,8 @@ def run_ranks(n: int, *args: str, log_dir: Path, timeout: float = 600) -> list[t
     """(exit code, log) of each rank of ``python args...`` (a script and its arguments, or ``-m module ...``) on
     ``n`` ranks."""
     env = dict(os.environ, MS_WORKER_NUM=str(n), MS_SCHED_HOST="127.0.0.1", MS_SCHED_PORT=str(_free_port()),
-               GLOG_v="3", PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
+               GLOG_v="3", PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT),
+               PYTHONFAULTHANDLER="1")  # a rank that crashes leaves its Python stack in its log
     log_dir.mkdir(parents=True, exist_ok=True)
     sched = subprocess.Popen([sys.executable, "-c", "from mindspore.communication import init; init()"],
                              env={**env, "MS_ROLE": "MS_SCHED"}, stdout=subprocess.DEVNULL,

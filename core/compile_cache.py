@@ -1,0 +1,135 @@
+"""MindSpore's compile cache, keyed so that a trial loads only graphs compiled from the same code and graph config.
+
+A trial's first step spends most of its time compiling its graphs (forward+backward, gradient sync, update:
+benchmarks/RESULTS.md, "Start-up"). MindSpore can save compiled graphs and load them in a later process
+(``MS_COMPILER_CACHE_ENABLE``/``MS_COMPILER_CACHE_PATH``), but it checks neither the Python constants baked into a
+graph nor, for an installed package, its source, so a loaded graph of another config would run silently wrong.
+Here the cache lives in ``<root>/<key>/rank_<r>/``, where the key hashes everything that shapes a rank's graphs:
+
+- the config without what only the host uses (seed, learning-rate schedule, budgets, paths, checkpoints, logging;
+  ``HOST_ONLY``), plus whether validation is compiled (config_rules.eval_compiled, which reads the step budget);
+- the source of the ``core`` package, MindSpore's version and the device.
+
+A rank works in a private copy (``<trial>/compile_cache/``): a hit copies the entry in, a miss compiles there, and
+``publish`` moves a miss into the shared root only when the trial ended well, by one rename, so concurrent trials
+never read a half-written entry. An entry whose graphs failed to load is dropped. ``MAX_ENTRIES`` most recently
+used entries are kept.
+
+Graphs must be compiled as cells that own the Parameters they touch (``core.execution.jit``'s ``owners``): a loaded
+graph reads uninitialised memory for Parameters it only closes over (benchmarks/compile_cache.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import uuid
+from functools import cache
+from pathlib import Path
+
+log = logging.getLogger("core.compile_cache")
+
+# Config keys no graph depends on: the learning rate and its schedule reach the update graph as Tensors
+# (core.optim.optimizer.Optimizer.step), the rest never enter a graph.
+HOST_ONLY = ("seed", "trial", "checkpoint", "data.train_path", "data.val_path", "optim.lr", "optim.min_lr_ratio",
+             "optim.warmup_steps", "optim.schedule", "optim.decay_ratio", "training.log_interval",
+             "training.eval_interval", "training.eval_batches", "execution.compile_cache",
+             "execution.compile_cache_dir")
+MAX_ENTRIES = 200
+_ENABLE, _PATH = "MS_COMPILER_CACHE_ENABLE", "MS_COMPILER_CACHE_PATH"
+
+
+def default_root() -> Path:
+    """``$MINDSPORE_AUTORESEARCH_CACHE/compile``, else ``$XDG_CACHE_HOME`` (or ``~/.cache``)
+    ``/mindspore-autoresearch/compile``."""
+    base = os.environ.get("MINDSPORE_AUTORESEARCH_CACHE")
+    if base is None:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mindspore-autoresearch"
+    return Path(base) / "compile"
+
+
+def graph_key(cfg) -> str:
+    """A hex digest of what shapes the graphs of a trial with ``cfg`` (a ``core.config.TrainConfig``)."""
+    import mindspore as ms
+
+    from core.config_rules import eval_compiled
+
+    tree = dataclasses.asdict(cfg)
+    for dotted in HOST_ONLY:
+        *parents, leaf = dotted.split(".")
+        node = tree
+        for name in parents:
+            node = node[name]
+        node.pop(leaf)
+    t = cfg.training
+    tree["eval_compiled"] = eval_compiled(t.mode, cfg.execution.eval_mode, t.eval_interval, cfg.trial.max_steps)
+    tree["code"], tree["mindspore"] = _code_digest(), ms.__version__
+    return hashlib.sha256(json.dumps(tree, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+@cache
+def _code_digest() -> str:
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+class CompileCache:
+    """This rank's view of the cache: ``open`` before the first graph compiles, ``close(ok)`` when the trial ends."""
+
+    def __init__(self, root: Path, key: str, rank: int, work_dir: Path):
+        self.entry = Path(root) / key
+        self.rank_dir = f"rank_{rank}"  # MindSpore's own subdirectory of MS_COMPILER_CACHE_PATH
+        self.work_dir = Path(work_dir)
+        self.loaded = False
+
+    def open(self) -> None:
+        """Point MindSpore at a private copy: the entry's graphs if there is one (a hit), else an empty directory
+        that the graphs compile into."""
+        source = self.entry / self.rank_dir
+        target = self.work_dir / self.rank_dir
+        shutil.rmtree(target, ignore_errors=True)
+        if source.is_dir():
+            shutil.copytree(source, target)
+            os.utime(self.entry)  # most recently used: the last to be evicted
+            self.loaded = True
+        else:
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+        os.environ[_ENABLE], os.environ[_PATH] = "1", str(self.work_dir)
+        log.info("compile cache: %s %s", "loading graphs from" if self.loaded else "graphs will be saved to",
+                 self.entry)
+
+    def close(self, ok: bool, compile_failed: bool = False) -> None:
+        """After the trial: publish what a successful trial compiled; drop an entry whose graphs did not load."""
+        os.environ.pop(_ENABLE, None)
+        if self.loaded:
+            if compile_failed:
+                log.warning("compile cache: dropping %s (its graphs failed to compile or load)", self.entry)
+                shutil.rmtree(self.entry / self.rank_dir, ignore_errors=True)
+            return
+        compiled = self.work_dir / self.rank_dir
+        if not ok or not compiled.is_dir():
+            return
+        self.entry.mkdir(parents=True, exist_ok=True)
+        staging = self.entry / f".{self.rank_dir}.{uuid.uuid4().hex}"
+        shutil.copytree(compiled, staging)
+        try:
+            staging.rename(self.entry / self.rank_dir)  # atomic; another trial may have published it first
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+        else:
+            log.info("compile cache: saved to %s", self.entry)
+        _evict(self.entry.parent, MAX_ENTRIES)
+
+
+def _evict(root: Path, keep: int) -> None:
+    """Remove all but the ``keep`` most recently used entries of ``root``."""
+    entries = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in entries[keep:]:
+        shutil.rmtree(stale, ignore_errors=True)
