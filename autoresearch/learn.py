@@ -76,7 +76,9 @@ class FeasibilityMemory:
 
     def record(self, params: dict, status: str, metrics: dict | None = None, trial: int | None = None) -> None:
         """Remember a finished trial. ``metrics`` is the summary's ``metrics`` dict (or None): a measured
-        peak beside an estimate recalibrates ``memory_model``."""
+        peak beside an estimate recalibrates ``memory_model``, unless the trial loaded its graphs from the compile
+        cache (``compile_cache: loaded``): on CPU its peak lacks the compiler's memory, which the estimate, fit on
+        trials that compile, includes."""
         if status in IGNORED_STATUSES:
             return
         if status not in TRIAL_STATUSES:
@@ -84,7 +86,7 @@ class FeasibilityMemory:
         outcome = Outcome(dict(params), status, dict(metrics) if metrics else None, trial)
         self.outcomes.append(outcome)
         self._by_key.setdefault(config_key(params), []).append(outcome)
-        if status in _MEASURED_STATUSES and metrics:
+        if status in _MEASURED_STATUSES and metrics and metrics.get("compile_cache") != "loaded":
             est, peak = metrics.get("estimated_memory_bytes"), metrics.get("peak_memory_bytes")
             if positive_number(est) and positive_number(peak):
                 self.memory_model.add(est, peak)

@@ -62,7 +62,13 @@ class TrialResult:
 
     @property
     def metrics(self) -> dict:
-        return dict((self.summary or {}).get("metrics") or {})
+        """The summary's metrics, plus ``compile_cache`` ("loaded" / "compiled") when the trial used the core's
+        compile cache: a loaded trial's peak memory lacks the compiler's (autoresearch.learn)."""
+        summary = self.summary or {}
+        metrics = dict(summary.get("metrics") or {})
+        if summary.get("compile_cache"):
+            metrics["compile_cache"] = summary["compile_cache"]
+        return metrics
 
 
 def value_key(v: Any) -> tuple:

@@ -249,6 +249,15 @@ def test_record_feeds_measured_peaks_but_not_oom_cutoffs(memory):
     assert memory.memory_model.predict(3e9) == pytest.approx(3.5e9)
 
 
+def test_a_trial_that_loaded_its_graphs_does_not_recalibrate_the_memory_model(memory):
+    memory.record(with_(optim__lr=0.001), "ok", {"estimated_memory_bytes": 1e9, "peak_memory_bytes": 1.5e9,
+                                                 "compile_cache": "compiled"})
+    memory.record(with_(optim__lr=0.002), "ok", {"estimated_memory_bytes": 1e9, "peak_memory_bytes": 1.2e9,
+                                                 "compile_cache": "loaded"})  # no compiler in its peak
+    assert memory.memory_model.points == [(1e9, 1.5e9)]
+    assert len(memory.outcomes) == 2
+
+
 def test_memory_gate_uses_the_calibrated_prediction(memory):
     memory.record(with_(optim__lr=0.001), "ok", {"estimated_memory_bytes": 1e9, "peak_memory_bytes": 2e9})
     proposal = with_(optim__lr=0.002)

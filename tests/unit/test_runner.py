@@ -118,3 +118,11 @@ def test_argument_list_passes_values_verbatim(tmp_path):
     assert json.loads((tmp_path / "t" / "trial_summary.json").read_text())["config"]["fake.note"] == \
         "$(touch pwned); echo hi"
     assert not Path("pwned").exists()
+
+
+def test_the_result_says_whether_the_trial_loaded_its_graphs(tmp_path):
+    summary = {"status": "ok", "exit_code": 0, "reason": "ok", "metrics": {"peak_memory_bytes": 5}}
+    (tmp_path / "trial_summary.json").write_text(json.dumps({**summary, "compile_cache": "loaded"}))
+    assert read_result(tmp_path, 0).metrics == {"peak_memory_bytes": 5, "compile_cache": "loaded"}
+    (tmp_path / "trial_summary.json").write_text(json.dumps({**summary, "compile_cache": None}))
+    assert read_result(tmp_path, 0).metrics == {"peak_memory_bytes": 5}
