@@ -2,18 +2,19 @@
 
 A trial's first step spends most of its time compiling its graphs (forward+backward, gradient sync, update:
 benchmarks/RESULTS.md, "Start-up"). MindSpore can save compiled graphs and load them in a later process
-(``MS_COMPILER_CACHE_ENABLE``/``MS_COMPILER_CACHE_PATH``), but it checks neither the Python constants baked into a
-graph nor, for an installed package, its source, so a loaded graph of another config would run silently wrong.
-Here the cache lives in ``<root>/<key>/rank_<r>/``, where the key hashes everything that shapes a rank's graphs:
+(``MS_COMPILER_CACHE_ENABLE``/``MS_COMPILER_CACHE_PATH``). Its own change detection hashes the entry script and the
+modules it imports from outside ``sys.path`` (not an installed ``core``), and a graph holds the config's Python
+constants (shapes, hyperparameters), so without a key of our own a graph of other code or another config could
+load. Here the cache lives in ``<root>/<key>/rank_<r>/``, where the key hashes everything that shapes a rank's graphs:
 
 - the config without what only the host uses (seed, learning-rate schedule, budgets, paths, checkpoints, logging;
   ``HOST_ONLY``), plus whether validation is compiled (config_rules.eval_compiled, which reads the step budget);
 - the source of the ``core`` package, MindSpore's version and the device.
 
-A rank works in a private copy (``<trial>/compile_cache/``): a hit copies the entry in, a miss compiles there, and
-``publish`` moves a miss into the shared root only when the trial ended well, by one rename, so concurrent trials
-never read a half-written entry. An entry whose graphs failed to load is dropped. ``MAX_ENTRIES`` most recently
-used entries are kept.
+A rank works in a private copy (``<trial>/compile_cache/``, kept only if the trial failed): a hit copies the entry
+in, a miss compiles there and ``close`` moves it into the shared root only when the trial ended well, by one
+rename, so concurrent trials never read a half-written entry. An entry whose graphs failed to load is dropped;
+the ``MAX_ENTRIES`` most recently used entries are kept.
 
 Graphs must be compiled as cells that own the Parameters they touch (``core.execution.jit``'s ``owners``): a loaded
 graph reads uninitialised memory for Parameters it only closes over (benchmarks/compile_cache.py).
@@ -106,26 +107,30 @@ class CompileCache:
                  self.entry)
 
     def close(self, ok: bool, compile_failed: bool = False) -> None:
-        """After the trial: publish what a successful trial compiled; drop an entry whose graphs did not load."""
+        """After the trial: publish what a successful trial compiled; drop an entry whose graphs did not load. The
+        private copy stays only when the trial failed (it shows what was compiled)."""
         os.environ.pop(_ENABLE, None)
-        if self.loaded:
-            if compile_failed:
-                log.warning("compile cache: dropping %s (its graphs failed to compile or load)", self.entry)
-                shutil.rmtree(self.entry / self.rank_dir, ignore_errors=True)
-            return
-        compiled = self.work_dir / self.rank_dir
-        if not ok or not compiled.is_dir():
-            return
-        self.entry.mkdir(parents=True, exist_ok=True)
-        staging = self.entry / f".{self.rank_dir}.{uuid.uuid4().hex}"
-        shutil.copytree(compiled, staging)
-        try:
-            staging.rename(self.entry / self.rank_dir)  # atomic; another trial may have published it first
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
-        else:
-            log.info("compile cache: saved to %s", self.entry)
-        _evict(self.entry.parent, MAX_ENTRIES)
+        private = self.work_dir / self.rank_dir
+        if self.loaded and compile_failed:
+            log.warning("compile cache: dropping %s (its graphs failed to compile or load)", self.entry)
+            shutil.rmtree(self.entry / self.rank_dir, ignore_errors=True)
+        elif not self.loaded and ok and private.is_dir():
+            self.entry.mkdir(parents=True, exist_ok=True)
+            staging = self.entry / f".{self.rank_dir}.{uuid.uuid4().hex}"
+            shutil.move(private, staging)  # a copy when the cache is on another file system
+            try:
+                staging.rename(self.entry / self.rank_dir)  # atomic; another trial may have published it first
+            except OSError:
+                shutil.rmtree(staging, ignore_errors=True)
+            else:
+                log.info("compile cache: saved to %s", self.entry)
+            _evict(self.entry.parent, MAX_ENTRIES)
+        if ok:
+            shutil.rmtree(private, ignore_errors=True)
+            try:
+                self.work_dir.rmdir()  # unless another rank's copy is still there
+            except OSError:
+                pass
 
 
 def _evict(root: Path, keep: int) -> None:

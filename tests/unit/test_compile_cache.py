@@ -75,6 +75,7 @@ def test_a_miss_compiles_privately_and_publishes_only_when_the_trial_ended_well(
     _compile(first)
     first.close(ok=False)
     assert not (tmp_path / "root" / "k").exists() and "MS_COMPILER_CACHE_ENABLE" not in env
+    assert (tmp_path / "t1" / "compile_cache" / "rank_1").is_dir()  # a failed trial keeps what it compiled
 
     second = cc.CompileCache(tmp_path / "root", "k", 1, tmp_path / "t2" / "compile_cache")
     second.open()
@@ -82,6 +83,7 @@ def test_a_miss_compiles_privately_and_publishes_only_when_the_trial_ended_well(
     _compile(second, "good")
     second.close(ok=True)
     assert [p.name for p in (tmp_path / "root" / "k").iterdir()] == ["rank_1"]  # no staging left behind
+    assert not (tmp_path / "t2" / "compile_cache").exists()  # a trial that ended well keeps no copy
 
     third = cc.CompileCache(tmp_path / "root", "k", 1, tmp_path / "t3" / "compile_cache")
     third.open()
@@ -92,6 +94,7 @@ def test_a_miss_compiles_privately_and_publishes_only_when_the_trial_ended_well(
     third.close(ok=True)  # a hit publishes nothing: the entry stays as it was
     assert sorted(p.name for p in (tmp_path / "root" / "k" / "rank_1" / "graph_cache").iterdir()) \
         == ["compile_cache_0.mindir"]
+    assert not (tmp_path / "t3" / "compile_cache").exists()
 
 
 def test_the_first_of_two_concurrent_misses_wins(tmp_path, env):
