@@ -90,26 +90,39 @@ class CompileCache:
         self.work_dir = Path(work_dir)
         self.loaded = False
 
-    def open(self) -> None:
+    def open(self) -> bool:
         """Point MindSpore at a private copy: the entry's graphs if there is one (a hit), else an empty directory
-        that the graphs compile into."""
+        that the graphs compile into. False, with a warning, when the cache cannot be used (the trial then
+        compiles as without it: a cache is never a reason for a trial to fail)."""
         source = self.entry / self.rank_dir
         target = self.work_dir / self.rank_dir
-        shutil.rmtree(target, ignore_errors=True)
-        if source.is_dir():
-            shutil.copytree(source, target)
-            os.utime(self.entry)  # most recently used: the last to be evicted
-            self.loaded = True
-        else:
-            self.work_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.rmtree(target, ignore_errors=True)
+            if source.is_dir():
+                shutil.copytree(source, target)
+                os.utime(self.entry)  # most recently used: the last to be evicted
+                self.loaded = True
+            else:
+                self.work_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            log.warning("compile cache: not used (%s)", e)
+            self.loaded = False
+            return False
         os.environ[_ENABLE], os.environ[_PATH] = "1", str(self.work_dir)
         log.info("compile cache: %s %s", "loading graphs from" if self.loaded else "graphs will be saved to",
                  self.entry)
+        return True
 
     def close(self, ok: bool, compile_failed: bool = False) -> None:
         """After the trial: publish what a successful trial compiled; drop an entry whose graphs did not load. The
         private copy stays only when the trial failed (it shows what was compiled)."""
         os.environ.pop(_ENABLE, None)
+        try:
+            self._close(ok, compile_failed)
+        except OSError as e:  # the trial's result stands; only the cache missed an entry
+            log.warning("compile cache: could not save or tidy up (%s)", e)
+
+    def _close(self, ok: bool, compile_failed: bool) -> None:
         private = self.work_dir / self.rank_dir
         if self.loaded and compile_failed:
             log.warning("compile cache: dropping %s (its graphs failed to compile or load)", self.entry)

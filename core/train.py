@@ -88,8 +88,8 @@ def _work_in(trial_dir: Path, cfg: TrainConfig) -> TrainConfig:
 
 
 def _compile_cache(cfg: TrainConfig, rank: int, trial_dir: Path):
-    """This rank's ``core.compile_cache.CompileCache``, opened; None when ``execution.compile_cache`` is off or
-    graph-kernel fusion is on (its generated kernels live outside the cached graphs)."""
+    """This rank's ``core.compile_cache.CompileCache``, opened; None when ``execution.compile_cache`` is off,
+    graph-kernel fusion is on (its generated kernels live outside the cached graphs) or the cache is unusable."""
     e = cfg.execution
     if not e.compile_cache or e.graph_kernel_fusion:
         return None
@@ -97,8 +97,7 @@ def _compile_cache(cfg: TrainConfig, rank: int, trial_dir: Path):
 
     root = Path(e.compile_cache_dir) if e.compile_cache_dir else default_root()
     graphs = CompileCache(root, graph_key(cfg), rank, trial_dir / "compile_cache")
-    graphs.open()
-    return graphs
+    return graphs if graphs.open() else None
 
 
 def run_rank(cfg: TrainConfig, overrides: list[str], trial_dir: Path, started: float) -> int:

@@ -135,3 +135,14 @@ def test_the_default_root_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("MINDSPORE_AUTORESEARCH_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cc.default_root() == tmp_path / "xdg" / "mindspore-autoresearch" / "compile"
+
+
+def test_a_cache_that_cannot_be_written_is_skipped_not_fatal(tmp_path, env):
+    (tmp_path / "file").write_text("not a directory")
+    c = cc.CompileCache(tmp_path / "file" / "root", "k", 0, tmp_path / "t")
+    assert c.open()  # a miss compiles into the trial's own directory
+    _compile(c)
+    c.close(ok=True)  # publishing under a file fails: warned, not raised
+    assert not (tmp_path / "file").is_dir()
+    unusable = cc.CompileCache(tmp_path / "root", "k", 0, tmp_path / "file" / "work")
+    assert not unusable.open() and "MS_COMPILER_CACHE_ENABLE" not in env
