@@ -103,7 +103,7 @@ def trials() -> None:
     print("|---|---|---|---:|---:|---:|---|")
     for name, overrides in LAYOUTS.items():
         with tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ, MINDSPORE_AUTORESEARCH_CACHE=str(Path(tmp) / "cache"), GLOG_v="3")
+            env = dict(os.environ, MSAR_COMPILE_CACHE_DIR=str(Path(tmp) / "cache"), GLOG_v="3")
             runs = []
             for run, extra in (("compiles", []), ("loads", []), ("cache off", ["execution.compile_cache=false"])):
                 out = Path(tmp) / run.replace(" ", "_")

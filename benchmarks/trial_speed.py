@@ -44,7 +44,7 @@ CACHED = ("tiny 1 rank", "tiny 2 ranks (dp)")  # also run with their graphs load
 def run(overrides: list[str], steps: int, out: Path, cache: Path | None = None) -> dict:
     """One trial; ``cache``: the compile cache's root (the variant loads its graphs), else it compiles them."""
     flag = f"execution.compile_cache={cache is not None}".lower()
-    env = dict(os.environ, MINDSPORE_AUTORESEARCH_CACHE=str(cache)) if cache else None
+    env = dict(os.environ, MSAR_COMPILE_CACHE_DIR=str(cache)) if cache else None
     subprocess.run([sys.executable, "-m", "core.train", *overrides, flag, f"trial.max_steps={steps}",
                     f"trial.dir={out}"], cwd=ROOT, capture_output=True, env=env)
     summary = json.loads((out / "trial_summary.json").read_text())

@@ -44,15 +44,6 @@ MAX_ENTRIES = 200
 _ENABLE, _PATH = "MS_COMPILER_CACHE_ENABLE", "MS_COMPILER_CACHE_PATH"
 
 
-def default_root() -> Path:
-    """``$MINDSPORE_AUTORESEARCH_CACHE/compile``, else ``$XDG_CACHE_HOME`` (or ``~/.cache``)
-    ``/mindspore-autoresearch/compile``."""
-    base = os.environ.get("MINDSPORE_AUTORESEARCH_CACHE")
-    if base is None:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mindspore-autoresearch"
-    return Path(base) / "compile"
-
-
 def graph_key(cfg) -> str:
     """A hex digest of what shapes the graphs of a trial with ``cfg`` (a ``core.config.TrainConfig``)."""
     import mindspore as ms

@@ -255,7 +255,7 @@ class ExecutionConfig:
                                    # when the trial validates more than once (config_rules.eval_compiled)
     compile_cache: bool = True     # load graphs a finished trial of the same code and graph config compiled
                                    # (core.compile_cache); not with graph_kernel_fusion
-    compile_cache_dir: Optional[str] = None  # null: ~/.cache/mindspore-autoresearch/compile
+    compile_cache_dir: Optional[str] = None  # null: core.user_cache (~/.cache/mindspore-autoresearch/compile)
 
     def __post_init__(self):
         require(self.jit_level in ("O0", "O1"), "execution.jit_level", f"must be O0 or O1 (got {self.jit_level!r})")

@@ -32,6 +32,8 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from core.user_cache import cache_root
+
 SIDECAR_SUFFIX = ".json"
 TOKEN_DTYPES = ("uint16", "uint32")
 _SCAN_CHUNK = 1 << 24          # tokens per chunk when scanning a file (bounded memory for max_token)
@@ -293,11 +295,6 @@ def corpus_text() -> str:
                            "`python -m core.data prepare`") from exc
     # Sorted keys: the dict's order is an implementation detail, the corpus must not depend on it.
     return "\n\n".join(topics[k].strip() for k in sorted(topics)) + "\n"
-
-
-def cache_root() -> Path:
-    env = os.environ.get("MSAR_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "mindspore-autoresearch"
 
 
 def default_corpus(cache_dir: str | Path | None = None, val_fraction: float = 0.1) -> tuple[Path, Path]:

@@ -4,8 +4,8 @@
 
 MFU = achieved model FLOP/s / (reference rate x the units the trial used). Measured per trial, the denominator
 moved with whatever else the machine was doing, so MFU of two trials could not be compared (nor used as an
-objective). Here it is measured once per machine and kept in ``$MSAR_CACHE_DIR/reference_rate.json`` (default
-``~/.cache/mindspore-autoresearch``), keyed by the device, the CPU model, core count and SIMD flags, and the
+objective). Here it is measured once per machine and kept in ``reference_rate.json`` of the project's cache
+(core.user_cache: ``$MSAR_CACHE_DIR``, default ``~/.cache/mindspore-autoresearch``), keyed by the device, the CPU model, core count and SIMD flags, and the
 MindSpore and NumPy versions (a new BLAS may be faster: a new entry).
 
 The rate is the best of MindSpore's and NumPy's (OpenBLAS) fp32 2048 x 2048 matmul, each the median of 7 runs
@@ -33,12 +33,13 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
+from core.user_cache import cache_root
+
 SIZE, WARMUP, REPEATS = 2048, 30, 7
 
 
 def cache_path() -> Path:
-    root = os.environ.get("MSAR_CACHE_DIR") or Path.home() / ".cache" / "mindspore-autoresearch"
-    return Path(root) / "reference_rate.json"
+    return cache_root() / "reference_rate.json"
 
 
 def cpu_model_and_flags() -> tuple[str, set[str]]:

@@ -93,9 +93,10 @@ def _compile_cache(cfg: TrainConfig, rank: int, trial_dir: Path):
     e = cfg.execution
     if not e.compile_cache or e.graph_kernel_fusion:
         return None
-    from core.compile_cache import CompileCache, default_root, graph_key
+    from core.compile_cache import CompileCache, graph_key
+    from core.user_cache import compile_cache_root
 
-    root = Path(e.compile_cache_dir) if e.compile_cache_dir else default_root()
+    root = Path(e.compile_cache_dir) if e.compile_cache_dir else compile_cache_root()
     graphs = CompileCache(root, graph_key(cfg), rank, trial_dir / "compile_cache")
     return graphs if graphs.open() else None
 

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from core import compile_cache as cc
+from core import user_cache
 from core.config import TrainConfig, load_config
 
 
@@ -130,11 +131,14 @@ def test_only_the_most_recently_used_entries_are_kept(tmp_path, env, monkeypatch
 
 
 def test_the_default_root_follows_the_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv("MINDSPORE_AUTORESEARCH_CACHE", str(tmp_path / "mine"))
-    assert cc.default_root() == tmp_path / "mine" / "compile"
-    monkeypatch.delenv("MINDSPORE_AUTORESEARCH_CACHE")
+    monkeypatch.setenv("MSAR_COMPILE_CACHE_DIR", str(tmp_path / "graphs"))
+    assert user_cache.compile_cache_root() == tmp_path / "graphs"
+    monkeypatch.delenv("MSAR_COMPILE_CACHE_DIR")
+    monkeypatch.setenv("MSAR_CACHE_DIR", str(tmp_path / "mine"))
+    assert user_cache.compile_cache_root() == tmp_path / "mine" / "compile"
+    monkeypatch.delenv("MSAR_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cc.default_root() == tmp_path / "xdg" / "mindspore-autoresearch" / "compile"
+    assert user_cache.compile_cache_root() == tmp_path / "xdg" / "mindspore-autoresearch" / "compile"
 
 
 def test_a_cache_that_cannot_be_written_is_skipped_not_fatal(tmp_path, env):

@@ -196,7 +196,7 @@ def test_default_corpus_is_real_text_and_cached(tmp_path):
 
 
 def test_default_corpus_uses_msar_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("MSAR_CACHE", str(tmp_path / "env"))
+    monkeypatch.setenv("MSAR_CACHE_DIR", str(tmp_path / "env"))
     train, _ = data.default_corpus()
     assert train.parent.parent == tmp_path / "env" / "corpus"
 
