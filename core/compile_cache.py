@@ -97,7 +97,6 @@ class CompileCache:
                 self.work_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             log.warning("compile cache: not used (%s)", e)
-            self.loaded = False
             return False
         os.environ[_ENABLE], os.environ[_PATH] = "1", str(self.work_dir)
         log.info("compile cache: %s %s", "loading graphs from" if self.loaded else "graphs will be saved to",

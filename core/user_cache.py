@@ -3,8 +3,8 @@ machine's reference matmul rate (core.reference_rate) and compiled graphs (core.
 
 ``$MSAR_CACHE_DIR``, else ``$XDG_CACHE_HOME/mindspore-autoresearch``, else ``~/.cache/mindspore-autoresearch``.
 The compile cache alone can be moved on its own (``$MSAR_COMPILE_CACHE_DIR``, or ``execution.compile_cache_dir``):
-tests give each test a compile cache of its own but share the corpus and the reference rate, which are costly to
-remake and do not change what a test measures.
+a test session has a project cache of its own, and each test a compile cache of its own within it, while the
+corpus and the reference rate (costly to remake, and not what a test measures) are shared by the session.
 """
 
 from __future__ import annotations
