@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from mindspore import mint, nn, ops
 
+from core import execution
 from core.optim.muon import newton_schulz
 from core.parallel import comm
 from core.parallel.placement import Placement
@@ -45,7 +46,6 @@ class ShardedNewtonSchulz(nn.Cell):
         super().__init__()
         self.placements = tuple(placements)
         self.sizes = tuple(p.shard_len if p.fsdp_size > 1 else p.local_numel for p in placements)
-        self.offsets = tuple(sum(self.sizes[:i]) for i in range(len(placements)))
         self.length = sum(self.sizes)
         self.n, self.index, self.ns_steps = group.size, group.index, ns_steps
         self.tp = placements[0].tp_size if placements else 1
@@ -53,47 +53,69 @@ class ShardedNewtonSchulz(nn.Cell):
         if self.tp * self.fsdp != group.size or any(p.tp_size != self.tp or p.fsdp_size != self.fsdp
                                                      for p in placements):
             raise ValueError(f"the group of {group.size} ranks must be fsdp x tp of every matrix's placement")
-        self.owner = tuple(assign_owners([p.full_shape for p in placements], group.size))
+        self.owned = tuple(owner == self.index for owner in assign_owners([p.full_shape for p in placements], self.n))
+        self.stored_shapes = tuple(p.stored_shape for p in placements)
         self.gather = comm.all_gather(group, 0)
         self.scatter = comm.reduce_scatter(group, 0)
 
-    def _assemble(self, pieces, p: Placement):
-        """pieces (n, size): row g = group index g's shard (g = fsdp_index * tp + tp_index) -> the full matrix."""
-        blocks = []
-        for t in range(self.tp if p.tp_split else 1):
-            flat = mint.cat([pieces[f * self.tp + t] for f in range(self.fsdp)]) if self.fsdp > 1 else pieces[t]
-            blocks.append(flat[:p.local_numel].reshape(p.local_shape))
-        return mint.cat(blocks, dim=p.tp_dim) if len(blocks) > 1 else blocks[0]
-
-    def _cut(self, full, p: Placement, g: int):
-        """The shard of ``full`` that group index g holds, flat."""
-        t, f = g % self.tp, g // self.tp
-        block = mint.narrow(full, p.tp_dim, t * p.local_shape[p.tp_dim], p.local_shape[p.tp_dim]) \
-            if p.tp_split else full
-        flat = block.reshape(-1)
-        if self.fsdp == 1:
-            return flat
-        pad = p.shard_len * self.fsdp - p.local_numel
-        if pad:
-            flat = ops.concat((flat, ops.zeros((pad,), flat.dtype)))
-        return flat[f * p.shard_len:(f + 1) * p.shard_len]
-
+    # Spelled for MindSpore's graph compiler: per-matrix work as ``execution.each`` (Map), splits as ``mint.split``.
+    # On model=tiny's 21 matrices (tp=2 x fsdp=2, one process, 2026-12-02) ``ops.split`` into 21 sections alone
+    # compiled in 2.3 s and a list comprehension over them in 1.4 s; the whole graph compiles in 1.8 s instead of
+    # 6.4 s as loops over matrices and ranks, and runs in 38 ms instead of 56 (the same values to the bit).
     def construct(self, looks):
-        flat = mint.cat([x.reshape(-1) for x in looks])                             # (L,)
+        flat = mint.cat(execution.each(_flatten, looks))                           # (L,)
         every = self.gather(flat).reshape(self.n, self.length)                      # (n, L)
-        rows = [[] for _ in range(self.n)]                                          # per destination rank
-        for i in range(len(self.placements)):
-            p, off, size = self.placements[i], self.offsets[i], self.sizes[i]
-            if self.owner[i] == self.index:
-                orth = newton_schulz(self._assemble(every[:, off:off + size], p), self.ns_steps)
-                for g in range(self.n):
-                    rows[g].append(self._cut(orth, p, g))
-            else:
-                for g in range(self.n):
-                    rows[g].append(ops.zeros((size,), flat.dtype))
-        mine = self.scatter(mint.cat([mint.cat(r) for r in rows]))                 # (L,): sum of (n*L,)
-        out = []
-        for i in range(len(self.placements)):
-            p = self.placements[i]
-            out.append(mine[self.offsets[i]:self.offsets[i] + self.sizes[i]].reshape(p.stored_shape))
-        return tuple(out)
+        pieces = mint.split(every, self.sizes, dim=1)                               # (n, size_i) each
+        sends = execution.each(ops.partial(_orthogonalise, self.tp, self.fsdp, self.ns_steps), pieces, self.owned,
+                               self.placements)                                     # (n, size_i) each
+        # row g of the (n, L) concatenation is what group index g receives: the reduce-scatter's input order
+        mine = self.scatter(mint.cat(sends, dim=1).reshape(-1))                     # (L,)
+        return execution.each(_reshape, mint.split(mine, self.sizes), self.stored_shapes)
+
+
+def _flatten(x):
+    return x.reshape(-1)
+
+
+def _reshape(x, shape):
+    return x.reshape(shape)
+
+
+def _orthogonalise(tp, fsdp, ns_steps, pieces, owned, p):
+    """Every rank's shard of the orthogonalised matrix if this rank owns it, else zeros (the reduce-scatter sums)."""
+    if owned:
+        return cut(newton_schulz(assemble(pieces, p, tp, fsdp), ns_steps), p, tp, fsdp, pieces.shape[1])
+    return ops.zeros_like(pieces)
+
+
+# Whole matrix <-> the (n, size) stack of every group index's flat shard, row g = fsdp_index * tp + tp_index: a few
+# reshapes and transposes per matrix, whatever n.
+def assemble(pieces, p: Placement, tp: int, fsdp: int):
+    """pieces (tp * fsdp, size) -> the whole (2-D) matrix ``p.full_shape``; the inverse of ``cut``."""
+    size = pieces.shape[1]
+    x = pieces.reshape(fsdp, tp, size)
+    if not p.tp_split:  # the tp ranks hold copies
+        return x[:, 0].reshape(-1)[:p.local_numel].reshape(p.full_shape)
+    rows, cols = p.local_shape
+    blocks = ops.transpose(x, (1, 0, 2)).reshape(tp, fsdp * size)[:, :p.local_numel]  # (tp, rows * cols)
+    if p.tp_dim == 0:
+        return blocks.reshape(tp * rows, cols)
+    return ops.transpose(blocks.reshape(tp, rows, cols), (1, 0, 2)).reshape(rows, tp * cols)
+
+
+def cut(full, p: Placement, tp: int, fsdp: int, size: int):
+    """The whole (2-D) matrix -> (tp * fsdp, size): row g, the flat shard group index g holds (FSDP padding zero)."""
+    numel = p.local_numel
+    if p.tp_split:
+        rows, cols = p.local_shape
+        blocks = full.reshape(tp, numel) if p.tp_dim == 0 else \
+            ops.transpose(full.reshape(rows, tp, cols), (1, 0, 2)).reshape(tp, numel)      # (tp, numel)
+    else:
+        blocks = full.reshape(1, numel)
+    pad = fsdp * size - numel
+    if pad:
+        blocks = ops.concat((blocks, ops.zeros((blocks.shape[0], pad), blocks.dtype)), axis=1)
+    x = ops.transpose(blocks.reshape(-1, fsdp, size), (1, 0, 2))                           # (fsdp, tp or 1, size)
+    if not p.tp_split:
+        x = ops.broadcast_to(x, (fsdp, tp, size))
+    return x.reshape(fsdp * tp, size)

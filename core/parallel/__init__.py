@@ -44,8 +44,18 @@ def init_distributed() -> RankInfo:
         return RankInfo()
     from mindspore.communication import get_group_size, get_rank, init
 
+    _wait_for_slow_peers()
     init()
     return RankInfo(rank=get_rank(), world_size=get_group_size())
+
+
+def _wait_for_slow_peers() -> None:
+    """CPU workaround: MindSpore's CPU collectives and send/recv give up after 30 s (``MS_CPU_COMM_OP_TIMEOUT``,
+    read when the cluster is joined), but a rank may wait longer for a peer that is still compiling: a pipeline
+    stage receiving from a stage with a larger graph, any rank on a loaded machine (measured: "Recv failed" 30 s
+    into a 4-rank pipeline trial run beside another trial). A rank that dies ends the trial through its
+    supervisor, not through this timeout, so it can be long. Other devices ignore it; a value already set wins."""
+    os.environ.setdefault("MS_CPU_COMM_OP_TIMEOUT", "900")
 
 
 def node_ranks(world_size: int) -> tuple[int, int]:

@@ -314,6 +314,23 @@ def test_rejects_a_parameter_listed_twice():
         build_optimizer(named + [("tied.weight", named[0][1])], OptimConfig())
 
 
+@pytest.mark.parametrize("shape, tp_dim, tp, fsdp", [((6, 8), 0, 2, 2), ((6, 8), 1, 2, 2), ((6, 10), 1, 2, 3),
+                                                     ((5, 7), None, 2, 2), ((4, 6), 0, 2, 1), ((3, 5), None, 1, 4)])
+def test_sharded_muon_moves_whole_matrices_to_and_from_every_ranks_shards(shape, tp_dim, tp, fsdp):
+    """``cut`` gives each group index g = fsdp_index * tp + tp_index the flat shard that rank stores
+    (``Placement.shard``, FSDP padding included) and ``assemble`` puts those shards back together."""
+    from core.optim.sharded_muon import assemble, cut
+    from core.parallel.placement import Placement
+
+    full = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    places = [Placement(shape, tp_dim, tp if tp_dim is not None else 1, t if tp_dim is not None else 0, fsdp, f)
+              for f in range(fsdp) for t in range(tp)]
+    size = places[0].stored_shape[0] if fsdp > 1 else places[0].local_numel
+    shards = np.stack([p.shard(full).reshape(-1) for p in places])                 # (tp * fsdp, size)
+    np.testing.assert_array_equal(cut(Tensor(full), places[0], tp, fsdp, size).asnumpy(), shards)
+    np.testing.assert_array_equal(assemble(Tensor(shards), places[0], tp, fsdp).asnumpy(), full)
+
+
 def test_sharded_muon_owners_balance_newton_schulz_cost():
     from core.optim.sharded_muon import assign_owners
 
