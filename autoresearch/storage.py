@@ -42,6 +42,9 @@ from autoresearch.runner import kill_group
 
 REAP_REASON = "agent died while running; reaped on resume"
 HEARTBEAT_GRACE_SEC = 600.0  # a trial of another host whose agent was silent this long is stale
+# study.ask and mark_running's tag are two writes: an agent that starts between them (another agent, same study)
+# must not take the trial for one whose agent died (seen under load: its owner then crashed telling the result)
+UNTAGGED_GRACE_SEC = 60.0
 
 
 def default_storage(trials_dir: str | Path, study_name: str) -> str:
@@ -132,16 +135,16 @@ def mark_running(trial: Trial, **attrs: Any) -> None:
 
 def _is_stale(t: FrozenTrial, now: float) -> bool:
     agent = t.user_attrs.get("agent")
-    if not agent:
-        return True  # asked but never tagged: the agent died in between
+    if not agent:  # asked but not tagged: its agent died in between, or is about to tag it
+        return t.datetime_start is None or now - t.datetime_start.timestamp() > UNTAGGED_GRACE_SEC
     if agent.get("host") == socket.gethostname():
         return not _alive(agent.get("pid"), agent.get("start"))
     return now - float(t.user_attrs.get("heartbeat_at") or 0.0) > HEARTBEAT_GRACE_SEC
 
 
-def reap_stale(study: optuna.Study) -> list[str]:
+def reap_stale(study: optuna.Study, now: float | None = None) -> list[str]:
     """FAIL the RUNNING trials whose agent is gone, end their orphaned processes, and enqueue them again."""
-    notes, now = [], time.time()
+    notes, now = [], time.time() if now is None else now
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if not _is_stale(t, now):
             notes.append(f"trial {t.number} is running under a live agent {t.user_attrs.get('agent')}; left alone")

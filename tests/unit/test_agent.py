@@ -304,11 +304,18 @@ def test_reap_only_trials_whose_agent_is_gone(tmp_path):
         for k, v in attrs.items():
             t.set_user_attr(k, v)
     notes = storage.reap_stale(study)
-    states = {name: t.state for name, t in zip(cases, study.get_trials()[:len(cases)])}
-    assert states == {"dead agent here": TrialState.FAIL, "live agent here": TrialState.RUNNING,
-                      "other host, fresh heartbeat": TrialState.RUNNING, "other host, silent": TrialState.FAIL,
-                      "never tagged": TrialState.FAIL}
-    assert sum("reaped on resume" in n for n in notes) == 3 and sum("left alone" in n for n in notes) == 2
+
+    def states():
+        return {name: t.state for name, t in zip(cases, study.get_trials()[:len(cases)])}
+
+    # just asked: its agent may be about to tag it (another agent starting now must leave it alone)
+    assert states() == {"dead agent here": TrialState.FAIL, "live agent here": TrialState.RUNNING,
+                        "other host, fresh heartbeat": TrialState.RUNNING, "other host, silent": TrialState.FAIL,
+                        "never tagged": TrialState.RUNNING}
+    assert sum("reaped on resume" in n for n in notes) == 2 and sum("left alone" in n for n in notes) == 3
+    notes = storage.reap_stale(study, now=time.time() + storage.UNTAGGED_GRACE_SEC + 1)
+    assert states()["never tagged"] == TrialState.FAIL and states()["other host, fresh heartbeat"] == TrialState.RUNNING
+    assert sum("reaped on resume" in n for n in notes) == 1 and sum("left alone" in n for n in notes) == 2
     requeued = study.get_trials(states=(TrialState.WAITING,))
     assert sorted(t.user_attrs["retry_of"] for t in requeued) == [0, 3, 4]
     reaped = study.get_trials()[0]
