@@ -60,8 +60,9 @@ class ShardedNewtonSchulz(nn.Cell):
 
     # Spelled for MindSpore's graph compiler: per-matrix work as ``execution.each`` (Map), splits as ``mint.split``.
     # On model=tiny's 21 matrices (tp=2 x fsdp=2, one process, 2026-12-02) ``ops.split`` into 21 sections alone
-    # compiled in 2.3 s and a list comprehension over them in 1.4 s; the whole graph compiles in 1.8 s instead of
-    # 6.4 s as loops over matrices and ranks, and runs in 38 ms instead of 56 (the same values to the bit).
+    # compiled in 2.3 s and a list comprehension over them in 1.4 s; the whole graph compiles in 1.7 s instead of
+    # 6.9 s as loops over matrices and ranks, and runs in 35 ms instead of 55 (the same values to the bit;
+    # benchmarks/sharded_muon_compile.py).
     def construct(self, looks):
         flat = mint.cat(execution.each(_flatten, looks))                           # (L,)
         every = self.gather(flat).reshape(self.n, self.length)                      # (n, L)
