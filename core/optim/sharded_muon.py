@@ -45,7 +45,7 @@ class ShardedNewtonSchulz(nn.Cell):
     def __init__(self, placements: list[Placement], group: comm.Group, ns_steps: int):
         super().__init__()
         self.placements = tuple(placements)
-        self.sizes = tuple(p.shard_len if p.fsdp_size > 1 else p.local_numel for p in placements)
+        self.sizes = tuple(p.shard_len for p in placements)  # the block itself without FSDP
         self.length = sum(self.sizes)
         self.n, self.index, self.ns_steps = group.size, group.index, ns_steps
         self.tp = placements[0].tp_size if placements else 1
@@ -85,7 +85,7 @@ def _reshape(x, shape):
 def _orthogonalise(tp, fsdp, ns_steps, pieces, owned, p):
     """Every rank's shard of the orthogonalised matrix if this rank owns it, else zeros (the reduce-scatter sums)."""
     if owned:
-        return cut(newton_schulz(assemble(pieces, p, tp, fsdp), ns_steps), p, tp, fsdp, pieces.shape[1])
+        return cut(newton_schulz(assemble(pieces, p, tp, fsdp), ns_steps), p, tp, fsdp)
     return ops.zeros_like(pieces)
 
 
@@ -104,9 +104,10 @@ def assemble(pieces, p: Placement, tp: int, fsdp: int):
     return ops.transpose(blocks.reshape(tp, rows, cols), (1, 0, 2)).reshape(rows, tp * cols)
 
 
-def cut(full, p: Placement, tp: int, fsdp: int, size: int):
-    """The whole (2-D) matrix -> (tp * fsdp, size): row g, the flat shard group index g holds (FSDP padding zero)."""
-    numel = p.local_numel
+def cut(full, p: Placement, tp: int, fsdp: int):
+    """The whole (2-D) matrix -> (tp * fsdp, shard_len): row g, the flat shard group index g holds (FSDP padding
+    zero)."""
+    numel, size = p.local_numel, p.shard_len
     if p.tp_split:
         rows, cols = p.local_shape
         blocks = full.reshape(tp, numel) if p.tp_dim == 0 else \
