@@ -107,6 +107,7 @@ class CompileCache:
         """After the trial: publish what a successful trial compiled; drop an entry whose graphs did not load. The
         private copy stays only when the trial failed (it shows what was compiled)."""
         os.environ.pop(_ENABLE, None)
+        os.environ.pop(_PATH, None)  # else the next process started from here inherits it (AKG writes there)
         try:
             self._close(ok, compile_failed)
         except OSError as e:  # the trial's result stands; only the cache missed an entry

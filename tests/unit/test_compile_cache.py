@@ -4,6 +4,7 @@
 import dataclasses
 import os
 import time
+from unittest import mock
 
 import pytest
 
@@ -62,10 +63,13 @@ def _compile(cache: cc.CompileCache, text: str = "graph") -> None:
 
 
 @pytest.fixture
-def env(monkeypatch):
-    monkeypatch.delenv("MS_COMPILER_CACHE_ENABLE", raising=False)
-    monkeypatch.delenv("MS_COMPILER_CACHE_PATH", raising=False)
-    return os.environ
+def env():
+    """os.environ without MindSpore's cache variables, restored whole afterwards (monkeypatch.delenv of an absent
+    variable records nothing, so what a test then sets would outlive it)."""
+    with mock.patch.dict(os.environ):
+        os.environ.pop("MS_COMPILER_CACHE_ENABLE", None)
+        os.environ.pop("MS_COMPILER_CACHE_PATH", None)
+        yield os.environ
 
 
 def test_a_miss_compiles_privately_and_publishes_only_when_the_trial_ended_well(tmp_path, env):
@@ -75,7 +79,8 @@ def test_a_miss_compiles_privately_and_publishes_only_when_the_trial_ended_well(
     assert env["MS_COMPILER_CACHE_PATH"] == str(tmp_path / "t1" / "compile_cache")
     _compile(first)
     first.close(ok=False)
-    assert not (tmp_path / "root" / "k").exists() and "MS_COMPILER_CACHE_ENABLE" not in env
+    assert not (tmp_path / "root" / "k").exists()
+    assert "MS_COMPILER_CACHE_ENABLE" not in env and "MS_COMPILER_CACHE_PATH" not in env  # nothing for a child
     assert (tmp_path / "t1" / "compile_cache" / "rank_1").is_dir()  # a failed trial keeps what it compiled
 
     second = cc.CompileCache(tmp_path / "root", "k", 1, tmp_path / "t2" / "compile_cache")
