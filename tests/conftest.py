@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from core.user_cache import CACHE_ENV, COMPILE_CACHE_ENV
@@ -6,11 +8,17 @@ from core.user_cache import CACHE_ENV, COMPILE_CACHE_ENV
 @pytest.fixture(scope="session", autouse=True)
 def _session_cache(tmp_path_factory):
     """The test session's own project cache (core.user_cache), never the user's: a reference rate measured while
-    tests load the machine must not become the machine's MFU denominator. Trials started by module- and
-    session-scoped fixtures (set up before any test's own fixtures) compile into it too."""
+    tests load the machine must not become the machine's MFU denominator. pytest-xdist's workers share it (the
+    reference rate and the corpus are built once, under their own locks, instead of once per worker), but each
+    worker compiles into a cache of its own: trials started by module- and session-scoped fixtures (set up
+    before any test's own fixtures) compile there, and a graph loaded from another worker's trial would make a
+    fixture's memory peak depend on the order in which workers ran."""
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "user_cache"
+    shared.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("user_cache")))
-        mp.delenv(COMPILE_CACHE_ENV, raising=False)
+        mp.setenv(CACHE_ENV, str(shared))
+        mp.setenv(COMPILE_CACHE_ENV, str(base / "session_compile_cache"))
         yield
 
 

@@ -144,14 +144,19 @@ class _AllGather(nn.Cell):
         self.composed = _compose_from_all_reduce()
         if self.composed:
             self.op = ops.AllReduce(group=group.name)
-            self.mask = tuple(1.0 if i == group.index else 0.0 for i in range(group.size))
+            self.mask = ms.Tensor(np.eye(group.size, dtype=np.float32)[group.index])  # (n,): 1 at this rank
         else:
             self.op = ops.AllGather(group=group.name)
 
     def construct(self, x):
         d = self.dim
-        if self.composed:  # the local block at its offset among zeros (n masked copies), summed over ranks
-            return self.op(ops.concat([x * self.mask[i] for i in range(self.n)], d))
+        if self.composed:  # the local block at its offset among zeros, summed over ranks
+            # One broadcast multiply, (..., 1, s_d, ...) x (n, 1, ..., 1) -> (..., n, s_d, ...), then the n blocks
+            # merged into dim d. Not a concat of n masked copies: a list comprehension per collective made FSDP's
+            # forward+backward graph compile ~3x slower (30 gathers over 4 ranks: 9-11 s against 3.2-3.4 s).
+            mask = self.mask.astype(x.dtype).reshape((self.n,) + (1,) * (x.ndim - d))
+            blocks = x.expand_dims(d) * mask
+            return self.op(blocks.reshape(x.shape[:d] + (self.n * x.shape[d],) + x.shape[d + 1:]))
         return _along_dim(self.op, x, d)
 
 
@@ -225,8 +230,11 @@ class _AllToAll(nn.Cell):
             return self.op(x)
         every = self.gather(x.expand_dims(0))                       # (n, *x.shape): every rank's x
         size = x.shape[self.split_dim] // self.n
-        blocks = [mint.narrow(every[src], self.split_dim, self.index * size, size) for src in range(self.n)]
-        return ops.concat(blocks, self.concat_dim)
+        mine = mint.narrow(every, self.split_dim + 1, self.index * size, size)  # (n, *block): my block from each
+        c = self.concat_dim  # the n blocks concatenated along c: move the rank axis before c, merge the two
+        moved = ops.transpose(mine, tuple(range(1, c + 1)) + (0,) + tuple(range(c + 1, mine.ndim)))
+        block = mine.shape[1:]
+        return moved.reshape(block[:c] + (self.n * block[c],) + block[c + 1:])
 
 
 class _Take(nn.Cell):
