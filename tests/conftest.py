@@ -23,6 +23,18 @@ def _session_cache(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def _environment_unchanged():
+    """A test leaves os.environ as it found it: the test process's environment is every later trial's (a
+    MS_COMPILER_CACHE_PATH left behind by a unit test once sent later graph-kernel-fusion trials' kernels into
+    that test's directory). Set up before the other fixtures, so it checks after monkeypatch has undone its own."""
+    before = dict(os.environ)
+    yield
+    changed = sorted(k for k in before.keys() | os.environ.keys()
+                     if before.get(k) != os.environ.get(k) and k != "PYTEST_CURRENT_TEST")  # pytest's own
+    assert not changed, f"the test left os.environ changed: {changed}; set variables with monkeypatch"
+
+
+@pytest.fixture(autouse=True)
 def _own_compile_cache(tmp_path, monkeypatch):
     """Every test's own trials share a compile cache of their own: a graph loaded from a cache leaves a smaller
     memory peak than one compiled, and tests must not depend on their order."""
