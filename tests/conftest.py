@@ -22,6 +22,13 @@ def _session_cache(tmp_path_factory):
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _mindspore_imported():
+    """MindSpore's import sets variables of its own (LD_LIBRARY_PATH, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION, ...):
+    imported before any test's snapshot, not inside the first test that happens to import it."""
+    import mindspore  # noqa: F401
+
+
 @pytest.fixture(autouse=True)
 def _environment_unchanged():
     """A test leaves os.environ as it found it: the test process's environment is every later trial's (a
