@@ -251,6 +251,8 @@ class ExecutionConfig:
     graph_kernel_fusion: bool = False  # fuse element-wise ops into generated kernels (AKG); may fail: exit 11
     kernel_threads: Optional[int] = None    # kernel thread pool; null: this rank's share of the cores
     dispatch_threads: Optional[int] = None  # runtime (actor) threads; null: MindSpore's default
+    host_pipeline: Optional[bool] = None    # MindSpore's asynchronous host queues; null: off on CPU, where waiting
+                                            # on them spins a core the kernels need (core.execution), on elsewhere
     eval_mode: str = "auto"        # auto | jit | pynative: validation under training.mode=jit; auto: compiled only
                                    # when the trial validates more than once (config_rules.eval_compiled)
     compile_cache: bool = True     # load graphs a finished trial of the same code and graph config compiled

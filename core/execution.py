@@ -1,7 +1,7 @@
 """How this process executes graphs: MindSpore's compile and runtime settings (``execution.*``, the space of
 ``search_spaces/compile.yaml``), applied once per process before anything is compiled.
 
-    configure(cfg, local_ranks)   # threads, graph-kernel fusion: process-wide, so set before the first graph
+    configure(cfg, local_ranks)   # threads, fusion, host pipeline: process-wide, so set before the first op
     jit(fn, owners)                # mindspore.jit with this trial's jit_level and capture_mode, compiled as a
                                    # cell that owns the cells whose Parameters fn reads (the compile cache needs it)
     compiled_if(jit_mode)(fn)      # jit(fn) under training.mode=jit, fn itself in PyNative
@@ -20,6 +20,9 @@ import mindspore as ms
 from mindspore import nn
 
 _JIT_OPTIONS: dict = {}
+# MindSpore reads it at the first op it queues, once per process: "1" runs the host pipeline's work in the
+# calling thread (see _host_pipeline).
+HOST_BLOCKING_ENV = "MS_DEV_HOST_BLOCKING_RUN"
 _MAP = ms.ops.Map()
 
 
@@ -104,6 +107,19 @@ def configure(cfg, local_ranks: int) -> None:
         ms.device_context.cpu.op_tuning.threads_num(threads)
     if e.dispatch_threads:
         ms.runtime.dispatch_threads_num(e.dispatch_threads)
+    pipeline = _host_pipeline(cfg.device) if e.host_pipeline is None else e.host_pipeline
+    os.environ[HOST_BLOCKING_ENV] = "0" if pipeline else "1"
+
+
+def _host_pipeline(device: str) -> bool:
+    """CPU workaround: MindSpore's host pipeline hands each graph launch, op inference and memory work to queue
+    threads, and a thread that waits for them (reading a loss back, launching the next graph) spins in an empty
+    loop until they are done (``AsyncRQueue::Wait`` in MindSpore 2.10). On a CPU that spin takes a core from the
+    kernels: on 2 cores the main thread burned 0.7 of one while model=small stepped in 416 ms; run in the calling
+    thread instead (``MS_DEV_HOST_BLOCKING_RUN=1``), the kernels had both cores and the step took 204 ms, same
+    losses to the last bit (benchmarks/RESULTS.md, "The host pipeline"). On an accelerator the queues overlap
+    Python with launches to the device, which is what they are for: kept there."""
+    return device != "CPU"
 
 
 def _cpu_share(device: str, local_ranks: int) -> int | None:

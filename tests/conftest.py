@@ -2,7 +2,13 @@ import os
 
 import pytest
 
+from core.execution import HOST_BLOCKING_ENV
 from core.user_cache import CACHE_ENV, COMPILE_CACHE_ENV
+
+# The test process runs MindSpore as a trial on the CPU does (core.execution._host_pipeline: no spinning host
+# queues). MindSpore reads this at the first op it queues, once per process: set before any test module is even
+# collected. Trials the tests start set it again from their own config.
+os.environ.setdefault(HOST_BLOCKING_ENV, "1")
 
 
 @pytest.fixture(scope="session", autouse=True)

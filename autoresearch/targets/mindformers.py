@@ -309,6 +309,8 @@ MINDFORMERS = Target(
                                   "its Cells itself",
         "execution.kernel_threads": "the core's CPU kernel thread pool; no MindFormers setting",
         "execution.dispatch_threads": "the core's runtime thread count on CPU; no MindFormers setting",
+        "execution.host_pipeline": "the core's CPU workaround for MindSpore's spinning host queues; MindFormers "
+                                   "keeps MindSpore's default",
         "execution.eval_mode": TRIAL_ONLY,
         "execution.compile_cache": TRIAL_ONLY,
         "execution.compile_cache_dir": TRIAL_ONLY,

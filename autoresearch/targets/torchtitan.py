@@ -172,6 +172,7 @@ TORCHTITAN = Target(
         "execution.graph_kernel_fusion": MINDSPORE_ONLY,
         "execution.kernel_threads": MINDSPORE_ONLY,
         "execution.dispatch_threads": MINDSPORE_ONLY,
+        "execution.host_pipeline": MINDSPORE_ONLY,
         "execution.eval_mode": TRIAL_ONLY,
         "execution.compile_cache": TRIAL_ONLY,
         "execution.compile_cache_dir": TRIAL_ONLY,

@@ -26,7 +26,8 @@ def default_run(tmp_path_factory):
 # thread settings the jit row does not take.
 SETTINGS = {
     "jit O1 bytecode threads": ["execution.jit_level=O1", "execution.capture_mode=bytecode",
-                                "execution.kernel_threads=2", "execution.dispatch_threads=1"],
+                                "execution.kernel_threads=2", "execution.dispatch_threads=1",
+                                "execution.host_pipeline=true"],
     "graph-kernel fusion": ["execution.graph_kernel_fusion=true"],
     "pynative threads": ["training.mode=pynative", "execution.kernel_threads=1", "execution.dispatch_threads=2"],
 }
@@ -36,7 +37,7 @@ def test_the_rows_cover_every_value_of_the_compile_space():
     covered = {tuple(o.split("=", 1)) for row in SETTINGS.values() for o in row}
     defaults = {"training.mode": "jit", "execution.jit_level": "O0", "execution.capture_mode": "ast",
                 "execution.graph_kernel_fusion": "false", "execution.kernel_threads": "null",
-                "execution.dispatch_threads": "null"}
+                "execution.dispatch_threads": "null", "execution.host_pipeline": "null"}
     for name, param in load_space("compile").params.items():
         for value in map(scalar_text, param.values):
             assert (name, value) in covered or defaults[name] == value, (name, value)

@@ -1,5 +1,8 @@
 """core.execution: each rank's share of the cores, and the config's settings reaching MindSpore."""
 
+import os
+from unittest import mock
+
 import pytest
 
 from core import execution
@@ -29,7 +32,8 @@ def mindspore_calls(monkeypatch):
     monkeypatch.setattr(ms.runtime, "dispatch_threads_num", lambda n: calls.append(("dispatch", n)))
     monkeypatch.setattr(ms, "set_context", lambda **kw: calls.append(("context", kw)))
     monkeypatch.setattr(ms, "jit", lambda fn, **kw: (fn, kw))
-    yield calls
+    with mock.patch.dict(os.environ):  # configure sets the host pipeline's variable; restored whole
+        yield calls
     execution._JIT_OPTIONS.clear()
 
 
@@ -46,6 +50,17 @@ def test_defaults_leave_mindspore_alone_on_one_rank(mindspore_calls, monkeypatch
     execution.configure(load_config([]), local_ranks=1)
     assert mindspore_calls == []
     assert execution.jit(len) == (len, {"jit_level": "O0", "capture_mode": "ast"})
+
+
+@pytest.mark.parametrize("overrides, blocking", [
+    ([], "1"),                                            # CPU: the host pipeline's waits would spin a core
+    (["execution.host_pipeline=true"], "0"),
+    (["device=Ascend"], "0"),                             # an accelerator keeps MindSpore's default
+    (["device=Ascend", "execution.host_pipeline=false"], "1"),
+])
+def test_host_pipeline_is_off_on_cpu_unless_asked_for(mindspore_calls, overrides, blocking):
+    execution.configure(load_config(overrides), local_ranks=1)
+    assert os.environ[execution.HOST_BLOCKING_ENV] == blocking
 
 
 def test_compiled_if_jits_only_in_jit_mode(mindspore_calls):
