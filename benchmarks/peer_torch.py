@@ -198,9 +198,12 @@ def matmul_worker(argv: list[str]) -> None:
     import numpy as np
 
     lib, sizes = argv[0], [int(n) for n in argv[1:]]
-    if lib == "mindspore":
+    if lib.startswith("mindspore"):  # mindspore: as a trial runs it; mindspore-queues: host queues on
         import mindspore as ms
 
+        from core.execution import set_host_pipeline
+
+        set_host_pipeline("CPU", True if lib == "mindspore-queues" else None)
         info, wrap, mm = f"MindSpore {ms.__version__}", ms.Tensor, lambda a: (a @ a).asnumpy()  # asnumpy waits
     elif lib == "torch":
         torch = require_torch()
@@ -238,7 +241,8 @@ def main_matmul(argv: list[str]) -> None:
     args = ap.parse_args(argv)
     require_torch()
     pinned = {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ}
-    rows = [("mindspore", "", os.environ), ("torch", "", os.environ),  # (library, environment note, environment)
+    rows = [("mindspore", "", os.environ), ("mindspore-queues", "host queues on", os.environ),
+            ("torch", "", os.environ),  # (library, environment note, environment)
             ("numpy", " ".join(f"{k}={v}" for k, v in pinned.items()), os.environ)]
     if pinned:  # both unset together, for this one process only (tests and CI keep them)
         unpinned = {k: v for k, v in os.environ.items() if k not in pinned}

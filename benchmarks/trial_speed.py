@@ -1,7 +1,7 @@
 """Trial speed, measured through the real CLI, side by side in one run (issues "Training core v1" and
 "Performance I", Measure).
 
-    .venv/bin/python benchmarks/trial_speed.py [--steps 12] [--repeats 2]
+    .venv/bin/python benchmarks/trial_speed.py [--steps 12] [--repeats 2] [overrides ...]
 
 1. ``model=small`` and ``model=medium``: median step time and tokens/s with ``training.mode=jit`` vs ``pynative``,
    and MFU against this machine's fixed reference rate (``metrics.reference_flops_per_sec``, core.reference_rate).
@@ -9,6 +9,7 @@
    start-up phase (``startup_phases_sec``: launch, imports, cluster, build, first step); the tiny variants also
    with their graphs loaded from the compile cache (core.compile_cache; every other run compiles its graphs).
 
+``overrides`` are added to every variant (``execution.host_pipeline=true``, say, for MindSpore's own default).
 Runs alternate between the variants so that load on this shared machine hits both alike; medians over repeats.
 Prints a markdown table with date and commit, for benchmarks/RESULTS.md.
 """
@@ -57,14 +58,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("overrides", nargs="*", help="core.train overrides added to every variant")
     args = ap.parse_args()
-    runs = {name: (overrides, False) for name, overrides in VARIANTS.items()}
-    runs.update({f"{name}, graphs cached": (VARIANTS[name], True) for name in CACHED})
+    variants = {name: [*overrides, *args.overrides] for name, overrides in VARIANTS.items()}
+    runs = {name: (overrides, False) for name, overrides in variants.items()}
+    runs.update({f"{name}, graphs cached": (variants[name], True) for name in CACHED})
     results: dict[str, list[dict]] = {name: [] for name in runs}
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "cache"
         for name in CACHED:  # fill the cache: one trial of each compiles and saves its graphs
-            run(VARIANTS[name], 2, Path(tmp) / f"fill{CACHED.index(name)}", cache)
+            run(variants[name], 2, Path(tmp) / f"fill{CACHED.index(name)}", cache)
         for r in range(args.repeats):
             for i, (name, (overrides, cached)) in enumerate(runs.items()):
                 out = Path(tmp) / f"v{i}_{r}"  # hydra overrides reject ( ) in values
@@ -81,7 +84,8 @@ def main() -> None:
         return statistics.median(s["startup_phases_sec"][key] for s in results[name])
 
     print(f"\n### Trial speed — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {git_commit()}, "
-          f"{cpu_info()}; {args.repeats} alternating repeats of {args.steps} steps\n")
+          f"{cpu_info()}; {args.repeats} alternating repeats of {args.steps} steps"
+          + (f"; every variant with `{' '.join(args.overrides)}`" if args.overrides else "") + "\n")
     print(f"MFU against the machine's fixed reference rate "
           f"({results['small jit'][0]['metrics']['reference_flops_per_sec'] / 1e9:.0f} GFLOP/s, core.reference_rate)."
           f" Start-up phases in seconds (launch: process up; imports: MindSpore and the trainer; cluster: joined; "

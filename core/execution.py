@@ -107,8 +107,14 @@ def configure(cfg, local_ranks: int) -> None:
         ms.device_context.cpu.op_tuning.threads_num(threads)
     if e.dispatch_threads:
         ms.runtime.dispatch_threads_num(e.dispatch_threads)
-    pipeline = _host_pipeline(cfg.device) if e.host_pipeline is None else e.host_pipeline
-    os.environ[HOST_BLOCKING_ENV] = "0" if pipeline else "1"
+    set_host_pipeline(cfg.device, e.host_pipeline)
+
+
+def set_host_pipeline(device: str, enabled: bool | None = None) -> None:
+    """Turn MindSpore's host queues on or off for this process (None: ``_host_pipeline``'s default for
+    ``device``); only before its first op (HOST_BLOCKING_ENV)."""
+    enabled = _host_pipeline(device) if enabled is None else enabled
+    os.environ[HOST_BLOCKING_ENV] = "0" if enabled else "1"
 
 
 def _host_pipeline(device: str) -> bool:
