@@ -121,10 +121,10 @@ def _host_pipeline(device: str) -> bool:
     """CPU workaround: MindSpore's host pipeline hands each graph launch, op inference and memory work to queue
     threads, and a thread that waits for them (reading a loss back, launching the next graph) spins in an empty
     loop until they are done (``AsyncRQueue::Wait`` in MindSpore 2.10). On a CPU that spin takes a core from the
-    kernels: on 2 cores the main thread burned 0.7 of one while model=small stepped in 416 ms; run in the calling
-    thread instead (``MS_DEV_HOST_BLOCKING_RUN=1``), the kernels had both cores and the step took 204 ms, same
-    losses to the last bit (benchmarks/RESULTS.md, "The host pipeline"). On an accelerator the queues overlap
-    Python with launches to the device, which is what they are for: kept there."""
+    kernels: on 2 cores the main thread burned 0.7 of one while model=small stepped in 393-416 ms; with the work
+    run in the calling thread instead (``MS_DEV_HOST_BLOCKING_RUN=1``) the kernels had both cores and the step took
+    204 ms, same losses to the last bit (benchmarks/RESULTS.md, "The host pipeline"). On an accelerator the queues
+    overlap Python with launches to the device, which is what they are for: kept there."""
     return device != "CPU"
 
 

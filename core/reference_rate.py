@@ -13,8 +13,8 @@ after 30 warm-ups (MindSpore's CPU kernels tune their thread count over their fi
 each in a fresh process of its own allowed every core, as this environment configures the libraries (an
 ``OPENBLAS_CORETYPE`` pin, say, is respected) and as a trial runs them (MindSpore with a trial's host-queue
 setting, core.execution). The fastest run, not the median: other load only slows a run, and the median of 7 read
-NumPy at 96, 132 and 129 GFLOP/s in three back-to-back measurements on an idle 2-core machine. Units: on CPU one unit is a host (its ranks share its cores), on an
-accelerator one device (the rate of one device is measured).
+NumPy at 96, 132 and 129 GFLOP/s in three back-to-back measurements on an idle 2-core machine. Units: on CPU one
+unit is a host (its ranks share its cores), on an accelerator one device (the rate of one device is measured).
 
 The first trial on a machine measures it (a few seconds, after its timed steps) while holding a file lock, so
 that concurrent trials wait rather than measure each other's load; ``autoresearch.agent`` measures it before it
