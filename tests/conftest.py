@@ -2,6 +2,8 @@ import os
 
 import pytest
 
+# Imports MindSpore, whose import sets variables of its own (LD_LIBRARY_PATH, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION,
+# ...): here, before any test's environment snapshot, not inside the first test that happens to import it.
 from core.execution import HOST_BLOCKING_ENV
 from core.user_cache import CACHE_ENV, COMPILE_CACHE_ENV
 
@@ -26,13 +28,6 @@ def _session_cache(tmp_path_factory):
         mp.setenv(CACHE_ENV, str(shared))
         mp.setenv(COMPILE_CACHE_ENV, str(base / "session_compile_cache"))
         yield
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _mindspore_imported():
-    """MindSpore's import sets variables of its own (LD_LIBRARY_PATH, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION, ...):
-    imported before any test's snapshot, not inside the first test that happens to import it."""
-    import mindspore  # noqa: F401
 
 
 @pytest.fixture(autouse=True)
