@@ -45,7 +45,7 @@ class Block(nn.Module):
         q = apply_rope(self.wq(h).view(B, S, H, E).transpose(1, 2), cos, sin)  # (B, H, S, E)
         k = apply_rope(self.wk(h).view(B, S, K, E).transpose(1, 2), cos, sin)  # (B, K, S, E)
         v = self.wv(h).view(B, S, K, E).transpose(1, 2)
-        if H != K:  # GQA: KV head j serves query heads j * H/K ..., repeated in place as core's repeat_kv
+        if H != K:  # GQA: KV head j serves query heads j * H/K ... (H/K)(j+1) - 1, as in the core's attention
             k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)
         attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)      # (B, H, S, E)
         x = x + self.wo(attn.transpose(1, 2).reshape(B, S, H * E))

@@ -250,3 +250,34 @@ def test_parameter_names_and_counts(tie):
     # PaLM convention: 6 x (params used in matmuls: block matrices + output head) + 12 L S D.
     matmul = count_params(model) - V * D * (0 if tie else 1) - (2 * cfg.n_layers + 1) * D
     assert flops_per_token(cfg, 128) == 6 * matmul + 12 * cfg.n_layers * 128 * D
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_rmsnorm_backward_matches_float64_finite_differences(jit):
+    """RMSNormOp's written-out backward against central differences of a float64 NumPy RMSNorm, every entry."""
+    from core.model.layers import RMSNormOp
+
+    rng, eps, h = np.random.default_rng(3), 1e-5, 1e-6
+    x, w, R = rng.standard_normal((2, 3, 5)), rng.standard_normal(5), rng.standard_normal((2, 3, 5))
+
+    def f(x, w):  # float64 reference: sum(R * x / sqrt(mean(x^2) + eps) * w)
+        return float((R * x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w).sum())
+
+    def central(a, fn):
+        out = np.zeros_like(a)
+        for i in np.ndindex(a.shape):
+            ap, am = a.copy(), a.copy()
+            ap[i] += h
+            am[i] -= h
+            out[i] = (fn(ap) - fn(am)) / (2 * h)
+        return out
+
+    op, Rt = RMSNormOp(eps), ms.Tensor(R, ms.float32)
+
+    def loss(x, w):
+        return (op(x, w) * Rt).sum()
+
+    grad = ms.grad(loss, grad_position=(0, 1))
+    gx, gw = (ms.jit(grad) if jit else grad)(ms.Tensor(x, ms.float32), ms.Tensor(w, ms.float32))
+    np.testing.assert_allclose(gx.asnumpy(), central(x, lambda a: f(a, w)), atol=2e-5)
+    np.testing.assert_allclose(gw.asnumpy(), central(w, lambda a: f(x, a)), atol=2e-5)
