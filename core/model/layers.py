@@ -48,6 +48,7 @@ def linear(x, w):
 # Attention's matmuls over (B, N) batches, the second operand read transposed in place for q k^T.
 _bmm = ops.BatchMatMul()
 _bmm_nt = ops.BatchMatMul(transpose_b=True)
+_tile = ops.Tile()  # a primitive: functional ops.tile fails to compile in a bprop's grad (selective recompute)
 
 
 def _heads_first(x):
@@ -108,51 +109,23 @@ class Embedding(nn.Cell):
         return self.op(tokens, self.weight)  # (B, S) int32 -> (B, S, D)
 
 
-_mean_rows = ops.ReduceMean(keep_dims=True)
-_sum_cols = ops.ReduceSum()
-_tile = ops.Tile()
-_rsqrt = ops.Rsqrt()
-
-
-def _across(col, n: int):
-    """(N, 1) -> (N, n), written out. MindSpore's CPU kernels take a per-element slow path when an operand of a
-    Mul or Sub broadcasts: 250-330 us against 55-100 for the same (512, 256) Mul of equal shapes; a Tile and
-    then the equal-shape op cost 90-160 (2 cores, jit, 2026-12-02)."""
-    return _tile(col, (1, n))
-
-
 class RMSNormOp(nn.Cell):
     """The op of an RMSNorm: (x (..., D), w (D,)) -> x / sqrt(mean(x^2) + eps) * w, statistics in float32.
 
-    Works on (N, D) rows: MindSpore's CPU reductions over the last axis of a 3-D tensor run ~8x slower than over
-    a 2-D one (a (8, 64, 256) mean 420-500 us against 55). The backward is written out (below) because autodiff's
-    spends most of its time in broadcasting kernels (``_across``).
+    Over (N, D) rows: MindSpore's CPU reductions over the last axis of a 3-D tensor run ~8x slower than over a 2-D
+    one (a (8, 64, 256) mean 420-500 us against 55; the weight's gradient, a sum over rows, likewise), 2026-12-02.
+    A written-out backward (with the broadcasts made explicit, which the CPU kernels also run faster) saved
+    another ~0.5 ms per norm but made ``capture_mode=bytecode`` crash the process (SIGSEGV) in MindSpore 2.10.
     """
 
     def __init__(self, eps: float):
         super().__init__()
         self.eps = eps
 
-    def _inv_rms(self, x32):
-        return _rsqrt(_mean_rows(x32 * x32, -1) + self.eps)                              # (N, 1)
-
     def construct(self, x, w):
         x32 = x.reshape(-1, x.shape[-1]).astype(ms.float32)                              # (N, D)
-        x_hat = (x32 * _across(self._inv_rms(x32), x32.shape[1])).astype(x.dtype)
-        return (x_hat * ops.broadcast_to(w, x_hat.shape)).reshape(x.shape)
-
-    def bprop(self, x, w, out, dout):
-        """With x_hat = x * r, r = 1 / rms(x) per row, g = dy * w:  dw = sum over rows of dy * x_hat,
-        dx = r * (g - x_hat * mean(g * x_hat)), the mean over each row (d r / d x = -r^3 x / D). In float32."""
-        D = x.shape[-1]
-        x32 = x.reshape(-1, D).astype(ms.float32)                                        # (N, D)
-        dy = dout.reshape(-1, D).astype(ms.float32)
-        r = _across(self._inv_rms(x32), D)
-        x_hat = x32 * r
-        g = dy * ops.broadcast_to(w.astype(ms.float32), dy.shape)
-        dw = _sum_cols(dy * x_hat, 0)                                                    # (D,)
-        dx = (g - x_hat * _across(_mean_rows(g * x_hat, -1), D)) * r
-        return dx.reshape(x.shape).astype(x.dtype), dw.astype(w.dtype)
+        inv_rms = mint.rsqrt(mint.mean(x32 * x32, dim=-1, keepdim=True) + self.eps)    # (N, 1)
+        return ((x32 * inv_rms).astype(x.dtype) * w).reshape(x.shape)
 
 
 class RMSNorm(nn.Cell):

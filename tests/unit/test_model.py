@@ -254,7 +254,7 @@ def test_parameter_names_and_counts(tie):
 
 @pytest.mark.parametrize("jit", [False, True])
 def test_rmsnorm_backward_matches_float64_finite_differences(jit):
-    """RMSNormOp's written-out backward against central differences of a float64 NumPy RMSNorm, every entry."""
+    """RMSNormOp's gradients (over 2-D rows) against central differences of a float64 NumPy RMSNorm, every entry."""
     from core.model.layers import RMSNormOp
 
     rng, eps, h = np.random.default_rng(3), 1e-5, 1e-6
