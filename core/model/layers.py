@@ -172,6 +172,8 @@ class CausalAttention(nn.Cell):
         q = q.reshape(B, K, n_rep * Sq, E)
         mask = causal_mask(_tile(q_positions, (n_rep,)), k_positions, ms.float32)      # (n_rep * Sq, Sk)
         scores = _bmm_nt(q, k) * self.scale                                            # (B, K, n_rep * Sq, Sk)
+        # The mask written out to the scores' shape (one tensor the graph shares across layers): a broadcasting Add
+        # takes MindSpore's per-element slow path on CPU, ~3-4x an Add of equal shapes.
         scores = scores + ops.broadcast_to(mask, scores.shape)
         # Softmax in float32 (exp of low-precision logits loses the small probabilities), over 2-D rows: MindSpore's
         # CPU reductions (softmax's backward) run ~8x slower over the last axis of a 4-D tensor than of a 2-D one.
