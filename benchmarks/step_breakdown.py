@@ -65,11 +65,11 @@ def timed_step(trainer, step: int, sync) -> dict[str, float]:
         mark("forward+backward")
         float(loss.asnumpy())
         mark("loss to host")
-    grads, norm = trainer.sync(grads)
+    grads, norm, scale = trainer.sync(grads)
     mark("sync+clip")
     float(norm.asnumpy())
     mark("norm to host")
-    trainer.optimizer.step(grads, lr_at(step, cfg.optim, cfg.trial.max_steps))
+    trainer.optimizer.step(grads, lr_at(step, cfg.optim, cfg.trial.max_steps), scale)
     mark("optimizer")
     out["step"] = time.perf_counter() - start
     return out

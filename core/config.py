@@ -258,6 +258,7 @@ class ExecutionConfig:
     compile_cache: bool = True     # load graphs a finished trial of the same code and graph config compiled
                                    # (core.compile_cache); not with graph_kernel_fusion
     compile_cache_dir: Optional[str] = None  # null: core.user_cache (~/.cache/mindspore-autoresearch/compile)
+    cpu_kernels: Optional[bool] = None  # the clipping norm and AdamW as fused kernels (core.kernels); null: on CPU
 
     def __post_init__(self):
         require(self.jit_level in ("O0", "O1"), "execution.jit_level", f"must be O0 or O1 (got {self.jit_level!r})")
@@ -314,6 +315,8 @@ class TrainConfig:
 
     def __post_init__(self):
         require(self.device in ("CPU", "Ascend", "GPU"), "device", f"must be CPU, Ascend or GPU (got {self.device!r})")
+        require(not (self.execution.cpu_kernels and self.device != "CPU"), "execution.cpu_kernels",
+                f"the fused kernels run on the host CPU, not on {self.device}; set it to null or false")
         t, p = self.training, self.parallel
         require(t.seq_len <= self.model.max_seq_len, "training.seq_len",
                 f"{t.seq_len} exceeds model.max_seq_len={self.model.max_seq_len}; lower it or raise model.max_seq_len")

@@ -1,7 +1,9 @@
 """How this process executes graphs: MindSpore's compile and runtime settings (``execution.*``, the space of
 ``search_spaces/compile.yaml``), applied once per process before anything is compiled.
 
-    configure(cfg, local_ranks)   # threads, fusion, host pipeline: process-wide, so set before the first op
+    configure(cfg, local_ranks)   # threads, fusion, host pipeline, fused CPU kernels: process-wide, so set
+                                   # before the first op
+    cpu_kernels()                  # whether the optimizer and gradient sync run core.kernels here
     jit(fn, owners)                # mindspore.jit with this trial's jit_level and capture_mode, compiled as a
                                    # cell that owns the cells whose Parameters fn reads (the compile cache needs it)
     compiled_if(jit_mode)(fn)      # jit(fn) under training.mode=jit, fn itself in PyNative
@@ -19,7 +21,10 @@ import os
 import mindspore as ms
 from mindspore import nn
 
+from core import kernels
+
 _JIT_OPTIONS: dict = {}
+_CPU_KERNELS = [False]  # whether this process runs core.kernels (set by configure)
 # MindSpore reads it at the first op it queues, once per process: "1" runs the host pipeline's work in the
 # calling thread (see _host_pipeline).
 HOST_BLOCKING_ENV = "MS_DEV_HOST_BLOCKING_RUN"
@@ -105,9 +110,17 @@ def configure(cfg, local_ranks: int) -> None:
     threads = e.kernel_threads or _cpu_share(cfg.device, local_ranks)
     if threads:
         ms.device_context.cpu.op_tuning.threads_num(threads)
+    _CPU_KERNELS[0] = kernels.use_cpu_kernels(cfg.device, e.cpu_kernels)
+    if _CPU_KERNELS[0]:  # as many threads as MindSpore's own kernels: the rank's share of the cores
+        kernels.set_threads(threads or _cores())
     if e.dispatch_threads:
         ms.runtime.dispatch_threads_num(e.dispatch_threads)
     set_host_pipeline(cfg.device, e.host_pipeline)
+
+
+def cpu_kernels() -> bool:
+    """Whether the optimizer and gradient sync use ``core.kernels`` in this process (``execution.cpu_kernels``)."""
+    return _CPU_KERNELS[0]
 
 
 def set_host_pipeline(device: str, enabled: bool | None = None) -> None:
@@ -136,7 +149,12 @@ def _cpu_share(device: str, local_ranks: int) -> int | None:
     or an accelerator, whose kernels run on the device)."""
     if device != "CPU":
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = _cores()
     if local_ranks > 1 or cores < (os.cpu_count() or cores):
         return max(1, cores // local_ranks)
     return None
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

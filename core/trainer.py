@@ -63,8 +63,9 @@ class Trainer:
         self.positions = Tensor(self.par.positions)
         self.params = list(self.model.trainable_params())
         names = [p.name for p in self.params]
+        fused = execution.cpu_kernels()
         self.optimizer = build_optimizer([(p.name, p) for p in self.params], cfg.optim,
-                                         placements=self.par.placements, group=self.par.groups["shard"])
+                                         placements=self.par.placements, group=self.par.groups["shard"], fused=fused)
         self.rec.flops_per_token = flops_per_token(cfg.model, cfg.training.seq_len)
         self.rec.estimated_memory_bytes = memory.estimate_memory_bytes(cfg)
 
@@ -72,7 +73,7 @@ class Trainer:
                                        swap_dir=self.trial_dir / "swap" / f"rank_{self.dist.rank}")
         self.sync = GradientSync(names, [tuple(p.shape) for p in self.params], self.par.placements, self.dims,
                                  self.par.groups, cfg.grad_accum_steps, cfg.optim.grad_clip, self.par.tied,
-                                 self.par.mirrors)
+                                 self.par.mirrors, fused=fused)
         self.rec.state_bytes = self._state_bytes()
         self.moe = moe_layers(self.model)
         self.moe_pairs = [0.0, 0.0]  # (token, choice) pairs dropped / routed, in each step's last micro-batch
@@ -171,7 +172,7 @@ class Trainer:
         rows = self.train_data.batch(step, t.global_batch_size, t.seq_len, cfg.seed, rank=dims.index("batch"),
                                      world_size=dims.size("batch"))            # (G / batch ranks, S + 1)
         loss_value, grads = self.schedule.run(*self.par.local_tokens(rows), self.positions)
-        grads, norm = self.sync(grads)
+        grads, norm, scale = self.sync(grads)
         loss_value = self._mean_over_ranks(loss_value)  # every rank must take the same decision on NaN
         norm_value = float(norm.asnumpy())
         if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
@@ -182,7 +183,7 @@ class Trainer:
             tokens = t.micro_batch_size * t.seq_len  # every rank routes whole sequences (core.parallel.expert_parallel)
             self.moe_pairs[1] += sum(m.top_k * tokens for m in self.moe)
         lr = lr_at(step, cfg.optim, cfg.trial.max_steps)
-        self.optimizer.step(grads, lr)
+        self.optimizer.step(grads, lr, scale)
         return loss_value, norm_value, lr
 
     def _reference_rate(self) -> None:

@@ -311,6 +311,8 @@ MINDFORMERS = Target(
         "execution.dispatch_threads": "the core's runtime thread count on CPU; no MindFormers setting",
         "execution.host_pipeline": "the core's CPU workaround for MindSpore's spinning host queues; MindFormers "
                                    "keeps MindSpore's default",
+        "execution.cpu_kernels": "the core's fused CPU kernels for its clipping norm and AdamW update; MindFormers "
+                                 "uses MindSpore's optimizer kernels",
         "execution.eval_mode": TRIAL_ONLY,
         "execution.compile_cache": TRIAL_ONLY,
         "execution.compile_cache_dir": TRIAL_ONLY,

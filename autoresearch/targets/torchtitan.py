@@ -173,6 +173,7 @@ TORCHTITAN = Target(
         "execution.kernel_threads": MINDSPORE_ONLY,
         "execution.dispatch_threads": MINDSPORE_ONLY,
         "execution.host_pipeline": MINDSPORE_ONLY,
+        "execution.cpu_kernels": "the core's fused CPU kernels for MindSpore; torchtitan's fused AdamW is its own",
         "execution.eval_mode": TRIAL_ONLY,
         "execution.compile_cache": TRIAL_ONLY,
         "execution.compile_cache_dir": TRIAL_ONLY,

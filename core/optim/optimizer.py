@@ -10,7 +10,11 @@ batch size. ``jit=False`` keeps the PyNative path for debugging. Call ``step`` f
 ``mindspore.jit`` function (it builds host scalars).
 
 Sharded parameters (FSDP, TP): each rank updates its shards and their states. AdamW is element-wise and needs
-nothing more; Muon needs whole matrices (``core.optim.sharded_muon``). Which rule and decay a parameter gets is
+nothing more; Muon needs whole matrices (``core.optim.sharded_muon``).
+
+``step(grads, lr, scale)`` multiplies every gradient by ``scale`` (clipping and averaging: ``GradientSync``) as it
+reads it, so that the scaled gradients are never written out. ``fused=True`` (on CPU, ``execution.cpu_kernels``)
+updates all AdamW parameters with one kernel (``core.kernels.adamw``) instead of two per parameter. Which rule and decay a parameter gets is
 decided from its full, 1-process shape (``placements``), never from the shape of a flat shard.
 """
 
@@ -22,7 +26,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 
-from core import execution
+from core import execution, kernels
 from core.config import OptimConfig
 from core.optim.adamw import adamw_update, decays, fold_bias_correction
 from core.optim.muon import muon_apply, muon_lookahead, muon_update, rms_match_scale, uses_muon
@@ -37,12 +41,12 @@ class _UpdateCell(nn.Cell):
     here, one ``rule`` per parameter, so that ``execution.each`` specialises the update of each parameter at trace
     time into straight-line graph code. ``first``/``second``: each parameter's AdamW m and v, or its Muon momentum
     (twice; Muon reads only the first). ``sharded_ns``: Muon's Newton–Schulz over sharded matrices (all of them at
-    once), or None.
+    once), or None. ``fused``: the AdamW parameters updated by one ``core.kernels.adamw`` call.
     """
 
     def __init__(self, params: list[Parameter], kinds: list[str], states: list[Parameter],
                  slots: list[tuple[int, ...]], full_shapes: list[tuple[int, ...]], cfg: OptimConfig,
-                 sharded_ns: nn.Cell | None = None):
+                 sharded_ns: nn.Cell | None = None, fused: bool = False):
         super().__init__()
         self.params = ParameterTuple(params)
         self.first = ParameterTuple([states[s[0]] for s in slots])
@@ -55,32 +59,45 @@ class _UpdateCell(nn.Cell):
         self.muon_momenta = ParameterTuple([states[slots[i][0]] for i in self.muon])
         self.muon_rules = tuple(self.rules[i] for i in self.muon)
         self.sharded_ns = sharded_ns
+        self.fused = fused and any(k == "adamw" for k in kinds)
+        if self.fused:  # the AdamW parameters leave the per-parameter rules: kernels.adamw updates them all
+            self.adam = tuple(i for i, k in enumerate(kinds) if k == "adamw")
+            self.adam_params = ParameterTuple([params[i] for i in self.adam])
+            self.adam_m = ParameterTuple([states[slots[i][0]] for i in self.adam])
+            self.adam_v = ParameterTuple([states[slots[i][1]] for i in self.adam])
+            self.adam_decays = Tensor(np.array([float(self.rules[i][1]) for i in self.adam], np.float32))
+            self.betas = Tensor(np.array([cfg.beta1, cfg.beta2], np.float32))
+            self.rules = tuple(("fused", *r[1:]) if r[0] == "adamw" else r for r in self.rules)
 
-    def construct(self, grads, lr, adam_lr, adam_eps, adam_decay):
+    def construct(self, grads, lr, adam_lr, adam_eps, adam_decay, scale):
         if self.sharded_ns is not None and self.muon:
-            looks = execution.each(ops.partial(_lookahead, self.hyper), execution.pick(grads, self.muon),
+            looks = execution.each(ops.partial(_lookahead, self.hyper, scale), execution.pick(grads, self.muon),
                                    self.muon_momenta)
             execution.each(ops.partial(_apply_orthogonal, self.hyper, lr), self.muon_params,
                            self.sharded_ns(looks), self.muon_rules)
-        execution.each(ops.partial(_update, self.hyper, lr, adam_lr, adam_eps, adam_decay), self.rules,
+        execution.each(ops.partial(_update, self.hyper, lr, adam_lr, adam_eps, adam_decay, scale), self.rules,
                        self.params, grads, self.first, self.second)
+        if self.fused:  # its output returned, so that the graph keeps the kernel (its updates are side effects)
+            return kernels.adamw(self.adam_params, execution.pick(grads, self.adam), self.adam_m, self.adam_v,
+                                 self.adam_decays, adam_lr, adam_eps, adam_decay, scale, self.betas)
         return lr  # a compiled graph needs an output; the updates are side effects
 
 
-def _update(hyper, lr, adam_lr, adam_eps, adam_decay, rule, p, g, first, second):
-    """One parameter's update in place (Muon's, unless its matrices are sharded: ``_apply_orthogonal``)."""
+def _update(hyper, lr, adam_lr, adam_eps, adam_decay, scale, rule, p, g, first, second):
+    """One parameter's update in place (Muon's, unless its matrices are sharded: ``_apply_orthogonal``; none for
+    the parameters of the fused AdamW kernel)."""
     beta1, beta2, momentum, ns_steps, muon_wd, sharded = hyper
-    kind, decay, scale = rule
+    kind, decay, rms_scale = rule
     if kind == "muon":
         if not sharded:
-            muon_update(p, g, first, lr, momentum, muon_wd if decay else 0.0, scale, ns_steps)
-    else:
-        adamw_update(p, g, first, second, adam_lr, adam_eps, adam_decay if decay else None, beta1, beta2)
+            muon_update(p, g * scale, first, lr, momentum, muon_wd if decay else 0.0, rms_scale, ns_steps)
+    elif kind == "adamw":
+        adamw_update(p, g * scale, first, second, adam_lr, adam_eps, adam_decay if decay else None, beta1, beta2)
     return lr
 
 
-def _lookahead(hyper, g, momentum_buffer):
-    return muon_lookahead(g, momentum_buffer, hyper[2])
+def _lookahead(hyper, scale, g, momentum_buffer):
+    return muon_lookahead(g * scale, momentum_buffer, hyper[2])
 
 
 def _apply_orthogonal(hyper, lr, p, orth, rule):
@@ -97,9 +114,10 @@ class Optimizer:
     """
 
     def __init__(self, named_params: Sequence[tuple[str, Parameter]], cfg: OptimConfig, jit: bool = True,
-                 placements: dict | None = None, group=None):
+                 placements: dict | None = None, group=None, fused: bool = False):
         """``placements``: name -> ``core.parallel.placement.Placement`` of sharded parameters (their full shapes
-        decide the rule); ``group``: the ranks that hold one copy of the model, over which Muon gathers."""
+        decide the rule); ``group``: the ranks that hold one copy of the model, over which Muon gathers; ``fused``:
+        AdamW by ``core.kernels.adamw`` (CPU only; float32 parameters)."""
         seen: set[int] = set()
         for name, p in named_params:
             if id(p) in seen:  # a tied weight listed twice would be updated twice per step
@@ -131,20 +149,24 @@ class Optimizer:
                 self._state_names.append(key)
                 states.append(Parameter(Tensor(np.zeros(p.shape, np.float32)), name=key, requires_grad=False))
         self._states = states
-        self._cell = _UpdateCell(params, kinds, states, slots, full, cfg, sharded_ns)
+        if fused and any(p.dtype != ms.float32 for p in params):
+            raise ValueError("fused AdamW (core.kernels.adamw) updates float32 parameters only")
+        self._cell = _UpdateCell(params, kinds, states, slots, full, cfg, sharded_ns, fused)
         self._update = execution.compiled_if(jit, source=True)(self._cell)
         self.step_count = 0
 
-    def step(self, grads: Sequence[Tensor], lr: float) -> None:
-        """Apply one update with learning rate ``lr``; ``grads`` in the order of ``named_params``."""
+    def step(self, grads: Sequence[Tensor], lr: float, scale: Tensor | float = 1.0) -> None:
+        """Apply one update with learning rate ``lr`` to the gradients ``grads * scale`` (``scale``: a 0-d float32
+        Tensor or a float, e.g. ``GradientSync``'s clipping factor); ``grads`` in the order of ``named_params``."""
         if len(grads) != len(self.names):
             raise ValueError(f"got {len(grads)} gradients for {len(self.names)} parameters")
         self.step_count += 1
         # Scalars computed on the host in float64, passed as float32 Tensors: graph inputs, so no recompiles.
         scalars = (lr, *fold_bias_correction(lr, self.step_count, self.cfg))
+        scale = scale if isinstance(scale, Tensor) else Tensor(scale, ms.float32)
         # mutable: the gradients are variables of the graph. A plain tuple of Tensors is taken as constants, so
         # MindSpore warns (printing every gradient) and may recompile when their values change.
-        self._update(ms.mutable(tuple(grads)), *(Tensor(x, ms.float32) for x in scalars))
+        self._update(ms.mutable(tuple(grads)), *(Tensor(x, ms.float32) for x in scalars), scale)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Flat copies of every state plus ``step``: ready for a safetensors file."""
@@ -170,9 +192,9 @@ class Optimizer:
 
 
 def build_optimizer(named_params: Sequence[tuple[str, Parameter]], cfg: OptimConfig, jit: bool = True,
-                    placements: dict | None = None, group=None) -> Optimizer:
+                    placements: dict | None = None, group=None, fused: bool = False) -> Optimizer:
     """The optimizer ``cfg.name`` asks for over ``named_params`` (see ``Optimizer``)."""
-    return Optimizer(named_params, cfg, jit=jit, placements=placements, group=group)
+    return Optimizer(named_params, cfg, jit=jit, placements=placements, group=group, fused=fused)
 
 
 __all__ = ["Optimizer", "build_optimizer", "STEP_KEY"]

@@ -1,5 +1,6 @@
-"""After backward: each gradient summed over the ranks that computed a part of it, scaled into the gradient of the
-global mean loss, and clipped by the global norm — one compiled graph.
+"""After backward: each gradient summed over the ranks that computed a part of it, and the factor that scales it
+into the gradient of the global mean loss, clipped by the global norm — one compiled graph. The optimizer applies
+the factor as it reads each gradient (``Optimizer.step(grads, lr, scale)``), so no scaled copy is written.
 
 Who holds a part of which gradient:
 - FSDP-sharded weights leave backward already summed over the fsdp ranks (their reduce-scatter, ``fsdp.py``);
@@ -15,7 +16,8 @@ and by the micro-batches.
 The global norm (Pascanu et al. 2013, as PyTorch's ``clip_grad_norm_``): squares summed over this rank's
 gradients, a weight replicated over ``tp`` counted 1/tp times (MoE experts, replicated over ``cp``, 1/cp), then
 summed over the ranks that hold one copy of the model (pp * dp_shard * cp * tp), the copy of a tied table not
-counted. FSDP padding is zero and adds nothing.
+counted. FSDP padding is zero and adds nothing. With ``fused`` (CPU, ``execution.cpu_kernels``) the squares are
+summed by one kernel over all gradients (``core.kernels.sum_of_squares``) instead of three per gradient.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from __future__ import annotations
 import math
 
 import mindspore as ms
-from mindspore import mint, nn, ops
+import numpy as np
+from mindspore import Tensor, mint, nn, ops
 
-from core import execution
-from core.optim.clip import NORM_EPS, scaled, sum_of_squares
+from core import execution, kernels
+from core.optim.clip import NORM_EPS, sum_of_squares
 from core.parallel import comm
 from core.parallel.dims import ParallelDims
 from core.parallel.placement import Placement, is_expert
@@ -49,7 +52,8 @@ class _FlatAllReduce(nn.Cell):
 
 class _Sync(nn.Cell):
     def __init__(self, names: list[str], shapes: list[tuple[int, ...]], placements: dict[str, Placement],
-                 dims: ParallelDims, groups: dict, scale: float, max_norm: float, tied: tuple, mirrors: tuple):
+                 dims: ParallelDims, groups: dict, scale: float, max_norm: float, tied: tuple, mirrors: tuple,
+                 fused: bool):
         super().__init__()
         self.replicas = _FlatAllReduce(groups["dp_replicate"], shapes) if dims.dp_replicate > 1 else None
         self.tied = tuple(i for i, name in enumerate(names) if name in tied)
@@ -60,7 +64,10 @@ class _Sync(nn.Cell):
         self.norm_weight = tuple(0.0 if name in mirrors else _norm_weight(name, placements[name], dims)
                                  for name in names)
         self.norm_sum = comm.all_reduce(groups["model"])
+        self.sums = any(x is not None for x in (self.replicas, self.tp_sum, self.tied_sum))
         self.scale, self.max_norm = scale, max_norm
+        self.fused = fused
+        self.weights = Tensor(np.asarray(self.norm_weight, np.float32))
 
     def construct(self, grads):
         if self.replicas is not None:
@@ -69,14 +76,19 @@ class _Sync(nn.Cell):
             grads = _replace(grads, self.partial, self.tp_sum(execution.pick(grads, self.partial)))
         if self.tied_sum is not None:
             grads = _replace(grads, self.tied, self.tied_sum(execution.pick(grads, self.tied)))
-        # The norm of the scaled gradients from the unscaled ones, then one multiply by scale * clip: each
-        # gradient is read twice (squares, product), not four times (scale, square, sum, clip).
-        total = ops.addn(execution.each(_weighted_sum_of_squares, grads, self.norm_weight))
-        norm = ops.sqrt(self.norm_sum(total.reshape(1))).reshape(()) * self.scale
-        coef = self.scale
+        # The norm of the scaled gradients from the unscaled ones; the optimizer multiplies by scale * clip as it
+        # reads them: each gradient is read twice (squares, update), not four times (scale, square, sum, clip).
+        if self.fused:
+            total = kernels.sum_of_squares(grads, self.weights)                              # (1,)
+        else:
+            total = ops.addn(execution.each(_weighted_sum_of_squares, grads, self.norm_weight)).reshape(1)
+        norm = ops.sqrt(self.norm_sum(total)).reshape(()) * self.scale
+        coef = ops.fill(ms.float32, (), self.scale)
         if self.max_norm > 0:
             coef = ops.minimum(self.max_norm / (norm + NORM_EPS), 1.0) * self.scale  # as core.optim.clip
-        return execution.each(ops.partial(scaled, coef), grads), norm
+        if self.sums:
+            return grads, norm, coef
+        return norm, coef  # gradients no collective changed: returned, a graph copies them (~5 ms on model=small)
 
 
 def _norm_weight(name: str, placement: Placement, dims: ParallelDims) -> float:
@@ -106,15 +118,18 @@ def _replace(grads: tuple, indices: tuple, new: tuple) -> tuple:
 
 
 class GradientSync:
-    """``sync(grads) -> (grads, norm)`` for the parameters ``names`` (in the optimizer's order)."""
+    """``sync(grads) -> (grads, norm, scale)`` for the parameters ``names`` (in the optimizer's order): the summed
+    gradients, the global norm of the global mean loss's gradient, and the factor (0-d) that turns the summed
+    gradients into that gradient, clipped. ``fused``: the norm by ``core.kernels`` (CPU)."""
 
     def __init__(self, names: list[str], shapes: list[tuple[int, ...]], placements: dict[str, Placement],
                  dims: ParallelDims, groups: dict, micro_batches: int, max_norm: float, tied: tuple = (),
-                 mirrors: tuple = ()):
+                 mirrors: tuple = (), fused: bool = False):
         scale = 1.0 / (dims.size("loss") * micro_batches)
-        self._cell = _Sync(names, shapes, placements, dims, groups, scale, max_norm, tied, mirrors)
+        self._cell = _Sync(names, shapes, placements, dims, groups, scale, max_norm, tied, mirrors, fused)
         self._fn = execution.jit(self._cell, source=True)
 
     def __call__(self, grads):
         # mutable: a jit function given a plain tuple of Tensors treats it as a constant and recompiles each step
-        return self._fn(ms.mutable(tuple(grads)))
+        out = self._fn(ms.mutable(tuple(grads)))
+        return out if self._cell.sums else (tuple(grads), *out)

@@ -30,6 +30,7 @@ SETTINGS = {
                                 "execution.host_pipeline=true"],
     "graph-kernel fusion": ["execution.graph_kernel_fusion=true"],
     "pynative threads": ["training.mode=pynative", "execution.kernel_threads=1", "execution.dispatch_threads=2"],
+    "MindSpore's optimizer kernels": ["execution.cpu_kernels=false"],  # the default runs core.kernels'
 }
 
 
@@ -37,7 +38,8 @@ def test_the_rows_cover_every_value_of_the_compile_space():
     covered = {tuple(o.split("=", 1)) for row in SETTINGS.values() for o in row}
     defaults = {"training.mode": "jit", "execution.jit_level": "O0", "execution.capture_mode": "ast",
                 "execution.graph_kernel_fusion": "false", "execution.kernel_threads": "null",
-                "execution.dispatch_threads": "null", "execution.host_pipeline": "null"}
+                "execution.dispatch_threads": "null", "execution.host_pipeline": "null",
+                "execution.cpu_kernels": "null"}
     for name, param in load_space("compile").params.items():
         for value in map(scalar_text, param.values):
             assert (name, value) in covered or defaults[name] == value, (name, value)

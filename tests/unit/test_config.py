@@ -69,6 +69,7 @@ def test_swap_settings_compose():
     (["execution.kernel_threads=0"], "execution.kernel_threads", ">= 1, or null"),
     (["execution.dispatch_threads=0"], "execution.dispatch_threads", ">= 1, or null"),
     (["execution.eval_mode=graph"], "execution.eval_mode", "auto, jit or pynative"),
+    (["execution.cpu_kernels=true", "device=Ascend"], "execution.cpu_kernels", "null or false"),
     (["checkpoint.interval=50", "trial.max_steps=10"], "checkpoint.interval", "longer"),
 ])
 def test_rejections_name_the_field_and_the_fix(overrides, field, fix):

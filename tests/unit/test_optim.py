@@ -82,21 +82,29 @@ class ReferenceOptimizer:
                 self.p[n] = p - lr * wd * p - lr * m_hat / (np.sqrt(v_hat) + c.eps)
 
 
-def run_both(cfg: OptimConfig, lrs, jit: bool = True):
+def run_both(cfg: OptimConfig, lrs, jit: bool = True, fused: bool = False, scales=None):
+    """The optimizer and the reference through the same steps; ``scales``: each step's gradient factor (passed
+    to ``step`` as a Tensor, applied to the reference's gradients beforehand)."""
     named = make_params()
     ref = ReferenceOptimizer(named, cfg)
-    opt = build_optimizer(named, cfg, jit=jit)
+    opt = build_optimizer(named, cfg, jit=jit, fused=fused)
     for i, lr in enumerate(lrs):
         grads = make_grads(i)
-        opt.step([Tensor(g) for g in grads], lr)
+        if scales is None:
+            opt.step([Tensor(g) for g in grads], lr)
+        else:
+            opt.step([Tensor(g) for g in grads], lr, Tensor(scales[i], ms.float32))
+            grads = [g.astype(np.float64) * np.float32(scales[i]) for g in grads]
         ref.step(grads, lr)
     return named, opt, ref
 
 
-@pytest.mark.parametrize("jit", [True, False])
-def test_adamw_matches_numpy(jit):
+# fused: AdamW by core.kernels.adamw (one kernel for all parameters), as trials on CPU run it.
+@pytest.mark.parametrize("jit, fused", [(True, False), (False, False), (True, True), (False, True)])
+def test_adamw_matches_numpy(jit, fused):
     cfg = OptimConfig(name="adamw", weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8)
-    named, opt, ref = run_both(cfg, [1e-2, 3e-2, 2e-2, 5e-3, 1e-2], jit=jit)
+    named, opt, ref = run_both(cfg, [1e-2, 3e-2, 2e-2, 5e-3, 1e-2], jit=jit, fused=fused,
+                               scales=[1.0, 0.5, 0.25, 1.0, 0.125])
     assert set(opt.route.values()) == {"adamw"}
     state = opt.state_dict()
     for name, p in named:
@@ -107,10 +115,11 @@ def test_adamw_matches_numpy(jit):
     assert int(state[STEP_KEY]) == 5
 
 
-@pytest.mark.parametrize("jit", [True, False])
-def test_muon_matches_numpy(jit):
+@pytest.mark.parametrize("jit, fused", [(True, False), (False, False), (True, True)])
+def test_muon_matches_numpy(jit, fused):
+    """Muon's matrices, and AdamW for the rest (by the fused kernel with ``fused``), with gradient factors."""
     cfg = OptimConfig(name="muon", weight_decay=0.1, momentum=0.95, ns_steps=5)
-    named, opt, ref = run_both(cfg, [2e-2, 1e-2, 2e-2, 1e-2], jit=jit)
+    named, opt, ref = run_both(cfg, [2e-2, 1e-2, 2e-2, 1e-2], jit=jit, fused=fused, scales=[1.0, 0.5, 2.0, 1.0])
     state = opt.state_dict()
     for name, p in named:
         # Newton–Schulz amplifies float32 rounding (its slope at 0 is a = 3.4); the update is lr * 0.2 * sqrt(20)
@@ -178,12 +187,12 @@ def test_routing_by_name_and_shape():
     assert "adamw.v.norm.weight" in keys and "adamw.m.layers.0.attn.wq.weight" not in keys
 
 
-@pytest.mark.parametrize("name", ["adamw", "muon"])
-def test_weight_decay_is_decoupled_and_skips_1d(name):
+@pytest.mark.parametrize("name, fused", [("adamw", False), ("muon", False), ("adamw", True)])
+def test_weight_decay_is_decoupled_and_skips_1d(name, fused):
     """With zero gradients the only change is the decay: matrices shrink by (1 - lr * wd), vectors stay."""
     named = make_params()
     before = {n: p.asnumpy().copy() for n, p in named}
-    opt = build_optimizer(named, OptimConfig(name=name, weight_decay=0.5))
+    opt = build_optimizer(named, OptimConfig(name=name, weight_decay=0.5), fused=fused)
     lr = 0.1
     opt.step([Tensor(np.zeros(p.shape, np.float32)) for _, p in named], lr)
     for n, p in named:
@@ -258,11 +267,11 @@ def test_clip_grad_norm_under_jit():
         assert math.sqrt(sum((c.asnumpy().astype(np.float64) ** 2).sum() for c in clipped)) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("name", ["adamw", "muon"])
-def test_state_dict_round_trip_continues_bit_identically(name, tmp_path):
+@pytest.mark.parametrize("name, fused", [("adamw", False), ("muon", False), ("adamw", True)])
+def test_state_dict_round_trip_continues_bit_identically(name, fused, tmp_path):
     cfg = OptimConfig(name=name)
     named = make_params()
-    opt = build_optimizer(named, cfg)
+    opt = build_optimizer(named, cfg, fused=fused)
     for i in range(3):
         opt.step([Tensor(g) for g in make_grads(i)], 1e-2)
     # Through a safetensors file, as a checkpoint would store it.
@@ -270,7 +279,7 @@ def test_state_dict_round_trip_continues_bit_identically(name, tmp_path):
     saved_params = {n: p.asnumpy().copy() for n, p in named}
 
     resumed = [(n, Parameter(Tensor(saved_params[n]), name=n)) for n, _ in named]
-    opt2 = build_optimizer(resumed, cfg)
+    opt2 = build_optimizer(resumed, cfg, fused=fused)
     opt2.load_state_dict(load_file(str(tmp_path / "optim.safetensors")))
     assert opt2.step_count == 3
     for i in range(3, 6):
