@@ -51,6 +51,7 @@ class AgentOptions:
     claude_fraction: float = 0.3
     trials_dir: str = "trials"
     command: list[str] | None = None  # trial command prefix; default: python -m core.train
+    warm: bool = True  # fork trial processes from a warm server (core.warm; the default command only)
     estimator: str | None = "autoresearch.runner:estimate_with_core"  # MODULE:FUNC(overrides) -> bytes | None
     learn: bool = True  # feasibility memory and memory gate
     resume: bool = False  # insist that the study exists

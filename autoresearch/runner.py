@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from autoresearch.outcomes import EXIT_STATUS, TrialResult
+from core import warm
 
 DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-m", "core.train")
 
@@ -92,8 +93,9 @@ def run_trial(
     killed = False
     with open(trial_dir / "stdout.log", "wb") as out, open(trial_dir / "stderr.log", "wb") as err:
         # A new session = a new process group: the watchdog can end the trial and every worker it started.
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env, cwd=cwd)
+        # warm.popen: forked from the agent's warm server (MindSpore already imported) when one runs, else Popen.
+        proc = warm.popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
+                          cwd=cwd)
         try:
             if on_start is not None:
                 on_start(proc.pid)
@@ -125,7 +127,7 @@ def run_trial(
     return result
 
 
-def kill_group(pgid: int, proc: subprocess.Popen | None = None) -> None:
+def kill_group(pgid: int, proc: subprocess.Popen | warm.WarmProcess | None = None) -> None:
     """SIGTERM the process group, then SIGKILL whatever is left of it after ``KILL_WAIT_SEC``.
 
     ``proc`` is the leader when it is our child (so that it is waited for, not left a zombie); without it

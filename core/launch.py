@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from core import warm
 from core.parallel import node_ranks
 from core.trial import CLASSIFIED, CONFIG_ENV, START_ENV, STATUS, Exit, TrialRecorder, write_json_atomic
 
@@ -53,7 +54,7 @@ def _vm_hwm(pid: int) -> Optional[int]:
 @dataclass
 class Rank:
     rank: int
-    proc: subprocess.Popen
+    proc: subprocess.Popen | warm.WarmProcess
     peak: Optional[int] = None
     ended_at: Optional[float] = None
     killed_by_us: bool = False
@@ -77,7 +78,7 @@ class Supervisor:
     grace: float
     config: dict
     ranks: list[Rank] = field(default_factory=list)
-    scheduler: Optional[subprocess.Popen] = None
+    scheduler: Optional[subprocess.Popen | warm.WarmProcess] = None
     timed_out: bool = False
 
     def _env(self, host: str, port: int) -> dict:
@@ -99,14 +100,16 @@ class Supervisor:
         port = int(os.environ.get("MSAR_SCHED_PORT") or _free_port())
         first, count = node_ranks(self.world_size)
         env = self._env(host, port)
-        if first == 0:
-            self.scheduler = subprocess.Popen(
+        if first == 0:  # warm.popen: forked from the warm server when an agent runs one, else a new process
+            self.scheduler = warm.popen(
                 [sys.executable, "-c", _SCHEDULER], env={**env, "MS_ROLE": "MS_SCHED"},
                 stdout=open(logs / "scheduler.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        if isinstance(self.scheduler, warm.WarmProcess):
+            _wait_listening(host, port, self.scheduler)
         for r in range(first, first + count):
             worker_env = {**env, "MS_ROLE": "MS_WORKER", "MS_NODE_ID": str(r), "RANK_ID": str(r),
                           "RANK_SIZE": str(self.world_size)}
-            proc = subprocess.Popen([sys.executable, "-m", "core.train", *self.overrides], env=worker_env,
+            proc = warm.popen([sys.executable, "-m", "core.train", *self.overrides], env=worker_env,
                                     stdout=open(logs / f"rank_{r}.log", "wb"), stderr=subprocess.STDOUT,
                                     start_new_session=True)
             self.ranks.append(Rank(r, proc))
@@ -210,7 +213,19 @@ class Supervisor:
                  "log": f"logs/rank_{r.rank}.log"} for r in self.ranks]
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _wait_listening(host: str, port: int, scheduler, timeout: float = 30.0) -> None:
+    """Until the scheduler accepts connections. A warm worker starts within milliseconds, before the scheduler
+    has bound its port, and MindSpore's topology build then waits ~10 s for a retry (measured: cluster join 14.7 s
+    against 2.6 s); a cold worker's imports (seconds) always left the scheduler time."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and scheduler.poll() is None:
+        with socket.socket() as s:
+            if s.connect_ex((host, port)) == 0:
+                return
+        time.sleep(0.02)
+
+
+def _kill_group(proc: subprocess.Popen | warm.WarmProcess) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
