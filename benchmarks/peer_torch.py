@@ -41,10 +41,11 @@ from provenance import cpu_info, git_commit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 PEERS = ("eager", "compile")
-# The core's rows: its defaults, the same with MindSpore's host queues on (the defaults before they were turned off
-# on CPU: core.execution._host_pipeline), and the fastest search_spaces/compile.yaml config on model=small
-# (RESULTS.md, "Compile settings"): MindSpore's O1 graph optimisations with graph-kernel fusion.
-CORE_ROWS = {"core": [], "core, host queues on": ["execution.host_pipeline=true"],
+# The core's rows: its defaults, the same with MindSpore's own optimizer kernels instead of core.kernels' fused ones
+# (the default before them), and the fastest search_spaces/compile.yaml config on model=small (RESULTS.md,
+# "Compile settings"): MindSpore's O1 graph optimisations with graph-kernel fusion. (The host-queue row of earlier
+# runs is in RESULTS.md: `execution.host_pipeline=true` was 2-3x slower on every model.)
+CORE_ROWS = {"core": [], "core, MindSpore's optimizer kernels": ["execution.cpu_kernels=false"],
              "core O1+fusion": ["execution.jit_level=O1", "execution.graph_kernel_fusion=true"]}
 _FAILED: dict = {}  # peer rows that failed once (torch.compile here, say): not run again in later rounds
 

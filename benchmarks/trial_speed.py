@@ -7,7 +7,9 @@
    and MFU against this machine's fixed reference rate (``metrics.reference_flops_per_sec``, core.reference_rate).
 2. Process start to the end of the first step (``startup_sec``), ``model=tiny`` on 1 and on 2 ranks, and each
    start-up phase (``startup_phases_sec``: launch, imports, cluster, build, first step); the tiny variants also
-   with their graphs loaded from the compile cache (core.compile_cache; every other run compiles its graphs).
+   with their graphs loaded from the compile cache (core.compile_cache; every other run compiles its graphs), and
+   with those graphs and their processes forked from a warm server, as the agent starts its trials (core.warm;
+   ``startup_sec`` then counts from the fork, which the agent's runner asks for milliseconds before).
 
 ``overrides`` are added to every variant (``execution.host_pipeline=true``, say, for MindSpore's own default).
 Runs alternate between the variants so that load on this shared machine hits both alike; medians over repeats.
@@ -30,7 +32,8 @@ from provenance import cpu_info, git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from core.trial import STARTUP_PHASES  # noqa: E402  (the project root first: run from benchmarks/)
+from core import warm  # noqa: E402  (the project root first: run from benchmarks/)
+from core.trial import STARTUP_PHASES  # noqa: E402
 
 VARIANTS = {
     "small jit": ["model=small", "training.mode=jit"],
@@ -39,15 +42,24 @@ VARIANTS = {
     "tiny 1 rank": ["model=tiny"],
     "tiny 2 ranks (dp)": ["model=tiny", "parallel.dp_replicate=2"],
 }
-CACHED = ("tiny 1 rank", "tiny 2 ranks (dp)")  # also run with their graphs loaded from the compile cache
+CACHED = ("tiny 1 rank", "tiny 2 ranks (dp)")  # also run with their graphs loaded from the compile cache, cold and warm
 
 
-def run(overrides: list[str], steps: int, out: Path, cache: Path | None = None) -> dict:
-    """One trial; ``cache``: the compile cache's root (the variant loads its graphs), else it compiles them."""
+def run(overrides: list[str], steps: int, out: Path, cache: Path | None = None, warmed: bool = False) -> dict:
+    """One trial; ``cache``: the compile cache's root (the variant loads its graphs), else it compiles them;
+    ``warmed``: its processes forked from the warm server that ``main`` runs, else started afresh."""
     flag = f"execution.compile_cache={cache is not None}".lower()
-    env = dict(os.environ, MSAR_COMPILE_CACHE_DIR=str(cache)) if cache else None
-    subprocess.run([sys.executable, "-m", "core.train", *overrides, flag, f"trial.max_steps={steps}",
-                    f"trial.dir={out}"], cwd=ROOT, capture_output=True, env=env)
+    env = {k: v for k, v in os.environ.items() if warmed or k != warm.SOCKET_ENV}
+    if cache:
+        env["MSAR_COMPILE_CACHE_DIR"] = str(cache)
+    out.mkdir(parents=True)
+    with open(out / "stdout.log", "wb") as log:
+        start = warm.popen if warmed else subprocess.Popen  # (warm.popen: forked when a server runs)
+        proc = start([sys.executable, "-m", "core.train", *overrides, flag, f"trial.max_steps={steps}",
+                           f"trial.dir={out}"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc.wait()
+    if warmed != isinstance(proc, warm.WarmProcess):
+        raise SystemExit(f"{overrides}: meant to start {'warm' if warmed else 'cold'}, started the other way")
     summary = json.loads((out / "trial_summary.json").read_text())
     if summary["status"] != "ok":
         raise SystemExit(f"{overrides}: trial ended {summary['status']}: {summary['reason']}")
@@ -61,17 +73,18 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="core.train overrides added to every variant")
     args = ap.parse_args()
     variants = {name: [*overrides, *args.overrides] for name, overrides in VARIANTS.items()}
-    runs = {name: (overrides, False) for name, overrides in variants.items()}
-    runs.update({f"{name}, graphs cached": (variants[name], True) for name in CACHED})
+    runs = {name: (overrides, False, False) for name, overrides in variants.items()}
+    runs.update({f"{name}, graphs cached": (variants[name], True, False) for name in CACHED})
+    runs.update({f"{name}, graphs cached, warm": (variants[name], True, True) for name in CACHED})
     results: dict[str, list[dict]] = {name: [] for name in runs}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, warm.serving():
         cache = Path(tmp) / "cache"
         for name in CACHED:  # fill the cache: one trial of each compiles and saves its graphs
             run(variants[name], 2, Path(tmp) / f"fill{CACHED.index(name)}", cache)
         for r in range(args.repeats):
-            for i, (name, (overrides, cached)) in enumerate(runs.items()):
+            for i, (name, (overrides, cached, warmed)) in enumerate(runs.items()):
                 out = Path(tmp) / f"v{i}_{r}"  # hydra overrides reject ( ) in values
-                results[name].append(run(overrides, args.steps, out, cache if cached else None))
+                results[name].append(run(overrides, args.steps, out, cache if cached else None, warmed))
                 if cached and results[name][-1]["compile_cache"] != "loaded":
                     raise SystemExit(f"{name}: the graphs were not loaded from the cache")
                 print(f"  done: {name} #{r + 1}", file=sys.stderr)
@@ -102,7 +115,9 @@ def main() -> None:
           f"start-up of 2 ranks vs 1: **{startup:.2f}x**")
     for name in CACHED:
         ratio = med(f"{name}, graphs cached", "startup_sec", False) / med(name, "startup_sec", False)
-        print(f"start-up of {name} with its graphs from the compile cache: **{ratio:.2f}x** of compiling them")
+        warmed = med(f"{name}, graphs cached, warm", "startup_sec", False) / med(name, "startup_sec", False)
+        print(f"start-up of {name} with its graphs from the compile cache: **{ratio:.2f}x** of compiling them; "
+              f"forked warm as well: **{warmed:.2f}x**")
 
 if __name__ == "__main__":
     main()

@@ -9,7 +9,7 @@ load. Here the cache lives in ``<root>/<key>/rank_<r>/``, where the key hashes e
 
 - the config without what only the host uses (seed, learning-rate schedule, budgets, paths, checkpoints, logging;
   ``HOST_ONLY``), plus whether validation is compiled (config_rules.eval_compiled, which reads the step budget);
-- the source of the ``core`` package, MindSpore's version and the device.
+- the source of the ``core`` package (its C++ kernels too), MindSpore's version and the device.
 
 A rank works in a private copy (``<trial>/compile_cache/``, kept only if the trial failed): a hit copies the entry
 in, a miss compiles there and ``close`` moves it into the shared root only when the trial ended well, by one
@@ -67,7 +67,8 @@ def graph_key(cfg) -> str:
 def _code_digest() -> str:
     root = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
+    # .cc: the fused kernels' source (core/kernels), whose entry points the graphs call
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".cc")):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 

@@ -101,30 +101,47 @@ class WarmProcess:
 def popen(args: Sequence[str], *, stdin=None, stdout=None, stderr=None, env: Optional[dict] = None,
           cwd=None, start_new_session: bool = False):
     """``subprocess.Popen(args, ...)``, from the warm server when one serves this process and ``args`` runs
-    Python code of this interpreter (module docstring); otherwise ``subprocess.Popen`` itself."""
+    Python code of this interpreter (module docstring); otherwise, or when the server cannot be reached (it
+    forked nothing then: the process is started cold, with a warning on stderr), ``subprocess.Popen`` itself."""
     args = [str(a) for a in args]
     address = os.environ.get(SOCKET_ENV)
     affinity, python = _split_taskset(args)
-    if not address or not _warm_command(python) or subprocess.PIPE in (stdin, stdout, stderr):
-        return subprocess.Popen(args, stdin=stdin, stdout=stdout, stderr=stderr, env=env, cwd=cwd,
-                                start_new_session=start_new_session)
-    with contextlib.ExitStack() as opened:
-        fds = [_fd(s, i, opened) for i, s in enumerate((stdin, stdout, stderr))]
-        if stderr == subprocess.STDOUT:
-            fds[2] = fds[1]
-        request = {"argv": python[1:], "env": dict(os.environ if env is None else env),
-                   "cwd": os.path.abspath(cwd or os.getcwd()), "new_session": start_new_session,
-                   "affinity": affinity}
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.connect(address)
-        body = json.dumps(request).encode()
-        socket.send_fds(conn, [_HEADER.pack(len(body)) + body], fds)
-    reply = b""
-    while not reply.endswith(b"\n"):
-        chunk = conn.recv(4096)
-        if not chunk:
-            raise OSError(f"the warm server at {address} closed the connection before forking {args}")
-        reply += chunk
+    if address and _warm_command(python) and subprocess.PIPE not in (stdin, stdout, stderr):
+        try:
+            return _fork_remote(address, args, python[1:], affinity, stdin, stdout, stderr, env, cwd,
+                                start_new_session)
+        except OSError as exc:
+            print(f"core.warm: {exc}; starting {args[:4]} cold", file=sys.stderr, flush=True)
+    return subprocess.Popen(args, stdin=stdin, stdout=stdout, stderr=stderr, env=env, cwd=cwd,
+                            start_new_session=start_new_session)
+
+
+def _fork_remote(address: str, args: list[str], argv: list[str], affinity, stdin, stdout, stderr, env, cwd,
+                 start_new_session: bool) -> WarmProcess:
+    """Ask the server at ``address`` to fork ``python *argv``; OSError if it forked nothing."""
+    request = {"argv": argv, "env": dict(os.environ if env is None else env),
+               "cwd": os.path.abspath(cwd or os.getcwd()), "new_session": start_new_session, "affinity": affinity}
+    body = json.dumps(request).encode()
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # stays open: the server reports the exit on it
+    try:
+        try:
+            conn.connect(address)
+        except OSError as exc:
+            raise OSError(f"no warm server at {address} ({exc.strerror or exc})") from exc
+        with contextlib.ExitStack() as opened:  # the descriptors travel with the request (the server dups them)
+            fds = [_fd(s, i, opened) for i, s in enumerate((stdin, stdout, stderr))]
+            if stderr == subprocess.STDOUT:
+                fds[2] = fds[1]
+            socket.send_fds(conn, [_HEADER.pack(len(body)) + body], fds)
+        reply = b""
+        while not reply.endswith(b"\n"):
+            chunk = conn.recv(4096)
+            if not chunk:
+                raise OSError(f"the warm server at {address} closed the connection before forking")
+            reply += chunk
+    except BaseException:
+        conn.close()
+        raise
     first, _, rest = reply.partition(b"\n")
     proc = WarmProcess(args, conn, int(json.loads(first)["pid"]))
     proc._buffer = rest

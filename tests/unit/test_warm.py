@@ -88,3 +88,10 @@ def test_without_a_server_or_for_other_commands_it_is_popen(tmp_path, monkeypatc
     script.write_text("pass\n")
     proc = warm.popen([sys.executable, str(script)])  # a script file, not -m / -c: a plain process
     assert isinstance(proc, subprocess.Popen) and proc.wait() == 0
+
+
+def test_an_unreachable_server_starts_the_process_cold_and_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(warm.SOCKET_ENV, str(tmp_path / "gone"))  # a server that died, or never bound
+    proc = warm.popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert isinstance(proc, subprocess.Popen) and proc.wait() == 3
+    assert "no warm server at" in capsys.readouterr().err
