@@ -23,25 +23,31 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 
 import mindspore as ms
 from mindspore import ops
 
 MODULE = "core.kernels._cpu_kernels"
+log = logging.getLogger("core.kernels")
 
 
 def use_cpu_kernels(device: str, setting: bool | None) -> bool:
     """CPU workaround: MindSpore's CPU backend runs the optimizer's element-wise steps as one kernel per parameter
     and step (module docstring); on an accelerator its fused kernels are the right ones and these cannot run (they
-    read host memory). ``setting``: ``execution.cpu_kernels`` (None: on for CPU)."""
-    if device != "CPU":
+    read host memory). ``setting``: ``execution.cpu_kernels`` (None: on for CPU when the extension was built; the
+    install builds it where a C++ compiler is found and goes on without it, as MindSpore's kernels compute the same
+    update)."""
+    if device != "CPU" or setting is False:
         return False
-    if setting is False:
-        return False
-    if library_path() is None:
-        raise RuntimeError(f"execution.cpu_kernels: the extension {MODULE} is not built; reinstall the project "
-                           "(pip install -e .) with a C++ compiler on the PATH, or set execution.cpu_kernels=false")
-    return True
+    if library_path() is not None:
+        return True
+    why = (f"the extension {MODULE} is not built (pip builds it when a C++ compiler is on the PATH: reinstall "
+           "with one, pip install -e .)")
+    if setting:
+        raise RuntimeError(f"execution.cpu_kernels=true, but {why}; or set execution.cpu_kernels=null or false")
+    log.warning("execution.cpu_kernels: %s; the optimizer runs MindSpore's own kernels", why)
+    return False
 
 
 @functools.cache

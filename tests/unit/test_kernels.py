@@ -58,3 +58,12 @@ def test_cpu_kernels_only_on_cpu():
     assert kernels.use_cpu_kernels("CPU", None) and kernels.use_cpu_kernels("CPU", True)
     assert not kernels.use_cpu_kernels("CPU", False)
     assert not kernels.use_cpu_kernels("Ascend", None)
+
+
+def test_without_the_built_extension_the_default_falls_back_and_true_is_an_error(monkeypatch, caplog):
+    monkeypatch.setattr(kernels, "library_path", lambda: None)  # installed where no C++ compiler was found
+    with caplog.at_level("WARNING", logger="core.kernels"):
+        assert not kernels.use_cpu_kernels("CPU", None)
+    assert "not built" in caplog.text and "MindSpore's own kernels" in caplog.text
+    with pytest.raises(RuntimeError, match="execution.cpu_kernels=true"):
+        kernels.use_cpu_kernels("CPU", True)
