@@ -23,6 +23,7 @@ times, are the figure). The time the kernels are not busy is launch gaps, Python
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
@@ -83,7 +84,9 @@ def main() -> None:
     ap.add_argument("--keep", help="a directory to leave the profiler output in")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
+    from core import native_env
 
+    native_env.apply()  # as core.train does, before MindSpore loads
     import mindspore as ms
 
     from core.config import load_config, to_dict
@@ -95,6 +98,8 @@ def main() -> None:
     overrides = [f"model={args.model}", f"trial.max_steps={args.warmup + 2 * args.steps}", *args.overrides]
     cfg = load_config(overrides)
     with tempfile.TemporaryDirectory() as tmp:
+        keep = os.path.abspath(args.keep) if args.keep else None
+        os.chdir(tmp)  # MindSpore's compile debris (graph-kernel fusion's kernels and logs) goes to the cwd
         rec = TrialRecorder(trial_dir=Path(tmp), config=to_dict(cfg), overrides=overrides, started=time.time())
         trainer = Trainer(cfg, rec)
         trainer._setup()
@@ -110,8 +115,9 @@ def main() -> None:
             trainer._train_step(args.warmup + args.steps + i)
         wall_ms = (time.perf_counter() - t0) * 1000
         op_ms = profiler.stop()
-        if args.keep:
-            shutil.copytree(Path(tmp) / "profile", args.keep, dirs_exist_ok=True)
+        if keep:
+            shutil.copytree(Path(tmp) / "profile", keep, dirs_exist_ok=True)
+        os.chdir(ROOT)  # out of the directory about to be removed
 
     step = statistics.mean(r["step"] for r in rows)
     mean = {p: statistics.mean(r.get(p, 0.0) for r in rows) for p in PHASES}

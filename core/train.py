@@ -19,6 +19,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from core import native_env
 from core.config import ConfigError, TrainConfig, compose, from_dict, load_config, to_dict
 from core.trial import CONFIG_ENV, START_ENV, Exit, TrialRecorder, Watchdog, classify, write_invalid_summary
 
@@ -139,6 +140,7 @@ def run_rank(cfg: TrainConfig, overrides: list[str], trial_dir: Path, started: f
 
 
 def main(argv: list[str] | None = None) -> int:
+    native_env.apply()  # before anything imports MindSpore (its libraries read these as they load)
     overrides = list(sys.argv[1:] if argv is None else argv)
     if overrides and overrides[0] in ("-h", "--help"):
         from omegaconf import OmegaConf

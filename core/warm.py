@@ -42,6 +42,8 @@ import tempfile
 import time
 from typing import Optional, Sequence
 
+from core import native_env
+
 SOCKET_ENV = "MSAR_WARM_SOCKET"
 READY = "ready"
 START_TIMEOUT_SEC = 180.0  # the server's own imports, on a loaded machine
@@ -210,6 +212,7 @@ def serve(address: str, preload: Sequence[str]) -> None:
     import importlib
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the agent's terminal: the agent ends us (stdin)
+    native_env.apply()  # MindSpore's libraries read it as they load, here, once for every child
     for module in preload:
         importlib.import_module(module)
     _warm_hydra()
