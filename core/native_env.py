@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import os
 
-# OMP_WAIT_POLICY=passive. MindSpore links GNU OpenMP (libgomp), in whose parallel regions the kernels that
-# graph-kernel fusion generates (AKG, execution.graph_kernel_fusion) run. By default libgomp's worker threads spin
-# after each region, waiting for the next; on a CPU they then take a core from MindSpore's own kernel threads, which
-# do not run under OpenMP. Measured on model=small, 2 cores, jit_level O1 + fusion: forward+backward 170-200 ms with
-# the spin, 54 ms passive (benchmarks/RESULTS.md, "OpenMP's spinning workers"). Nothing else in a trial runs OpenMP
-# regions (MindSpore's kernels, its oneDNN matmuls and core.kernels use their own thread pools), and on an
-# accelerator only host-side waits change, so the default holds for every device. A value set by the user wins.
-DEFAULTS = {"OMP_WAIT_POLICY": "passive"}
+# OMP_NUM_THREADS=1, as MindSpore means it to be. MindSpore links GNU OpenMP (libgomp), in whose parallel regions
+# the kernels of graph-kernel fusion (AKG, execution.graph_kernel_fusion) run; its own kernels run on its own thread
+# pool. Its import calls setenv("OMP_NUM_THREADS", "1"), but after libgomp has read the environment: the process
+# itself keeps libgomp's default, a thread per core, and only the processes it starts get 1 (so trials started
+# by a process that had imported MindSpore, as benchmarks' were, ran differently from the agent's). libgomp's
+# extra thread spins between regions and took a core from MindSpore's kernel thread: model=small, O1 + fusion,
+# 2 cores, forward+backward 170-200 ms against 54-60 ms with 1 (benchmarks/RESULTS.md, "OpenMP's spinning
+# workers"). A value set by the user wins.
+DEFAULTS = {"OMP_NUM_THREADS": "1"}
 
 
 def apply() -> None:

@@ -38,6 +38,8 @@ from pathlib import Path
 from core.user_cache import cache_root
 
 SIZE, WARMUP, REPEATS = 2048, 30, 10
+# 2: NumPy measured on every core (an entry measured by a trial before could hold NumPy on one: _measure_in_child)
+METHOD = 2
 
 
 def cache_path() -> Path:
@@ -56,11 +58,12 @@ def cpu_model_and_flags() -> tuple[str, set[str]]:
 
 
 def machine_key(device: str) -> str:
-    """What the rate depends on: device, CPU model, cores, SIMD flags, library versions."""
+    """What the rate depends on: device, CPU model, cores, SIMD flags, library versions, and how it is measured
+    (``METHOD``)."""
     model, have = cpu_model_and_flags()
     flags = ",".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile") if f in have)
     libraries = f"mindspore {version('mindspore')}|numpy {version('numpy')}"
-    return f"{device}|{model}|{os.cpu_count()} cores|{flags}|{libraries}"
+    return f"{device}|{model}|{os.cpu_count()} cores|{flags}|{libraries}|method {METHOD}"
 
 
 def _best_rate(matmul, a, size: int) -> float:
@@ -98,8 +101,12 @@ def measure(library: str, device: str, size: int = SIZE) -> float:
 
 
 def _measure_in_child(library: str, device: str) -> float:
+    # Without OMP_NUM_THREADS, which a trial sets for MindSpore (core.native_env; MindSpore's import sets it too,
+    # below Python, for every process it starts): NumPy's OpenBLAS reads it and would use one core of the machine
+    # (measured: 114 against 225 GFLOP/s at 2048, 2 cores).
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     out = subprocess.run([sys.executable, "-m", "core.reference_rate", "--device", device, "--child", library,
-                          str(SIZE)], capture_output=True, text=True, check=True,
+                          str(SIZE)], capture_output=True, text=True, check=True, env=env,
                          cwd=Path(__file__).resolve().parents[1])
     return float(out.stdout.strip().splitlines()[-1])
 

@@ -57,3 +57,19 @@ def test_mindspore_is_measured_as_a_trial_runs_it(monkeypatch):
     with mock.patch.dict(os.environ, {execution.HOST_BLOCKING_ENV: "0"}):
         assert reference_rate.measure("mindspore", "CPU", size=8) == 1.0
     assert seen == ["1"]
+
+
+def test_numpy_is_measured_on_every_core_even_from_a_trial(monkeypatch):
+    """A trial runs with OMP_NUM_THREADS=1 (core.native_env), which NumPy's OpenBLAS would obey: the child that
+    measures the reference does not inherit it."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    real_run, seen = reference_rate.subprocess.run, []
+
+    def run(args, **kwargs):
+        seen.append(kwargs.get("env"))
+        return real_run(args, **kwargs)
+
+    monkeypatch.setattr(reference_rate.subprocess, "run", run)
+    monkeypatch.setattr(reference_rate, "SIZE", 128)
+    assert reference_rate._measure_in_child("numpy", "CPU") > 1e8
+    assert seen and seen[0] is not None and "OMP_NUM_THREADS" not in seen[0]
