@@ -5,8 +5,9 @@
 MFU = achieved model FLOP/s / (reference rate x the units the trial used). Measured per trial, the denominator
 moved with whatever else the machine was doing, so MFU of two trials could not be compared (nor used as an
 objective). Here it is measured once per machine and kept in ``reference_rate.json`` of the project's cache
-(core.user_cache: ``$MSAR_CACHE_DIR``, default ``~/.cache/mindspore-autoresearch``), keyed by the device, the CPU model, core count and SIMD flags, and the
-MindSpore and NumPy versions (a new BLAS may be faster: a new entry).
+(core.user_cache: ``$MSAR_CACHE_DIR``, default ``~/.cache/mindspore-autoresearch``), keyed by the device, the CPU
+model, core count and SIMD flags, the MindSpore and NumPy versions (a new BLAS may be faster: a new entry) and the
+method of measuring (``METHOD``).
 
 The rate is the best of MindSpore's and NumPy's (OpenBLAS) fp32 2048 x 2048 matmul, each the fastest of 10 runs
 after 30 warm-ups (MindSpore's CPU kernels tune their thread count over their first ~25 runs, MINDSPORE_CPU.md),

@@ -87,7 +87,8 @@ def sum_of_squares(tensors: tuple, weights):
 def adamw(params: tuple, grads: tuple, m: tuple, v: tuple, decays, lr, eps, decay, scale, betas):
     """AdamW on every parameter at once, in place: with g = scale * grad,
 
-        m <- beta1 m + (1 - beta1) g,  v <- beta2 v + (1 - beta2) g^2,  p <- p (1 - decay * decays_i) - lr m / (sqrt(v) + eps)
+        m <- beta1 m + (1 - beta1) g,   v <- beta2 v + (1 - beta2) g^2,
+        p <- p (1 - decay * decays_i) - lr m / (sqrt(v) + eps)
 
     ``lr`` and ``eps`` are Adam's with the bias corrections folded in (``core.optim.adamw.fold_bias_correction``),
     ``decay`` = lr * weight_decay, ``scale`` the clipping and averaging factor (0-d float32 Tensors); ``decays``

@@ -14,8 +14,9 @@ nothing more; Muon needs whole matrices (``core.optim.sharded_muon``).
 
 ``step(grads, lr, scale)`` multiplies every gradient by ``scale`` (clipping and averaging: ``GradientSync``) as it
 reads it, so that the scaled gradients are never written out. ``fused=True`` (on CPU, ``execution.cpu_kernels``)
-updates all AdamW parameters with one kernel (``core.kernels.adamw``) instead of two per parameter. Which rule and decay a parameter gets is
-decided from its full, 1-process shape (``placements``), never from the shape of a flat shard.
+updates all AdamW parameters with one kernel (``core.kernels.adamw``) instead of two per parameter. Which rule and
+decay a parameter gets is decided from its full, 1-process shape (``placements``), never from the shape of a flat
+shard.
 """
 
 from __future__ import annotations
