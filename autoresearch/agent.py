@@ -25,8 +25,8 @@ import sys
 
 from autoresearch.chooser import HYBRID_SAMPLER
 from autoresearch.loop import AgentOptions, StudyLoop
-from autoresearch.space import SpaceError
 from autoresearch.runner import DEFAULT_COMMAND
+from autoresearch.space import SpaceError
 from autoresearch.space_core import check_trial_command
 from core import warm
 
@@ -91,7 +91,7 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
                     "cores (taskset) or devices; default 1 (several agents may also share one --storage)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--cold", action="store_true", help="start every trial's processes afresh instead of forking "
-                    "them from a warm server that has imported MindSpore once (core.warm: ~3 s less per trial)")
+                    "them from a warm server that has imported MindSpore once (core.warm: 1-2 s less per trial on 2 cores)")
     a = ap.parse_args(argv)
     if a.workers < 1:
         ap.error(f"--workers must be at least 1 (got {a.workers})")
