@@ -18,7 +18,7 @@ import os
 # by a process that had imported MindSpore, as benchmarks' were, ran differently from the agent's). libgomp's
 # extra thread spins between regions and took a core from MindSpore's kernel thread: model=small, O1 + fusion,
 # 2 cores, forward+backward 170-200 ms against 54-60 ms with 1 (benchmarks/RESULTS.md, "OpenMP's spinning
-# workers"). A value set by the user wins.
+# worker"). A value set by the user wins.
 DEFAULTS = {"OMP_NUM_THREADS": "1"}
 
 

@@ -10,8 +10,9 @@ command is not Python code of this interpreter (``-m module`` or ``-c code``, op
 <cores>``, which becomes the child's CPU affinity); the supervisor of a multi-rank trial starts its scheduler and
 workers through it too, so they are warm as well.
 
-Why: ``import mindspore`` alone takes 2.0-2.6 s on the 2-core machines here, Hydra's first compose ~0.5 s more, and
-every trial of a study paid them again (benchmarks/RESULTS.md, "Warm starts"). A fork shares the imported pages
+Why: ``import mindspore`` alone takes 1.5-2.6 s on the 2-core machines here, Hydra's first compose ~0.5 s more, and
+every trial of a study paid them again (benchmarks/RESULTS.md, "Fused optimizer kernels and warm starts": a 1-rank
+trial with cached graphs reached its first step in 0.5 s forked, 1.7 s cold). A fork shares the imported pages
 copy-on-write and takes milliseconds.
 
 Why a fork server rather than a pool of processes started ahead: a spare process importing MindSpore while a
