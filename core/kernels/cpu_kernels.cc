@@ -6,9 +6,10 @@
 //              p, m and v updated in place
 //
 // Every AOT entry point has MindSpore's signature: params holds the inputs' then the outputs' data pointers, shapes
-// and ndims their shapes. All tensors are float32 and contiguous (core/kernels/__init__.py checks before building
-// a call). Work is cut into fixed chunks that a small pool of threads shares, and partial sums are added in chunk
-// order, so every result is the same whatever the number of threads.
+// and ndims their shapes. All tensors are float32 and contiguous: core.optim.Optimizer refuses fused=True for other
+// parameter dtypes, and gradients have their parameters' dtype. Work is cut into fixed chunks that a small pool of
+// threads shares, and partial sums are added in chunk order, so every result is the same whatever the number of
+// threads.
 //
 // Built by setuptools as the extension module core.kernels._cpu_kernels (pyproject.toml); Python imports it for
 // its path and for set_threads(n), MindSpore's AOT loader dlopens the same file.
