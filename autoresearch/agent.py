@@ -28,7 +28,7 @@ from autoresearch.loop import AgentOptions, StudyLoop
 from autoresearch.runner import DEFAULT_COMMAND
 from autoresearch.space import SpaceError
 from autoresearch.space_core import check_trial_command
-from core import warm
+from core.trial import fork_server as warm
 
 PROPOSERS = ("auto", "claude", "gp", "tpe", "hybrid", "random", "grid")
 GP_WHY = ("gp: a Gaussian process ranks the configs predicted to run; it beat Optuna's TPE and random search on "

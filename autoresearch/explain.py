@@ -56,7 +56,7 @@ def memory_breakdown(overrides: list[str] | None) -> tuple[dict | None, str]:
     if key not in _BREAKDOWNS:
         try:
             from core.config import load_config
-            from core.memory import breakdown
+            from core.memory.breakdown import breakdown
 
             _BREAKDOWNS[key] = breakdown(load_config(list(overrides))), ""
         except ImportError as exc:
@@ -72,6 +72,6 @@ def breakdown_text(row: dict, space=None) -> tuple[str | None, str]:
     breakdown, note = memory_breakdown(core_overrides(row, space))
     if breakdown is None:
         return None, note
-    from core.memory import format_breakdown
+    from core.memory.breakdown import format_breakdown
 
     return format_breakdown(breakdown), ""

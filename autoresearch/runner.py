@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from autoresearch.outcomes import EXIT_STATUS, TrialResult
-from core import warm
+from core.trial import fork_server as warm
 
 DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-m", "core.train")
 

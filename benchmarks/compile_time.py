@@ -30,7 +30,7 @@ def _child(task: str, spelling: str, n: int, shape: tuple[int, ...]) -> float:
     import numpy as np
     from mindspore import Parameter, ParameterTuple, nn, ops
 
-    from core import execution
+    from core.runtime import graphs as execution
 
     sgd = ops.ApplyGradientDescent()
     weights = tuple(float(i % 3) for i in range(n))

@@ -1,4 +1,4 @@
-"""Peak memory and time of one forward+backward of the lm_head + cross-entropy, three ways (core/loss.py).
+"""Peak memory and time of one forward+backward of the lm_head + cross-entropy, three ways (core/model/loss.py).
 
     .venv/bin/python benchmarks/fused_ce.py [--n 4096 --v 32768 --d 256 --repeats 3 --rounds 3 --modes jit,pynative]
 
@@ -56,7 +56,7 @@ def worker(variant: str, mode: str, n: int, v: int, d: int, repeats: int, chunk_
     import mindspore as ms
     from mindspore import Tensor
     from mindspore.common.api import _pynative_executor
-    from core.loss import cross_entropy, linear_cross_entropy, naive_cross_entropy, rows_per_chunk
+    from core.model.loss import cross_entropy, linear_cross_entropy, naive_cross_entropy, rows_per_chunk
 
     matmul_nt = ms.ops.MatMul(transpose_b=True)
 
@@ -139,7 +139,7 @@ def main() -> None:
         return json.loads(lines[-1])
 
     sys.path.insert(0, str(ROOT))
-    from core.loss import rows_per_chunk
+    from core.model.loss import rows_per_chunk
     chunk = rows_per_chunk(args.n, args.v, args.chunk_size)
     modes, variants = args.modes.split(","), args.variants.split(",")
     results = {}                                                                # (mode, variant) -> list of runs

@@ -71,14 +71,10 @@ def torch_trial(argv: list[str]) -> None:
     opts = dict(a.split("=", 1) for a in argv if a.split("=", 1)[0] in ("peer", "params"))
     cfg = load_config([a for a in argv if a.split("=", 1)[0] not in opts])
     t, o, out = cfg.training, cfg.optim, Path(cfg.trial.dir)
-    # core.optim's package imports MindSpore, its schedule module does not: load that file alone, so that this
-    # process holds no MindSpore runtime and still follows the core's warmup and decay
-    spec = importlib.util.spec_from_file_location("core_schedule", ROOT / "core" / "optim" / "schedule.py")
-    schedule = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(schedule)
+    from core.optim.lr_schedule import lr_at  # no MindSpore: this process follows the core's warmup and decay
     assert cfg.grad_accum_steps == 1, "the peer runs one micro-batch per step"
     torch.manual_seed(cfg.seed)
-    # The core's single rank runs its kernels on every core this process may use (core.trainer._share_cpu_cores)
+    # The core's single rank runs its kernels on every core this process may use (core.runtime.settings._cpu_share)
     torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
 
     model = GPT(cfg.model)
@@ -106,7 +102,7 @@ def torch_trial(argv: list[str]) -> None:
             loss.backward()
             norm = torch.nn.utils.clip_grad_norm_(params, o.grad_clip)
             for group in optimizer.param_groups:
-                group["lr"] = schedule.lr_at(step, o, cfg.trial.max_steps)
+                group["lr"] = lr_at(step, o, cfg.trial.max_steps)
             optimizer.step()
             losses.append(loss.item())
             norm.item()  # the core reads loss and norm back every step (its NaN check)
@@ -202,7 +198,7 @@ def matmul_worker(argv: list[str]) -> None:
     if lib.startswith("mindspore"):  # mindspore: as a trial runs it; mindspore-queues: host queues on
         import mindspore as ms
 
-        from core.execution import set_host_pipeline
+        from core.runtime.settings import set_host_pipeline
 
         set_host_pipeline("CPU", True if lib == "mindspore-queues" else None)
         info, wrap, mm = f"MindSpore {ms.__version__}", ms.Tensor, lambda a: (a @ a).asnumpy()  # asnumpy waits

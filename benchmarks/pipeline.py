@@ -11,7 +11,7 @@ ranks; it includes the messages' transfer) beside the theoretical (p - 1) / (v m
 times, each rank's peak memory and the memory estimate's error for the largest rank (pipelines were not in the
 estimate's fit: held out).
 
-A stage re-runs its forward in backward (core/parallel/pipeline.py), which the theoretical bubble ignores.
+A stage re-runs its forward in backward (core/parallel/pipeline/), which the theoretical bubble ignores.
 """
 
 from __future__ import annotations

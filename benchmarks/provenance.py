@@ -8,7 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from core.reference_rate import cpu_model_and_flags
+from core.runtime.reference_rate import cpu_model_and_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 

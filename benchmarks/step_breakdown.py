@@ -44,7 +44,7 @@ def timed_step(trainer, step: int, sync) -> dict[str, float]:
 
     from core.optim import lr_at
 
-    cfg, t, dims, sched = trainer.cfg, trainer.cfg.training, trainer.dims, trainer.schedule
+    cfg, t, dims, sched = trainer.cfg, trainer.cfg.training, trainer.dims, trainer.step
     out: dict[str, float] = {}
     start = last = time.perf_counter()
 
@@ -84,15 +84,15 @@ def main() -> None:
     ap.add_argument("--keep", help="a directory to leave the profiler output in")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
-    from core import native_env
+    from core.runtime import native_env
 
     native_env.apply()  # as core.train does, before MindSpore loads
     import mindspore as ms
 
     from core.config import load_config, to_dict
-    from core.parallel.schedule import GradientAccumulation
-    from core.profiling import StepProfiler
-    from core.trainer import Trainer
+    from core.training.step import AccumulationStep
+    from core.runtime.profiling import StepProfiler
+    from core.training.trainer import Trainer
     from core.trial import TrialRecorder
 
     overrides = [f"model={args.model}", f"trial.max_steps={args.warmup + 2 * args.steps}", *args.overrides]
@@ -102,8 +102,7 @@ def main() -> None:
         os.chdir(tmp)  # MindSpore's compile debris (graph-kernel fusion's kernels and logs) goes to the cwd
         rec = TrialRecorder(trial_dir=Path(tmp), config=to_dict(cfg), overrides=overrides, started=time.time())
         trainer = Trainer(cfg, rec)
-        trainer._setup()
-        if not isinstance(trainer.schedule, GradientAccumulation):
+        if not isinstance(trainer.step, AccumulationStep):
             raise SystemExit("the breakdown covers the plain micro-batch schedule (no pipeline, no segments)")
         for step in range(args.warmup):
             trainer._train_step(step)

@@ -32,8 +32,8 @@ from provenance import cpu_info, git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from core import warm  # noqa: E402  (the project root first: run from benchmarks/)
-from core.trial import STARTUP_PHASES  # noqa: E402
+from core.trial import fork_server as warm
+from core.trial.contract import STARTUP_PHASES
 
 VARIANTS = {
     "small jit": ["model=small", "training.mode=jit"],

@@ -1,12 +1,12 @@
-"""``python -m core.train [overrides]``: one bounded trial (DESIGN §3.2).
+"""``python -m core.train [overrides]``: one bounded trial.
 
     python -m core.train model=tiny trial.max_steps=20
     python -m core.train model=small optim=muon parallel.dp_replicate=2 trial.dir=trials/manual/dp2
-    python -m core.train model=small parallel.cp=2 parallel.tp=2 trial.max_steps=20
+    python -m core.train --help                     # every key, its type, default and meaning; the exit codes
 
 Validates the config (exit 2 before any work), becomes the supervisor when the world size is above 1
-(``core.launch``), or trains on this rank: the loop in ``core.trainer``. Whatever happens, the trial directory
-gets ``trial_summary.json`` and the process exits with the code of DESIGN §3.3.
+(``core.trial.supervisor``), or trains on this rank: the loop in ``core.training.trainer``. Whatever happens, the
+trial directory gets ``trial_summary.json`` and the process exits with the code of ``core.trial.contract``.
 """
 
 from __future__ import annotations
@@ -19,34 +19,28 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from core import native_env
-from core.config import ConfigError, TrainConfig, compose, from_dict, load_config, to_dict
-from core.trial import CONFIG_ENV, START_ENV, Exit, TrialRecorder, Watchdog, classify, write_invalid_summary
+from core.config import ConfigError, TrainConfig, from_dict, load_config, override_value, to_dict
+from core.config.docs import usage
+from core.config.overrides import NULLS
+from core.memory.probe import apply_device_memory_limit
+from core.runtime import native_env
+from core.runtime.cache_dirs import compile_cache_root
+from core.runtime.cluster import CONFIG_ENV, START_ENV, is_worker_process, rank_from_env
+from core.runtime.compile_cache import CompileCache, graph_key
+from core.trial.contract import Exit, classify
+from core.trial.recorder import TrialRecorder, write_invalid_summary
+from core.trial.supervisor import supervise
+from core.trial.watchdog import Watchdog
 
 log = logging.getLogger("core.train")
 PROCESS_START = time.time()  # this process is up (its interpreter started just before)
 
-USAGE = """usage: python -m core.train [key=value | group=option ...]
-
-Groups: model=tiny|small|medium  optim=adamw|muon
-Layouts: parallel.dp_replicate, parallel.dp_shard (FSDP), parallel.tp (+ parallel.sp=true), parallel.cp;
-their product is the number of ranks this command starts.
-Examples:
-  python -m core.train model=tiny trial.max_steps=20
-  python -m core.train model=small parallel.dp_replicate=2 memory.limit_gb=4 trial.max_wall_time_sec=120
-  python -m core.train model=small parallel.tp=2 parallel.sp=true trial.max_steps=20
-Exit codes: 0 ok, 1 error, 2 invalid config, 10 oom, 11 compile error, 12 nan, 13 timeout.
-The composed default config follows; every key is documented in core/config.py.
-"""
-
 
 def _trial_dir(overrides: list[str]) -> tuple[Path, list[str]]:
     """trial.dir from the overrides, or a new trials/manual/<timestamp> added to them (workers must share it)."""
-    for o in overrides:
-        if o.startswith("trial.dir="):
-            value = o.split("=", 1)[1]
-            if value not in ("", "null"):
-                return Path(value), overrides
+    value = override_value(overrides, "trial.dir")
+    if value is not None and value not in NULLS:
+        return Path(value), overrides
     path = Path("trials") / "manual" / time.strftime("%Y%m%d-%H%M%S")
     return path, [*overrides, f"trial.dir={path}"]
 
@@ -58,16 +52,6 @@ def _setup_logging(trial_dir: Path, to_file: bool) -> None:
         handlers.append(logging.FileHandler(trial_dir / "train.log"))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S",
                         handlers=handlers, force=True)
-
-
-def _rank_from_env() -> tuple[int, int]:
-    """This process's rank as the supervisor (or msrun) assigned it; (0, 1) outside a cluster."""
-    from core.parallel import is_worker_process
-
-    if not is_worker_process():
-        return 0, 1
-    rank = int(os.environ.get("RANK_ID", os.environ.get("MS_NODE_ID", "0")))
-    return rank, int(os.environ["MS_WORKER_NUM"])
 
 
 def _work_in(trial_dir: Path, cfg: TrainConfig) -> TrainConfig:
@@ -88,43 +72,37 @@ def _work_in(trial_dir: Path, cfg: TrainConfig) -> TrainConfig:
     return replace(cfg, data=data, checkpoint=checkpoint, execution=execution)
 
 
-def _compile_cache(cfg: TrainConfig, rank: int, trial_dir: Path):
-    """This rank's ``core.compile_cache.CompileCache``, opened; None when ``execution.compile_cache`` is off,
-    graph-kernel fusion is on (its generated kernels live outside the cached graphs) or the cache is unusable."""
+def _compile_cache(cfg: TrainConfig, rank: int, trial_dir: Path) -> CompileCache | None:
+    """This rank's compile cache, opened; None when ``execution.compile_cache`` is off, graph-kernel fusion is on
+    (its generated kernels live outside the cached graphs) or the cache is unusable."""
     e = cfg.execution
     if not e.compile_cache or e.graph_kernel_fusion:
         return None
-    from core.compile_cache import CompileCache, graph_key
-    from core.user_cache import compile_cache_root
-
     root = Path(e.compile_cache_dir) if e.compile_cache_dir else compile_cache_root()
     graphs = CompileCache(root, graph_key(cfg), rank, trial_dir / "compile_cache")
     return graphs if graphs.open() else None
 
 
-def run_rank(cfg: TrainConfig, overrides: list[str], trial_dir: Path, started: float) -> int:
+def run_rank(cfg: TrainConfig, *, overrides: list[str], trial_dir: Path, started: float) -> int:
     """Train on this rank and leave its summary; returns the exit code."""
-    from core import rss
-
-    rank, world = _rank_from_env()
+    rank, world = rank_from_env()
     trial_dir = trial_dir.resolve()
     rec = TrialRecorder(trial_dir=trial_dir, config=to_dict(cfg), overrides=overrides, started=started,
                         rank=rank, world_size=world)
     cfg = _work_in(trial_dir, cfg)
     limit = None
-    if cfg.memory.limit_gb is not None and not rss.apply_device_memory_limit(cfg.memory.limit_gb, cfg.device):
+    if cfg.memory.limit_gb is not None and not apply_device_memory_limit(cfg.memory.limit_gb, cfg.device):
         limit = int(cfg.memory.limit_gb * 2**30)
     wall = cfg.trial.max_wall_time_sec
     deadline = None if wall is None else started + wall + cfg.trial.grace_sec
-    watchdog = Watchdog(on_fire=lambda code, reason: rec.finish(code, reason), limit_bytes=limit,
-                        hard_deadline=deadline)
+    watchdog = Watchdog(lambda code, reason: rec.finish(code, reason), limit_bytes=limit, hard_deadline=deadline)
     watchdog.start()
     exc: BaseException | None = None
     rec.mark("launch", at=PROCESS_START)
     graphs = _compile_cache(cfg, rank, trial_dir)
     rec.compile_cache = None if graphs is None else ("loaded" if graphs.loaded else "compiled")
     try:
-        from core.trainer import Trainer
+        from core.training.trainer import Trainer  # MindSpore: a rank's import, never the supervisor's
 
         rec.mark("imports")
         code, reason = Trainer(cfg, rec, limit_bytes=limit).run()
@@ -140,19 +118,18 @@ def run_rank(cfg: TrainConfig, overrides: list[str], trial_dir: Path, started: f
 
 
 def main(argv: list[str] | None = None) -> int:
-    native_env.apply()  # before anything imports MindSpore (its libraries read these as they load)
+    native_env.apply()  # before anything imports MindSpore (its libraries read these as they load; none is above)
     overrides = list(sys.argv[1:] if argv is None else argv)
     if overrides and overrides[0] in ("-h", "--help"):
-        from omegaconf import OmegaConf
-
-        print(USAGE)
-        print(OmegaConf.to_yaml(compose([o for o in overrides[1:] if "=" in o])))
+        try:
+            print(usage(overrides[1:]))
+        except ConfigError as e:
+            print(f"invalid config: {e}", file=sys.stderr)
+            return int(Exit.INVALID)
         return 0
     # Workers measure the wall budget from the supervisor's start, so the budget covers cluster start-up too.
     started = float(os.environ.get(START_ENV) or PROCESS_START)
     trial_dir, overrides = _trial_dir(overrides)
-    from core.parallel import is_worker_process
-
     worker = is_worker_process()
     handed = os.environ.get(CONFIG_ENV) if worker else None  # the supervisor's config, validated already
     try:
@@ -164,18 +141,16 @@ def main(argv: list[str] | None = None) -> int:
 
     _setup_logging(trial_dir, to_file=not worker)  # a worker's stdout is already its logs/rank_<r>.log
     if not worker:
-        from omegaconf import OmegaConf
+        from omegaconf import OmegaConf  # the supervisor's or single process's; workers never load it
 
         trial_dir.mkdir(parents=True, exist_ok=True)
         (trial_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
     if cfg.parallel.world_size > 1 and not worker:
-        from core.launch import supervise
-
         log.info("supervisor: starting %d ranks, logs in %s/logs", cfg.parallel.world_size, trial_dir)
-        code = supervise(overrides, trial_dir, to_dict(cfg), cfg.parallel.world_size, started)
+        code = supervise(cfg, overrides=overrides, trial_dir=trial_dir, started=started)
         log.info("trial ended: exit %d, summary %s", code, trial_dir / "trial_summary.json")
         return code
-    return run_rank(cfg, overrides, trial_dir, started)
+    return run_rank(cfg, overrides=overrides, trial_dir=trial_dir, started=started)
 
 
 if __name__ == "__main__":

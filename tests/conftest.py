@@ -2,13 +2,13 @@ import os
 
 import pytest
 
-from core import native_env
+from core.runtime import native_env
 
 native_env.apply()  # the test process loads MindSpore's libraries as a trial does (core.train)
 # Imports MindSpore, whose import sets variables of its own (LD_LIBRARY_PATH, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION,
 # ...): here, before any test's environment snapshot, not inside the first test that happens to import it.
-from core.execution import HOST_BLOCKING_ENV  # noqa: E402
-from core.user_cache import CACHE_ENV, COMPILE_CACHE_ENV  # noqa: E402
+from core.runtime.settings import HOST_BLOCKING_ENV
+from core.runtime.cache_dirs import CACHE_ENV, COMPILE_CACHE_ENV
 
 # The test process runs MindSpore as a trial on the CPU does (core.execution._host_pipeline: no spinning host
 # queues). MindSpore reads this at the first op it queues, once per process: set before any test module is even

@@ -1,6 +1,6 @@
 """The trial_summary.json schema of DESIGN §3.4, as a test helper."""
 
-from core.trial import STARTUP_PHASES
+from core.trial.contract import STARTUP_PHASES
 
 NUMBER = (int, float)
 TOP = {"schema": str, "status": str, "exit_code": int, "reason": str, "error": (dict, type(None)),

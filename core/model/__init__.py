@@ -1,5 +1,23 @@
-"""The GPT model: `GPT(cfg, dtype, seed)`, and the counts used for reporting and MFU."""
+"""The model: a Llama-style GPT with optional mixture-of-experts blocks, and its fused loss. It knows nothing of
+parallelism: ``core.training.parallelize`` shards and wraps its cells from outside, through the seams each layer
+documents.
 
-from core.model.gpt import GPT, count_params, flops_per_token, matmul_params
+    gpt.py      GPT(cfg, seed): embedding, blocks, final norm; returns hidden states (the loss applies the head)
+    block.py    Block: pre-norm attention and MLP or MoE, with residuals
+    layers.py   Linear, Embedding, RMSNorm, RoPE, GQA attention, SwiGLU MLP
+    moe.py      a top-k router over grouped experts, capacity-bounded or dropless
+    loss.py     fused linear + cross-entropy with a hand-written backward (the logits never held whole)
+    flops.py    parameter shapes, FLOPs per token, expert capacity: counted from the config (no MindSpore)
 
-__all__ = ["GPT", "count_params", "flops_per_token", "matmul_params"]
+Names are imported on first use (``lazy_loader``): the memory estimate reads ``flops`` without loading MindSpore.
+"""
+
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "block": ["Block"],
+    "flops": ["flops_per_token", "matmul_params", "moe_capacity", "param_shapes"],
+    "gpt": ["GPT", "count_params"],
+    "loss": ["IGNORE_INDEX", "LinearCrossEntropyLoss", "cross_entropy", "linear_cross_entropy"],
+    "moe": ["MoE", "moe_layers"],
+})

@@ -22,7 +22,8 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 
 from core.config import ModelConfig
-from core.model.layers import Block, Embedding, Linear, RMSNorm, linear, rope_tables
+from core.model.block import Block
+from core.model.layers import Embedding, Linear, RMSNorm, linear, rope_tables
 
 
 class GPT(nn.Cell):
@@ -84,28 +85,3 @@ def count_params(model: nn.Cell) -> int:
     """Number of distinct trainable scalars (a tied embedding counts once; an MoE block's dropped-pair counter is
     a metric, not a parameter)."""
     return sum(int(np.prod(p.shape)) for p in model.trainable_params())
-
-
-def matmul_params(cfg: ModelConfig) -> int:
-    """Weights that take part in a matmul per token: every block matrix plus the output head (used even when
-    tied). The input embedding is a gather, not a matmul, and norm weights are elementwise: both excluded."""
-    E = cfg.head_dim
-    attn = cfg.d_model * E * (2 * cfg.n_heads + 2 * cfg.n_kv_heads)  # wq, wo: H*E; wk, wv: K*E
-    mlp = 3 * cfg.d_model * cfg.ffn_hidden
-    # An MoE block: the router, and the k experts a token is routed to plus the shared ones (active weights;
-    # dispatch to empty capacity slots is not model FLOPs)
-    hidden = cfg.moe_ffn_hidden or cfg.ffn_hidden
-    moe = cfg.n_experts * cfg.d_model + 3 * cfg.d_model * hidden * (cfg.moe_top_k + cfg.moe_shared_experts)
-    blocks = sum(attn + (moe if cfg.is_moe_layer(i) else mlp) for i in range(cfg.n_layers))
-    return blocks + cfg.vocab_size * cfg.d_model
-
-
-def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
-    """Training FLOPs per token, forward + backward: 6 N + 12 L S D (PaLM, Chowdhery et al. 2022, appendix B).
-
-    6 N: each of the N matmul weights costs 2 FLOPs (multiply-add) per token forward and 4 backward (gradients
-    for input and weight). 12 L S D: the attention scores q k^T and the weighted sum p v, each 2 S D per token
-    per layer forward, times 3 for forward + backward. As in PaLM the attention term counts the full S x S
-    matrix, not the causal half actually needed, and recompute is not counted (it is "model" FLOPs, for MFU).
-    """
-    return 6.0 * matmul_params(cfg) + 12.0 * cfg.n_layers * seq_len * cfg.d_model

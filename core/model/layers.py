@@ -1,11 +1,11 @@
-"""Building blocks of the GPT: Linear, Embedding, RMSNorm, rotary embedding, GQA attention, SwiGLU MLP, Block.
+"""Layers of the GPT: Linear, Embedding, RMSNorm, rotary embedding, GQA attention, SwiGLU MLP.
 
-Written from elementary ops that have CPU kernels in MindSpore 2.10 (see MINDSPORE_CPU.md): the fused mint
+Written from elementary ops that have CPU kernels in MindSpore 2.10 (docs/mindspore-cpu.md): the fused mint
 embedding, rms_norm and attention kernels are Ascend-only, so the gather, the norm and the attention are spelled
 out here. Every leaf layer owns its init rule (`reset_parameters(rng)`); `GPT.init_weights` hands each one a
 generator seeded from (seed, the layer's name), so weights do not depend on construction order.
 
-Seams for parallelism (the layers know nothing of ranks; ``core.parallel.parallelize`` uses these):
+Seams for parallelism (the layers know nothing of ranks; ``core.training.parallelize`` uses these):
 - every layer with a weight applies it through an op Cell, ``self.op(x, self.weight)``, that takes the weight
   as an input: tensor parallelism wraps the op (column/row-parallel, vocab-parallel), FSDP wraps it again to
   gather a sharded weight (the bprop-Cell form that carries gradients under ``mindspore.jit``);
@@ -23,12 +23,12 @@ from mindspore import Parameter, Tensor, mint, nn, ops
 from mindspore.common.initializer import initializer
 
 
-def _param(shape, dtype) -> Parameter:
+def parameter(shape, dtype) -> Parameter:
     # Placeholder storage; GPT.init_weights fills it (names are only known once the cell tree is assembled).
     return Parameter(initializer("zeros", shape, dtype))
 
 
-def _normal(rng: np.random.Generator, shape, std: float, dtype) -> Tensor:
+def normal(rng: np.random.Generator, shape, std: float, dtype) -> Tensor:
     # Drawn in float32 on the host so every rank and machine gets the same bits, then cast to the model dtype.
     return Tensor(rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(dtype)
 
@@ -75,11 +75,11 @@ class Linear(nn.Cell):
     def __init__(self, in_features: int, out_features: int, init_std: float, dtype=ms.float32):
         super().__init__()
         self.init_std = init_std
-        self.weight = _param((out_features, in_features), dtype)
+        self.weight = parameter((out_features, in_features), dtype)
         self.op = MatMul()
 
     def reset_parameters(self, rng: np.random.Generator):
-        self.weight.set_data(_normal(rng, self.weight.shape, self.init_std, self.weight.dtype))
+        self.weight.set_data(normal(rng, self.weight.shape, self.init_std, self.weight.dtype))
 
     def construct(self, x):
         return self.op(x, self.weight)  # (..., in) -> (..., out)
@@ -99,11 +99,11 @@ class Embedding(nn.Cell):
     def __init__(self, vocab_size: int, dim: int, init_std: float, dtype=ms.float32):
         super().__init__()
         self.init_std = init_std
-        self.weight = _param((vocab_size, dim), dtype)
+        self.weight = parameter((vocab_size, dim), dtype)
         self.op = Lookup()
 
     def reset_parameters(self, rng: np.random.Generator):
-        self.weight.set_data(_normal(rng, self.weight.shape, self.init_std, self.weight.dtype))
+        self.weight.set_data(normal(rng, self.weight.shape, self.init_std, self.weight.dtype))
 
     def construct(self, tokens):
         return self.op(tokens, self.weight)  # (B, S) int32 -> (B, S, D)
@@ -136,7 +136,7 @@ class RMSNorm(nn.Cell):
 
     def __init__(self, dim: int, eps: float, dtype=ms.float32):
         super().__init__()
-        self.weight = _param((dim,), dtype)
+        self.weight = parameter((dim,), dtype)
         self.op = RMSNormOp(eps)
 
     def reset_parameters(self, rng: np.random.Generator):
@@ -271,30 +271,3 @@ class MLP(nn.Cell):
 
     def construct(self, x):
         return self.w_down(self.act(self.w_gate(x), self.w_up(x)))  # (B, S, F) -> (B, S, D)
-
-
-class Block(nn.Cell):
-    """Pre-norm residual block (GPT-2 / Llama): x + attn(norm(x)), then + mlp(norm(.)); the MLP is a mixture of
-    experts (core.model.moe) with ``moe``.
-
-    The unit of activation recompute: `block.recompute()` re-runs this cell's forward in backward.
-    """
-
-    def __init__(self, cfg, dtype=ms.float32, moe: bool = False):
-        super().__init__()
-        # GPT-2 (Radford et al. 2019): residual-stream writers scaled by 1/sqrt(2 L), two writers per block,
-        # so the residual stream's variance at init does not grow with depth.
-        out_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
-        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
-        self.attn = Attention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.init_std, out_std, dtype)
-        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
-        if moe:
-            from core.model.moe import MoE  # moe builds on this module's layers
-
-            self.mlp = MoE(cfg, out_std, dtype)
-        else:
-            self.mlp = MLP(cfg.d_model, cfg.ffn_hidden, cfg.init_std, out_std, dtype)
-
-    def construct(self, x, cos, sin, positions):
-        x = x + self.attn(self.attn_norm(x), cos, sin, positions)  # (B, S, D)
-        return x + self.mlp(self.mlp_norm(x))

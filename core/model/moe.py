@@ -33,8 +33,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import Parameter, Tensor, mint, nn, ops
 
-from core.config_rules import moe_capacity
-from core.model.layers import MLP, Linear, _normal, _param
+from core.model.flops import moe_capacity
+from core.model.layers import MLP, Linear, normal, parameter
 
 _bmm_nt = ops.BatchMatMul(transpose_b=True)
 
@@ -46,13 +46,13 @@ class GroupedExperts(nn.Cell):
                  dtype=ms.float32):
         super().__init__()
         self.stds = (init_std, init_std, out_std)
-        self.w_gate = _param((n_experts, hidden, d_model), dtype)
-        self.w_up = _param((n_experts, hidden, d_model), dtype)
-        self.w_down = _param((n_experts, d_model, hidden), dtype)
+        self.w_gate = parameter((n_experts, hidden, d_model), dtype)
+        self.w_up = parameter((n_experts, hidden, d_model), dtype)
+        self.w_down = parameter((n_experts, d_model, hidden), dtype)
 
     def reset_parameters(self, rng: np.random.Generator):
         for w, std in zip((self.w_gate, self.w_up, self.w_down), self.stds):
-            w.set_data(_normal(rng, w.shape, std, w.dtype))
+            w.set_data(normal(rng, w.shape, std, w.dtype))
 
     def construct(self, x):
         h = mint.nn.functional.silu(_bmm_nt(x, self.w_gate)) * _bmm_nt(x, self.w_up)   # (X, C, F)

@@ -12,7 +12,7 @@ An orthogonal (A, B) matrix has RMS 1/sqrt(max(A, B)); AdamW's updates have RMS 
 al. match 0.2, so the factor 0.2 * sqrt(max(A, B)) lets one learning rate (and weight decay, decoupled as in AdamW)
 serve both optimizers.
 
-Muon is only for hidden matrices (``core.param_rules.uses_muon``).
+Muon is only for hidden matrices (``core.optim.param_rules.uses_muon``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import math
 
 from mindspore import ops
 
-from core.param_rules import ADAMW_NAME_PATTERNS, uses_muon  # noqa: F401  (re-exported)
 
 # Quintic Newton–Schulz coefficients (a, b, c) of Jordan et al. 2024: chosen to push every singular value in
 # (0, 1] quickly into a band around 1 (roughly [0.7, 1.2]) rather than converge exactly, which 5 steps suffice for.

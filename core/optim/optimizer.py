@@ -14,9 +14,9 @@ nothing more; Muon needs whole matrices (``core.optim.sharded_muon``).
 
 ``step(grads, lr, scale)`` multiplies every gradient by ``scale`` (clipping and averaging: ``GradientSync``) as it
 reads it, so that the scaled gradients are never written out. ``fused=True`` (on CPU, ``execution.cpu_kernels``)
-updates all AdamW parameters with one kernel (``core.kernels.adamw``) instead of two per parameter. Which rule and
-decay a parameter gets is decided from its full, 1-process shape (``placements``), never from the shape of a flat
-shard.
+updates all AdamW parameters with one kernel (``core.runtime.kernels.adamw``) instead of two per parameter. Which
+rule and decay a parameter gets is decided from its full, 1-process shape (``placements``), never from the shape
+of a flat shard.
 """
 
 from __future__ import annotations
@@ -27,10 +27,13 @@ import mindspore as ms
 import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 
-from core import execution, kernels
 from core.config import OptimConfig
 from core.optim.adamw import adamw_update, decays, fold_bias_correction
-from core.optim.muon import muon_apply, muon_lookahead, muon_update, rms_match_scale, uses_muon
+from core.optim.muon import muon_apply, muon_lookahead, muon_update, rms_match_scale
+from core.optim.param_rules import uses_muon
+from core.optim.sharded_muon import ShardedNewtonSchulz
+from core.runtime import kernels
+from core.runtime.graphs import compiled_if, each, pick
 
 STEP_KEY = "step"  # state_dict key of the number of updates taken so far (0-d int64 array)
 
@@ -39,13 +42,13 @@ class _UpdateCell(nn.Cell):
     """Holds the parameters and their optimizer states; ``construct`` applies one update to all of them.
 
     Everything that differs between parameters (which rule, decay or not, Muon's RMS scale) is a Python constant
-    here, one ``rule`` per parameter, so that ``execution.each`` specialises the update of each parameter at trace
+    here, one ``rule`` per parameter, so that ``each`` specialises the update of each parameter at trace
     time into straight-line graph code. ``first``/``second``: each parameter's AdamW m and v, or its Muon momentum
     (twice; Muon reads only the first). ``sharded_ns``: Muon's Newton–Schulz over sharded matrices (all of them at
-    once), or None. ``fused``: the AdamW parameters updated by one ``core.kernels.adamw`` call.
+    once), or None. ``fused``: the AdamW parameters updated by one ``core.runtime.kernels.adamw`` call.
     """
 
-    def __init__(self, params: list[Parameter], kinds: list[str], states: list[Parameter],
+    def __init__(self, params: list[Parameter], *, kinds: list[str], states: list[Parameter],
                  slots: list[tuple[int, ...]], full_shapes: list[tuple[int, ...]], cfg: OptimConfig,
                  sharded_ns: nn.Cell | None = None, fused: bool = False):
         super().__init__()
@@ -72,14 +75,14 @@ class _UpdateCell(nn.Cell):
 
     def construct(self, grads, lr, adam_lr, adam_eps, adam_decay, scale):
         if self.sharded_ns is not None and self.muon:
-            looks = execution.each(ops.partial(_lookahead, self.hyper, scale), execution.pick(grads, self.muon),
+            looks = each(ops.partial(_lookahead, self.hyper, scale), pick(grads, self.muon),
                                    self.muon_momenta)
-            execution.each(ops.partial(_apply_orthogonal, self.hyper, lr), self.muon_params,
+            each(ops.partial(_apply_orthogonal, self.hyper, lr), self.muon_params,
                            self.sharded_ns(looks), self.muon_rules)
-        execution.each(ops.partial(_update, self.hyper, lr, adam_lr, adam_eps, adam_decay, scale), self.rules,
+        each(ops.partial(_update, self.hyper, lr, adam_lr, adam_eps, adam_decay, scale), self.rules,
                        self.params, grads, self.first, self.second)
         if self.fused:  # its output returned, so that the graph keeps the kernel (its updates are side effects)
-            return kernels.adamw(self.adam_params, execution.pick(grads, self.adam), self.adam_m, self.adam_v,
+            return kernels.adamw(self.adam_params, pick(grads, self.adam), self.adam_m, self.adam_v,
                                  self.adam_decays, adam_lr, adam_eps, adam_decay, scale, self.betas)
         return lr  # a compiled graph needs an output; the updates are side effects
 
@@ -114,11 +117,11 @@ class Optimizer:
     ``adamw.m.<param>``, ``adamw.v.<param>``, ``muon.momentum.<param>``; ``state_dict()`` adds ``step``.
     """
 
-    def __init__(self, named_params: Sequence[tuple[str, Parameter]], cfg: OptimConfig, jit: bool = True,
+    def __init__(self, named_params: Sequence[tuple[str, Parameter]], cfg: OptimConfig, *, jit: bool = True,
                  placements: dict | None = None, group=None, fused: bool = False):
         """``placements``: name -> ``core.parallel.placement.Placement`` of sharded parameters (their full shapes
         decide the rule); ``group``: the ranks that hold one copy of the model, over which Muon gathers; ``fused``:
-        AdamW by ``core.kernels.adamw`` (CPU only; float32 parameters)."""
+        AdamW by ``core.runtime.kernels.adamw`` (CPU only; float32 parameters)."""
         seen: set[int] = set()
         for name, p in named_params:
             if id(p) in seen:  # a tied weight listed twice would be updated twice per step
@@ -134,8 +137,6 @@ class Optimizer:
         kinds = [self.route[name] for name in self.names]
         sharded_ns = None
         if group is not None and group.size > 1 and "muon" in kinds:
-            from core.optim.sharded_muon import ShardedNewtonSchulz
-
             sharded_ns = ShardedNewtonSchulz([placements[n] for n, k in zip(self.names, kinds) if k == "muon"],
                                              group, cfg.ns_steps)
 
@@ -151,9 +152,10 @@ class Optimizer:
                 states.append(Parameter(Tensor(np.zeros(p.shape, np.float32)), name=key, requires_grad=False))
         self._states = states
         if fused and any(p.dtype != ms.float32 for p in params):
-            raise ValueError("fused AdamW (core.kernels.adamw) updates float32 parameters only")
-        self._cell = _UpdateCell(params, kinds, states, slots, full, cfg, sharded_ns, fused)
-        self._update = execution.compiled_if(jit, source=True)(self._cell)
+            raise ValueError("fused AdamW (core.runtime.kernels.adamw) updates float32 parameters only")
+        self._cell = _UpdateCell(params, kinds=kinds, states=states, slots=slots, full_shapes=full, cfg=cfg,
+                                 sharded_ns=sharded_ns, fused=fused)
+        self._update = compiled_if(jit, source=True)(self._cell)
         self.step_count = 0
 
     def step(self, grads: Sequence[Tensor], lr: float, scale: Tensor | float = 1.0) -> None:
@@ -192,7 +194,7 @@ class Optimizer:
         self.step_count = int(np.asarray(d[STEP_KEY]))
 
 
-def build_optimizer(named_params: Sequence[tuple[str, Parameter]], cfg: OptimConfig, jit: bool = True,
+def build_optimizer(named_params: Sequence[tuple[str, Parameter]], cfg: OptimConfig, *, jit: bool = True,
                     placements: dict | None = None, group=None, fused: bool = False) -> Optimizer:
     """The optimizer ``cfg.name`` asks for over ``named_params`` (see ``Optimizer``)."""
     return Optimizer(named_params, cfg, jit=jit, placements=placements, group=group, fused=fused)

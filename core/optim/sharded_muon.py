@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from mindspore import mint, nn, ops
 
-from core import execution
 from core.optim.muon import newton_schulz
 from core.parallel import comm
 from core.parallel.placement import Placement
+from core.runtime.graphs import each
 
 
 def assign_owners(shapes: list[tuple[int, ...]], ranks: int) -> list[int]:
@@ -58,20 +58,20 @@ class ShardedNewtonSchulz(nn.Cell):
         self.gather = comm.all_gather(group, 0)
         self.scatter = comm.reduce_scatter(group, 0)
 
-    # Spelled for MindSpore's graph compiler: per-matrix work as ``execution.each`` (Map), splits as ``mint.split``.
+    # Spelled for MindSpore's graph compiler: per-matrix work as ``each`` (Map), splits as ``mint.split``.
     # On model=tiny's 21 matrices (tp=2 x fsdp=2, one process, 2026-12-02) ``ops.split`` into 21 sections alone
     # compiled in 2.3 s and a list comprehension over them in 1.4 s; the whole graph compiles in 1.7 s instead of
     # 6.9 s as loops over matrices and ranks, and runs in 35 ms instead of 55 (the same values to the bit;
     # benchmarks/sharded_muon_compile.py).
     def construct(self, looks):
-        flat = mint.cat(execution.each(_flatten, looks))                           # (L,)
+        flat = mint.cat(each(_flatten, looks))                           # (L,)
         every = self.gather(flat).reshape(self.n, self.length)                      # (n, L)
         pieces = mint.split(every, self.sizes, dim=1)                               # (n, size_i) each
-        sends = execution.each(ops.partial(_orthogonalise, self.tp, self.fsdp, self.ns_steps), pieces, self.owned,
+        sends = each(ops.partial(_orthogonalise, self.tp, self.fsdp, self.ns_steps), pieces, self.owned,
                                self.placements)                                     # (n, size_i) each
         # row g of the (n, L) concatenation is what group index g receives: the reduce-scatter's input order
         mine = self.scatter(mint.cat(sends, dim=1).reshape(-1))                     # (L,)
-        return execution.each(_reshape, mint.split(mine, self.sizes), self.stored_shapes)
+        return each(_reshape, mint.split(mine, self.sizes), self.stored_shapes)
 
 
 def _flatten(x):

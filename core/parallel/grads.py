@@ -17,7 +17,7 @@ The global norm (Pascanu et al. 2013, as PyTorch's ``clip_grad_norm_``): squares
 gradients, a weight replicated over ``tp`` counted 1/tp times (MoE experts, replicated over ``cp``, 1/cp), then
 summed over the ranks that hold one copy of the model (pp * dp_shard * cp * tp), the copy of a tied table not
 counted. FSDP padding is zero and adds nothing. With ``fused`` (CPU, ``execution.cpu_kernels``) the squares are
-summed by one kernel over all gradients (``core.kernels.sum_of_squares``) instead of three per gradient.
+summed by one kernel over all gradients (``core.runtime.kernels.sum_of_squares``) instead of three per gradient.
 """
 
 from __future__ import annotations
@@ -28,11 +28,14 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, mint, nn, ops
 
-from core import execution, kernels
-from core.optim.clip import NORM_EPS, sum_of_squares
 from core.parallel import comm
 from core.parallel.dims import ParallelDims
 from core.parallel.placement import Placement, is_expert
+from core.runtime import kernels
+from core.runtime.graphs import each, jit, pick
+
+
+NORM_EPS = 1e-6  # guards a zero norm in the clipping coefficient max_norm / (norm + eps)
 
 
 class _FlatAllReduce(nn.Cell):
@@ -45,13 +48,13 @@ class _FlatAllReduce(nn.Cell):
         self.sizes = tuple(math.prod(s) for s in shapes)
 
     def construct(self, tensors):
-        flat = mint.cat(execution.each(_flat, tensors))
+        flat = mint.cat(each(_flat, tensors))
         parts = mint.split(self.reduce(flat), self.sizes)
-        return execution.each(_reshape, parts, self.shapes)
+        return each(_reshape, parts, self.shapes)
 
 
 class _Sync(nn.Cell):
-    def __init__(self, names: list[str], shapes: list[tuple[int, ...]], placements: dict[str, Placement],
+    def __init__(self, names: list[str], shapes: list[tuple[int, ...]], *, placements: dict[str, Placement],
                  dims: ParallelDims, groups: dict, scale: float, max_norm: float, tied: tuple, mirrors: tuple,
                  fused: bool):
         super().__init__()
@@ -73,19 +76,19 @@ class _Sync(nn.Cell):
         if self.replicas is not None:
             grads = self.replicas(grads)
         if self.tp_sum is not None:
-            grads = _replace(grads, self.partial, self.tp_sum(execution.pick(grads, self.partial)))
+            grads = _replace(grads, self.partial, self.tp_sum(pick(grads, self.partial)))
         if self.tied_sum is not None:
-            grads = _replace(grads, self.tied, self.tied_sum(execution.pick(grads, self.tied)))
+            grads = _replace(grads, self.tied, self.tied_sum(pick(grads, self.tied)))
         # The norm of the scaled gradients from the unscaled ones; the optimizer multiplies by scale * clip as it
         # reads them: each gradient is read twice (squares, update), not four times (scale, square, sum, clip).
         if self.fused:
             total = kernels.sum_of_squares(grads, self.weights)                              # (1,)
         else:
-            total = ops.addn(execution.each(_weighted_sum_of_squares, grads, self.norm_weight)).reshape(1)
+            total = ops.addn(each(_weighted_sum_of_squares, grads, self.norm_weight)).reshape(1)
         norm = ops.sqrt(self.norm_sum(total)).reshape(()) * self.scale
         coef = ops.fill(ms.float32, (), self.scale)
         if self.max_norm > 0:
-            coef = ops.minimum(self.max_norm / (norm + NORM_EPS), 1.0) * self.scale  # as core.optim.clip
+            coef = ops.minimum(self.max_norm / (norm + NORM_EPS), 1.0) * self.scale
         if self.sums:
             return grads, norm, coef
         return norm, coef  # gradients no collective changed: returned, a graph copies them (~5 ms on model=small)
@@ -106,6 +109,13 @@ def _reshape(x, shape):
     return x.reshape(shape)
 
 
+def sum_of_squares(x: Tensor) -> Tensor:
+    """sum(x^2) over every element, a float32 scalar: rows first, then their sums. CPU workaround: MindSpore 2.10's
+    CPU ReduceSum over all axes of a matrix takes a slow path, several times slower than reducing the last axis
+    first and then the rest, with the same value (benchmarks/RESULTS.md, "Slow kernel paths")."""
+    return ops.sum(ops.sum(ops.square(x.reshape(-1, x.shape[-1])), -1))
+
+
 def _weighted_sum_of_squares(g, weight):
     return sum_of_squares(g) * weight
 
@@ -118,16 +128,19 @@ def _replace(grads: tuple, indices: tuple, new: tuple) -> tuple:
 
 
 class GradientSync:
-    """``sync(grads) -> (grads, norm, scale)`` for the parameters ``names`` (in the optimizer's order): the summed
-    gradients, the global norm of the global mean loss's gradient, and the factor (0-d) that turns the summed
-    gradients into that gradient, clipped. ``fused``: the norm by ``core.kernels`` (CPU)."""
+    """``sync(grads) -> (grads, norm, scale)`` for ``params`` (in the optimizer's order): the summed gradients,
+    the global norm of the global mean loss's gradient, and the factor (0-d) that turns the summed gradients into
+    that gradient, clipped by ``max_norm`` (0: not clipped). ``tied``: parameters whose gradient is summed with a
+    copy on another pipeline stage, ``mirrors`` those copies held here (``core.training.parallelize``);
+    ``fused``: the norm by ``core.runtime.kernels`` (CPU)."""
 
-    def __init__(self, names: list[str], shapes: list[tuple[int, ...]], placements: dict[str, Placement],
-                 dims: ParallelDims, groups: dict, micro_batches: int, max_norm: float, tied: tuple = (),
-                 mirrors: tuple = (), fused: bool = False):
-        scale = 1.0 / (dims.size("loss") * micro_batches)
-        self._cell = _Sync(names, shapes, placements, dims, groups, scale, max_norm, tied, mirrors, fused)
-        self._fn = execution.jit(self._cell, source=True)
+    def __init__(self, params: list, *, placements: dict[str, Placement], dims: ParallelDims, groups: dict,
+                 micro_batches: int, max_norm: float, tied: tuple = (), mirrors: tuple = (), fused: bool = False):
+        names, shapes = [p.name for p in params], [tuple(p.shape) for p in params]
+        self._cell = _Sync(names, shapes, placements=placements, dims=dims, groups=groups,
+                           scale=1.0 / (dims.size("loss") * micro_batches), max_norm=max_norm, tied=tied,
+                           mirrors=mirrors, fused=fused)
+        self._fn = jit(self._cell, source=True)
 
     def __call__(self, grads):
         # mutable: a jit function given a plain tuple of Tensors treats it as a constant and recompiles each step

@@ -21,7 +21,7 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import nn, ops
 
-from core.loss import IGNORE_INDEX, rows_per_chunk
+from core.model.loss import IGNORE_INDEX, rows_per_chunk
 from core.parallel import comm
 
 _softmax = ops.Softmax(-1)

@@ -14,7 +14,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor
 
-from core.parallel import comm, init_distributed
+from core.parallel import comm
+from core.parallel.comm import init_distributed
 from core.parallel.dims import ParallelDims
 
 SHAPE = (4, 8, 2)  # dims 0 and 1 split evenly over groups of 2 and 4

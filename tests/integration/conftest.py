@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import checkpoint as ck
+from core import ckpt as ck
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +64,7 @@ def losses(run: TrialRun) -> dict[int, float]:
 
 
 def final_params(run: TrialRun, step: int) -> dict[str, np.ndarray]:
-    tensors, _ = ck.load_checkpoint(run.dir / "checkpoints" / f"step_{step:08d}")  # consolidated if sharded
+    tensors, _ = ck.load(run.dir / "checkpoints" / f"step_{step:08d}")  # consolidated if sharded
     return {k: v for k, v in tensors.items() if k.startswith("model.")}
 
 

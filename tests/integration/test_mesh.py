@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from core import checkpoint as ck
+from core import ckpt as ck
 from tests.integration.conftest import TrialRun, assert_same_run, final_params, kill_rank_mid_run, run_trial
 from tests.schema import assert_summary_schema
 

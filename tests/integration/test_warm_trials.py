@@ -7,7 +7,7 @@ import os
 import pytest
 
 from autoresearch.runner import run_trial as run_agent_trial
-from core import warm
+from core.trial import fork_server as warm
 from tests.integration.conftest import ROOT, assert_same_run, losses, run_trial
 
 pytestmark = pytest.mark.slow

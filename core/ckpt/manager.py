@@ -1,0 +1,95 @@
+"""The checkpoint policy of one rank: when it saves (every ``checkpoint.interval`` steps, and at the end with
+``checkpoint.at_end``), what (model and optimizer tensors, with the metadata a resume needs), in which format
+(one file from one process; from several, each rank of the first replica writes its shards), and how a trial
+resumes (``checkpoint.resume``: any checkpoint of any layout, read as the 1-process arrays, this rank cutting its
+own shards from them).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable
+
+from mindspore import Tensor, ops
+
+from core.ckpt import sharded, store
+from core.ckpt.reader import load
+from core.config import ConfigError, TrainConfig, to_dict
+
+log = logging.getLogger("core.train")
+
+
+class CheckpointManager:
+    def __init__(self, cfg: TrainConfig, *, root: Path, par, params: list, optimizer, barrier: Callable[[], None]):
+        """``root``: the trial's checkpoints directory; ``par``: the ``Parallelized`` model (its mesh, placements
+        and mirrored copies); ``params``: this rank's trainable parameters; ``barrier``: meets every rank."""
+        self.cfg, self.root, self.par, self.params, self.optimizer = cfg, root, par, params, optimizer
+        self.barrier = barrier
+
+    def _due(self, step: int) -> bool:
+        interval = self.cfg.checkpoint.interval
+        return bool(interval) and step % interval == 0
+
+    def after_step(self, step: int, tokens: int) -> None:
+        if self._due(step):
+            self.save(step, tokens)
+
+    def at_end(self, step: int, tokens: int) -> None:
+        """The checkpoint of a trial that ended normally (``checkpoint.at_end``), unless the interval just saved
+        this step."""
+        if self.cfg.checkpoint.at_end and not self._due(step):
+            self.save(step, tokens)
+
+    def save(self, step: int, tokens: int) -> None:
+        """A full checkpoint from one process; from several, each rank of the first replica writes its shards
+        (``core.ckpt.sharded``), which consolidate into the full one."""
+        dims, world = self.par.dims, self.par.dims.world_size
+        meta = {"step": step, "data_position": step, "seed": self.cfg.seed, "tokens": tokens,
+                "rng": {"data": "numpy default_rng([seed, step])", "init": "numpy default_rng([seed, name])"},
+                "config": to_dict(self.cfg), "layout": dims.describe()}
+        keep = self.cfg.checkpoint.keep
+        if dims.coords()["dp_replicate"] == 0:  # replicas hold identical shards
+            tensors = self._tensors()
+            if world == 1:
+                log.info("checkpoint: %s", store.save_checkpoint(self.root, step, tensors, meta, keep=keep))
+                return
+            placements = {k: sharded.placement_of(k, self.par.placements, v.shape) for k, v in tensors.items()}
+            sharded.write_shard(self.root, step, dims.rank, tensors, placements)
+        self.barrier()
+        if dims.rank == 0:
+            writers = [r for r in range(world) if dims.coords(r)["dp_replicate"] == 0]
+            path = sharded.publish(self.root, step, writers, meta, keep=keep)
+            log.info("checkpoint: %s (%d shards)", path, len(writers))
+        self.barrier()
+
+    def _tensors(self) -> dict:
+        mirrors = self.par.mirrors  # copies of another stage's weights, saved there
+        tensors = {f"model.{p.name}": p.asnumpy() for p in self.params if p.name not in mirrors}
+        tensors.update({f"optim.{k}": v for k, v in self.optimizer.state_dict().items()
+                        if not any(k.endswith(f".{m}") for m in mirrors)})
+        return tensors
+
+    def resume(self, trial_dir: Path) -> tuple[int, int]:
+        """(step, tokens) to continue from: 0, 0 without ``checkpoint.resume`` (or with ``auto`` and nothing saved
+        yet); else the checkpoint's, with this rank's parameters and optimizer states loaded from it."""
+        resume = self.cfg.checkpoint.resume
+        if resume is None:
+            return 0, 0
+        path = store.latest_checkpoint(self.root) if resume == "auto" else Path(resume)
+        if path is None:
+            log.info("checkpoint.resume=auto: no checkpoint in %s yet, starting from step 0", trial_dir)
+            return 0, 0
+        tensors, meta = load(path)
+        placements = self.par.placements
+        for p in self.params:
+            key = f"model.{p.name}"
+            if key not in tensors or tuple(tensors[key].shape) != tuple(placements[p.name].full_shape):
+                raise ConfigError("checkpoint.resume", f"{path} does not match this model at {p.name}; resume "
+                                                       "with the model config it was written with")
+            ops.assign(p, Tensor(placements[p.name].shard(tensors[key])))  # not set_data: compiled graphs keep p
+        state = {k[len("optim."):]: sharded.placement_of(k, placements, v.shape).shard(v)
+                 for k, v in tensors.items() if k.startswith("optim.")}
+        self.optimizer.load_state_dict(state)
+        log.info("resumed from %s at step %d (written by %s)", path, meta["step"], meta.get("layout", "?"))
+        return int(meta["step"]), int(meta.get("tokens", 0))

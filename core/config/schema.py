@@ -1,0 +1,458 @@
+"""The typed configuration of one trial: a dataclass per section, each field documented where it is declared.
+
+Hydra composes ``configs/train.yaml`` with the overrides (``core.config.compose``); OmegaConf merges the result
+into these dataclasses, rejecting unknown keys and ill-typed values by their full key. Each section checks its
+own fields in ``__post_init__``; ``TrainConfig`` then resolves what a null default means and runs the rules
+between sections (``core.config.rules``). All of it happens before any process group starts or any tensor is
+allocated: a rejected config costs no compute and exits with code 2.
+
+A field's docstring (the string under it) is its documentation: ``python -m core.train --help`` prints it
+(``core.config.docs``). No MindSpore here: the agent imports this to validate and estimate proposals cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Optional
+
+from core.config.rules import CROSS_SECTION_RULES, positive, require
+
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+SWAP_OPS = ("attention", "mlp", "norm")  # the parts of a block memory.swap_ops chooses from (core.memory.swap)
+DEVICES = ("CPU", "Ascend", "GPU")
+DEFAULT_GRACE_SEC = 30.0  # trial.grace_sec: the one home of the grace default (the agent's watchdog reads it)
+
+
+@dataclass
+class ModelConfig:
+    """A GPT (Llama-style block: RMSNorm, RoPE, GQA attention, SwiGLU MLP), optionally with mixture-of-experts
+    blocks. The presets are the files in ``configs/model/``."""
+
+    name: str = "tiny"
+    """The preset's name (``configs/model/<name>.yaml``)."""
+    vocab_size: int = 256
+    """Token ids the embedding and the head cover (256: the byte-level tokenizer)."""
+    n_layers: int = 2
+    """Transformer blocks."""
+    d_model: int = 128
+    """Hidden width."""
+    n_heads: int = 4
+    """Query heads; ``d_model / n_heads`` is the head dimension (even, for RoPE)."""
+    n_kv_heads: int = 2
+    """Key/value heads (grouped-query attention); must divide ``n_heads``."""
+    ffn_hidden: int = 384
+    """SwiGLU hidden width of a dense block."""
+    max_seq_len: int = 256
+    """Length of the RoPE tables; ``training.seq_len`` must not exceed it."""
+    rope_theta: float = 10000.0
+    """RoPE base frequency."""
+    norm_eps: float = 1e-5
+    """RMSNorm epsilon."""
+    tie_embeddings: bool = True
+    """The output head shares the token embedding's table."""
+    init_std: float = 0.02
+    """Weights start N(0, init_std); residual projections N(0, init_std / sqrt(2 n_layers)) (GPT-2)."""
+    n_experts: int = 0
+    """Routed experts of every block after the dense ones (``core.model.moe``); 0: a dense model."""
+    moe_top_k: int = 2
+    """Experts each token is routed to."""
+    moe_router: str = "softmax"
+    """Router scores: softmax (Mixtral) or sigmoid (DeepSeek-V3); the top k are renormalised."""
+    moe_capacity_factor: Optional[float] = None
+    """Slots per expert as a multiple of its fair share of the tokens; null: dropless routing."""
+    moe_aux_loss_weight: float = 0.01
+    """Weight of the load-balance loss (Switch Transformer)."""
+    moe_shared_experts: int = 0
+    """Experts every token uses (DeepSeek-MoE), run as one MLP of that many widths."""
+    moe_dense_layers: int = 0
+    """The first blocks that keep a dense MLP."""
+    moe_ffn_hidden: Optional[int] = None
+    """Each expert's width; null: ``ffn_hidden``."""
+
+    def __post_init__(self):
+        positive("model", self, "vocab_size", "n_layers", "d_model", "n_heads", "n_kv_heads", "ffn_hidden",
+                 "max_seq_len", "rope_theta", "norm_eps", "init_std")
+        require(self.d_model % self.n_heads == 0, "model.d_model",
+                f"must be divisible by model.n_heads={self.n_heads} (got {self.d_model})")
+        require((self.d_model // self.n_heads) % 2 == 0, "model.d_model",
+                "head dim (d_model / n_heads) must be even for RoPE")
+        require(self.n_heads % self.n_kv_heads == 0, "model.n_kv_heads",
+                f"must divide model.n_heads={self.n_heads} (got {self.n_kv_heads})")
+        require(self.n_experts >= 0, "model.n_experts", f"must be >= 0 (got {self.n_experts})")
+        if self.n_experts:
+            require(1 <= self.moe_top_k <= self.n_experts, "model.moe_top_k",
+                    f"must be between 1 and model.n_experts={self.n_experts} (got {self.moe_top_k})")
+            require(self.moe_router in ("softmax", "sigmoid"), "model.moe_router",
+                    f"must be softmax or sigmoid (got {self.moe_router!r})")
+            require(self.moe_capacity_factor is None or self.moe_capacity_factor > 0, "model.moe_capacity_factor",
+                    f"must be > 0, or null for dropless routing (got {self.moe_capacity_factor})")
+            require(self.moe_aux_loss_weight >= 0, "model.moe_aux_loss_weight", "must be >= 0")
+            require(self.moe_shared_experts >= 0, "model.moe_shared_experts", "must be >= 0")
+            require(0 <= self.moe_dense_layers < self.n_layers, "model.moe_dense_layers",
+                    f"must leave at least one MoE block of model.n_layers={self.n_layers}")
+            require(self.moe_ffn_hidden is None or self.moe_ffn_hidden > 0, "model.moe_ffn_hidden", "must be > 0")
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether block ``i`` has a mixture of experts (every block after the dense ones, in an MoE model)."""
+        return self.n_experts > 0 and i >= self.moe_dense_layers
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def expert_width(self) -> int:
+        """Each routed expert's hidden width."""
+        return self.moe_ffn_hidden or self.ffn_hidden
+
+
+@dataclass
+class OptimConfig:
+    """Optimizer, learning-rate schedule and clipping."""
+
+    name: str = "adamw"
+    """adamw, or muon (Muon on 2-D hidden weights; embeddings, head, routers and 1-D parameters take AdamW)."""
+    lr: float = 3e-3
+    """Peak learning rate."""
+    min_lr_ratio: float = 0.1
+    """Final learning rate as a fraction of ``lr`` (cosine, linear, wsd)."""
+    weight_decay: float = 0.1
+    """Decoupled weight decay (Loshchilov & Hutter 2019); not applied to 1-D parameters."""
+    beta1: float = 0.9
+    """Adam's first-moment decay."""
+    beta2: float = 0.95
+    """Adam's second-moment decay."""
+    eps: float = 1e-8
+    """Adam's epsilon."""
+    warmup_steps: int = 10
+    """Linear warm-up steps."""
+    schedule: str = "cosine"
+    """Decay after warm-up: cosine, linear, wsd (warmup-stable-decay) or constant."""
+    decay_ratio: float = 0.2
+    """wsd: the fraction of the steps spent decaying, at the end."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip; 0 disables clipping (the norm is still computed)."""
+    momentum: float = 0.95
+    """Muon: Nesterov momentum."""
+    ns_steps: int = 5
+    """Muon: Newton-Schulz iterations."""
+
+    def __post_init__(self):
+        require(self.name in ("adamw", "muon"), "optim.name", f"must be adamw or muon (got {self.name!r})")
+        require(self.schedule in ("cosine", "linear", "wsd", "constant"), "optim.schedule",
+                f"must be cosine, linear, wsd or constant (got {self.schedule!r})")
+        positive("optim", self, "lr", "eps", "ns_steps")
+        require(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
+        require(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
+        require(self.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 disables clipping)")
+        require(0 <= self.min_lr_ratio <= 1, "optim.min_lr_ratio", "must be in [0, 1]")
+        require(0 < self.decay_ratio <= 1, "optim.decay_ratio", "must be in (0, 1]")
+        for name in ("beta1", "beta2", "momentum"):
+            require(0 <= getattr(self, name) < 1, f"optim.{name}", "must be in [0, 1)")
+
+
+@dataclass
+class ParallelConfig:
+    """Degrees of the device mesh (``core.parallel.dims``); their product is the world size.
+
+    torchtitan's names: ``dp_replicate`` replicas (gradients all-reduced) of ``dp_shard`` ranks over which
+    parameters, gradients and optimizer states are sharded (FSDP; both > 1: HSDP); ``cp`` splits the sequence
+    (its ranks share the FSDP shards too), ``tp`` splits heads, FFN width and vocabulary (Megatron), ``sp`` adds
+    sequence parallelism to the norm/residual regions of ``tp``.
+    """
+
+    dp_replicate: int = 1
+    """Data-parallel replicas; their gradients are all-reduced."""
+    dp_shard: int = 1
+    """FSDP degree: parameters, gradients and optimizer states sharded over these ranks (HSDP with dp_replicate)."""
+    tp: int = 1
+    """Tensor parallelism: heads, KV heads, FFN width and vocabulary split over these ranks."""
+    pp: int = 1
+    """Pipeline stages (``core.parallel.pipeline``)."""
+    cp: int = 1
+    """Context parallelism: the sequence split into 2 * cp load-balanced chunks."""
+    ep: int = 1
+    """Expert parallelism: an MoE model's experts split over the dp_shard ranks."""
+    sp: bool = False
+    """Sequence parallelism in the norm and residual regions (needs tp > 1)."""
+    pp_schedule: str = "1f1b"
+    """Pipeline schedule: gpipe, 1f1b or interleaved."""
+    pp_virtual: int = 1
+    """Stages per rank (the interleaved schedule)."""
+    pp_layers: Optional[list[int]] = None
+    """Layers per stage, pp * pp_virtual of them (e.g. [1,3]); null: an even split, moved by ``pp_offset``."""
+    pp_offset: int = 0
+    """Layers moved from the last stage to the first on an even split (negative: the other way; MindFormers'
+    offset): the embedding and the head are not free."""
+
+    def __post_init__(self):
+        positive("parallel", self, "dp_replicate", "dp_shard", "tp", "pp", "cp", "ep", "pp_virtual")
+        require(self.pp_schedule in PP_SCHEDULES, "parallel.pp_schedule",
+                f"must be {', '.join(PP_SCHEDULES[:-1])} or {PP_SCHEDULES[-1]} (got {self.pp_schedule!r})")
+        require(self.pp_virtual == 1 or self.pp_schedule == "interleaved", "parallel.pp_virtual",
+                f"{self.pp_virtual} stages per rank need parallel.pp_schedule=interleaved; or set pp_virtual=1")
+        require(not self.sp or self.tp > 1, "parallel.sp",
+                "sequence parallelism splits the tensor-parallel group's work; it needs parallel.tp > 1")
+        require(self.ep == 1 or (self.dp_shard * self.cp * self.tp) % self.ep == 0, "parallel.ep",
+                f"{self.ep} must divide dp_shard * cp * tp = {self.dp_shard * self.cp * self.tp} (experts borrow "
+                "those ranks)")
+
+    @property
+    def world_size(self) -> int:
+        return self.dp_replicate * self.dp_shard * self.tp * self.pp * self.cp
+
+    @property
+    def dp(self) -> int:
+        """Ranks that see different rows of the batch."""
+        return self.dp_replicate * self.dp_shard
+
+    @property
+    def stages(self) -> int:
+        """Pipeline stages in all (pp * pp_virtual)."""
+        return self.pp * self.pp_virtual
+
+    def stage_split(self, n_layers: int) -> list[int]:
+        """Layers per pipeline stage: ``pp_layers``, or even with ``pp_offset``."""
+        if self.pp_layers is not None:
+            return list(self.pp_layers)
+        split = [n_layers // self.stages] * self.stages
+        split[0] += self.pp_offset
+        split[-1] -= self.pp_offset
+        return split
+
+
+@dataclass
+class MemoryConfig:
+    """Memory settings: activation recompute and SWAP, and the per-rank budget (``core.memory``)."""
+
+    recompute: str = "none"
+    """none, selective (norms, SwiGLU, attention's softmax) or full (whole blocks); ``core.memory.recompute``
+    says how each runs under jit and in PyNative."""
+    recompute_layers: Optional[int] = None
+    """Recompute the first this many blocks (of each pipeline stage); null: every block."""
+    recompute_stages: Optional[list[str]] = None
+    """One recompute setting per pipeline stage (pp * pp_virtual), overriding ``recompute``."""
+    swap: bool = False
+    """Move saved activations to a slower tier until backward reads them (``core.memory.swap``; PyNative)."""
+    swap_layers: Optional[int] = None
+    """Swap the first this many blocks (they wait longest); null: every block, and the tensors outside blocks
+    too when ``swap_ops`` is null as well."""
+    swap_ops: Optional[list[str]] = None
+    """Parts of a swapped block: attention, mlp, norm; null: all."""
+    swap_prefetch: int = 0
+    """Backward: when a block's tensors are first read, load the next this many blocks' in a background thread;
+    0: each tensor when read (on CPU a prefetched block costs a block's memory and hides nothing)."""
+    limit_gb: Optional[float] = None
+    """Per-rank memory budget in GiB; passing it ends the trial with exit 10 (oom). null: no budget."""
+
+    def __post_init__(self):
+        require(self.recompute in RECOMPUTE, "memory.recompute",
+                f"must be one of {', '.join(RECOMPUTE)} (got {self.recompute!r})")
+        for value in self.recompute_stages or []:
+            require(value in RECOMPUTE, "memory.recompute_stages",
+                    f"must be one of {', '.join(RECOMPUTE)} (got {value!r})")
+        require(self.recompute_layers is None or self.recompute_layers >= 1, "memory.recompute_layers",
+                f"must be >= 1, or null for every block (got {self.recompute_layers})")
+        require(self.limit_gb is None or self.limit_gb > 0, "memory.limit_gb", "must be > 0 or null")
+        require(self.swap_layers is None or self.swap_layers >= 1, "memory.swap_layers",
+                f"must be >= 1, or null for every block (got {self.swap_layers})")
+        for value in self.swap_ops or []:
+            require(value in SWAP_OPS, "memory.swap_ops",
+                    f"must name parts of a block among {', '.join(SWAP_OPS)}, or be null for all (got {value!r})")
+        require(self.swap_ops is None or len(self.swap_ops) > 0, "memory.swap_ops",
+                f"must name at least one of {', '.join(SWAP_OPS)}, or be null for all (got [])")
+        require(self.swap_prefetch >= 0, "memory.swap_prefetch",
+                f"must be >= 0 (0: no prefetch; got {self.swap_prefetch})")
+        defaults = {f.name: f.default for f in fields(MemoryConfig)}
+        for name in ("swap_layers", "swap_ops", "swap_prefetch"):  # settings of swap, meaningless without it
+            require(self.swap or getattr(self, name) == defaults[name], f"memory.{name}",
+                    "chooses what activation SWAP moves; set memory.swap=true, or leave it at its default")
+
+    def recompute_of(self, stage: int) -> str:
+        """The recompute setting of pipeline stage ``stage`` (of the whole model without a pipeline)."""
+        return self.recompute_stages[stage] if self.recompute_stages else self.recompute
+
+
+@dataclass
+class DataConfig:
+    """The token files a trial reads (``core.data``)."""
+
+    train_path: Optional[str] = None
+    """Token file (``.bin``, from ``python -m core.data prepare``); null: the embedded corpus."""
+    val_path: Optional[str] = None
+    """Held-out token file; null with ``train_path`` null: the embedded corpus's validation split."""
+    token_dtype: Optional[str] = None
+    """uint16 or uint32, only for raw files without a ``.json`` sidecar."""
+
+    def __post_init__(self):
+        require(self.token_dtype in (None, "uint16", "uint32"), "data.token_dtype",
+                "must be uint16, uint32 or null (read from the file's sidecar)")
+        require(self.val_path is None or self.train_path is not None, "data.val_path",
+                "needs data.train_path too (the embedded corpus brings its own validation split)")
+
+
+@dataclass
+class TrainingConfig:
+    """Batch, sequence and how a step runs."""
+
+    global_batch_size: int = 8
+    """Sequences per optimizer step, over all data-parallel ranks."""
+    micro_batch_size: Optional[int] = None
+    """Sequences per forward/backward on one rank; null: global_batch_size / data-parallel degree (no
+    gradient accumulation)."""
+    seq_len: int = 64
+    """Tokens per sequence."""
+    mode: str = "jit"
+    """jit (``mindspore.jit`` around forward+backward) or pynative."""
+    log_interval: int = 1
+    """Steps between lines of ``metrics.jsonl``."""
+    eval_interval: int = 0
+    """Steps between validation passes; 0: only at the end."""
+    eval_batches: int = 2
+    """Global batches of fixed validation windows per validation pass."""
+    profile: bool = False
+    """Profile the steps after the first two (``core.runtime.profiling``): ``metrics.comm_time_share``."""
+
+    def __post_init__(self):
+        positive("training", self, "global_batch_size", "seq_len", "log_interval", "eval_batches")
+        require(self.micro_batch_size is None or self.micro_batch_size > 0, "training.micro_batch_size",
+                "must be > 0 or null (null: global_batch_size / data-parallel degree, no accumulation)")
+        require(self.mode in ("jit", "pynative"), "training.mode", f"must be jit or pynative (got {self.mode!r})")
+        require(self.eval_interval >= 0, "training.eval_interval", "must be >= 0")
+
+
+@dataclass
+class ExecutionConfig:
+    """How graphs compile and run (``core.runtime.settings``; the space of ``search_spaces/compile.yaml``)."""
+
+    jit_level: str = "O0"
+    """O0, or O1 (MindSpore's common graph optimisations and operator fusion)."""
+    capture_mode: str = "ast"
+    """How ``mindspore.jit`` turns Python into a graph: ast or bytecode."""
+    graph_kernel_fusion: bool = False
+    """Fuse element-wise ops into generated kernels (AKG); a kernel it cannot build is exit 11."""
+    kernel_threads: Optional[int] = None
+    """Kernel thread pool; null: this rank's share of the cores."""
+    dispatch_threads: Optional[int] = None
+    """Runtime (actor) threads; null: MindSpore's default."""
+    host_pipeline: Optional[bool] = None
+    """MindSpore's asynchronous host queues; null: off on CPU (waiting on them spins a core the kernels need),
+    on elsewhere."""
+    eval_mode: str = "auto"
+    """Validation under training.mode=jit: jit, pynative, or auto (compiled only when the trial validates more
+    than once)."""
+    compile_cache: bool = True
+    """Load graphs that a finished trial of the same code and graph config compiled (``core.runtime.compile_cache``);
+    not with graph_kernel_fusion."""
+    compile_cache_dir: Optional[str] = None
+    """Where the compile cache lives; null: ``~/.cache/mindspore-autoresearch/compile`` (``core.runtime.cache_dirs``)."""
+    cpu_kernels: Optional[bool] = None
+    """The clipping norm and AdamW as fused C++ kernels (``core.runtime.kernels``); null: on for CPU when built."""
+
+    def __post_init__(self):
+        require(self.jit_level in ("O0", "O1"), "execution.jit_level", f"must be O0 or O1 (got {self.jit_level!r})")
+        require(self.eval_mode in ("auto", "jit", "pynative"), "execution.eval_mode",
+                f"must be auto, jit or pynative (got {self.eval_mode!r})")
+        require(self.capture_mode in ("ast", "bytecode"), "execution.capture_mode",
+                f"must be ast or bytecode (got {self.capture_mode!r})")
+        for name in ("kernel_threads", "dispatch_threads"):
+            value = getattr(self, name)
+            require(value is None or value >= 1, f"execution.{name}", f"must be >= 1, or null (got {value})")
+
+
+@dataclass
+class TrialConfig:
+    """The trial's budgets and directory (the trial contract: ``core.trial``)."""
+
+    max_steps: Optional[int] = 20
+    """Step budget; null: run until the wall budget."""
+    max_wall_time_sec: Optional[float] = None
+    """Wall budget in seconds from process start; exit 13 (timeout) if it ends before the step budget."""
+    grace_sec: float = DEFAULT_GRACE_SEC
+    """A run still alive this long after its wall budget is killed."""
+    dir: Optional[str] = None
+    """The trial directory; null: ``trials/manual/<timestamp>``."""
+
+    def __post_init__(self):
+        require(self.max_steps is not None or self.max_wall_time_sec is not None, "trial.max_steps",
+                "set trial.max_steps or trial.max_wall_time_sec: a trial needs a budget")
+        require(self.max_steps is None or self.max_steps > 0, "trial.max_steps", "must be > 0 or null")
+        require(self.max_wall_time_sec is None or self.max_wall_time_sec > 0, "trial.max_wall_time_sec",
+                "must be > 0 or null")
+        require(self.grace_sec >= 0, "trial.grace_sec", "must be >= 0")
+
+
+@dataclass
+class CheckpointConfig:
+    """Checkpoints of the run (``core.ckpt``)."""
+
+    interval: int = 0
+    """Save every this many steps; 0: never during the run."""
+    at_end: bool = False
+    """Save when the trial ends normally."""
+    resume: Optional[str] = None
+    """A checkpoint directory to resume from (written by any layout), or auto: the latest in
+    ``<trial.dir>/checkpoints``."""
+    keep: int = 2
+    """Newest checkpoints kept."""
+
+    def __post_init__(self):
+        require(self.interval >= 0, "checkpoint.interval", "must be >= 0")
+        require(self.keep >= 1, "checkpoint.keep", "must be >= 1")
+
+
+@dataclass
+class TrainConfig:
+    """One trial: the sections above, the seed and the device."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+    trial: TrialConfig = field(default_factory=TrialConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    seed: int = 0
+    """Seeds the weights and the data order: the same seed gives the same run on every layout."""
+    device: str = "CPU"
+    """CPU here; Ascend in production (GPU is accepted as MindSpore's)."""
+
+    def __post_init__(self):
+        require(self.device in DEVICES, "device", f"must be {', '.join(DEVICES[:-1])} or {DEVICES[-1]} "
+                                                  f"(got {self.device!r})")
+        self._resolve_defaults()
+        for rule in CROSS_SECTION_RULES:
+            rule(self)
+
+    def _resolve_defaults(self) -> None:
+        """What a null default means, filled in before any rule reads it: ``training.micro_batch_size`` null is
+        the whole per-rank batch (no accumulation). Left null where the batch does not split over the data-parallel
+        ranks: the rule ``batch_splits_over_data_parallel`` then names the field."""
+        t, dp = self.training, self.parallel.dp
+        if t.micro_batch_size is None and t.global_batch_size % dp == 0:
+            t.micro_batch_size = t.global_batch_size // dp
+
+    @property
+    def grad_accum_steps(self) -> int:
+        """Micro-batches per optimizer step on each rank."""
+        return self.training.global_batch_size // (self.training.micro_batch_size * self.parallel.dp)
+
+    @property
+    def eval_compiled(self) -> bool:
+        """Whether validation runs as a compiled graph. ``execution.eval_mode=auto``: only if the trial validates
+        more than once; one pass over the validation batches costs less op by op than compiling its graph first
+        (benchmarks/RESULTS.md, "Start-up: what a trial compiles and waits for")."""
+        t, e = self.training, self.execution
+        if t.mode != "jit" or e.eval_mode == "pynative":
+            return False
+        max_steps = self.trial.max_steps
+        return e.eval_mode == "jit" or (t.eval_interval > 0 and (max_steps is None or max_steps > t.eval_interval))
+
+
+# The sections of a TrainConfig, by key (``core.config.compose.from_dict`` rebuilds them; ``docs`` lists them).
+SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "parallel": ParallelConfig, "memory": MemoryConfig,
+            "data": DataConfig, "training": TrainingConfig, "execution": ExecutionConfig, "trial": TrialConfig,
+            "checkpoint": CheckpointConfig}

@@ -1,0 +1,323 @@
+"""The memory estimate: a config's per-rank peak before it runs, from the textbook count of a step's tensors
+(``Terms``, device-independent) turned into bytes by a ``RuntimeProfile``: how one device and execution mode
+really hold those tensors. ``python -m core.memory <overrides>`` prints it by component (``core.memory.breakdown``);
+``core.memory.probe`` measures the real peak while a trial runs.
+
+Profiles are measured, not guessed: ``python benchmarks/memory_model.py collect`` runs a sweep of configs (model
+size, batch, sequence, optimizer, recompute, ranks) and ``fit`` fits the profile by least squares; its errors, in
+sample and held out, are in benchmarks/RESULTS.md, "Memory estimate".
+
+No MindSpore here: the agent estimates every proposal with it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from core.config import SWAP_OPS, ModelConfig, TrainConfig
+from core.memory.plan import recompute_plan
+from core.model.flops import moe_capacity, param_shapes
+from core.optim.param_rules import uses_muon
+from core.parallel.pipeline.schedules import build, simulate, stage_layers
+from core.parallel.placement import layout_placement
+
+GiB, MiB = 1024**3, 1024**2
+
+
+@dataclass(frozen=True)
+class Terms:
+    """Textbook bytes of one rank's training step (fp32), before any runtime overhead. Under a mesh layout every
+    term is this rank's share: states divided by the degrees that shard them (tp for split weights, fsdp =
+    dp_shard * cp for all), activations and logits by the degrees that split tokens, heads and vocabulary."""
+
+    params: int
+    grads: int          # accumulating over micro-batches: the old sum, the new gradient and the new sum
+    optimizer: int
+    activations: int    # saved for backward by the blocks
+    recomputed: int | None  # what recompute saves instead (full: block inputs + one block's); None without
+    logits: int         # (tokens on this rank, vocab / tp) floats of the output head
+    layers: int
+    muon_hidden: int    # bytes of the hidden matrices Muon orthogonalises, whole (0 with AdamW)
+    ranks: int
+    gathered: int = 0   # FSDP: bytes of the largest weight gathered whole for one op (0 without FSDP)
+    comm_params: int = 0  # bytes of the parameters as a collective buffer: dp_replicate all-reduce, FSDP shards
+    stash: int = 0      # pipeline: stage inputs (and last-stage input gradients) of the micro-batches in flight
+    selective: bool = False  # ``recomputed`` is selective recompute's count (of some stage)
+    scores: int = 0     # of ``activations``: attention's S x S scores and probabilities (they grow with S^2)
+    recomputed_scores: int = 0  # of ``recomputed``: the same
+    rebuilt: int = 0    # of ``recomputed``: the block full recompute rebuilds in backward
+
+    @property
+    def states(self) -> int:
+        return self.params + self.grads + self.optimizer
+
+
+def activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int, tp: int = 1, cp: int = 1,
+                                sp: bool = False, moe: bool = False, selective: bool = False) -> int:
+    """Saved-for-backward bytes of one Llama block on one rank: the sum of ``activation_parts``."""
+    return sum(activation_parts(m, batch, seq, tp, cp, sp, moe, selective).values())
+
+
+def activation_parts(m: ModelConfig, batch: int, seq: int, tp: int = 1, cp: int = 1, sp: bool = False,
+                      moe: bool = False, selective: bool = False) -> dict[str, int]:
+    """Saved-for-backward bytes of one Llama block, hand-attention (no flash), on one rank, by the part of the block
+    that saves them (core.swap's ``memory.swap_ops``): a rough, documented count. ``seq`` is the whole sequence;
+    this rank holds seq / cp of its tokens.
+
+    Per token: norm inputs and residuals 4D (split over tp only with sequence parallelism): ``norm``; q and
+    attention output 2D, k/v 2*kv: ``attention``; MLP gate/up/silu/product 4F (split over tp): ``mlp``. Per head,
+    ``attention``'s scores and probabilities, this rank's tokens times the whole sequence (the S x S matrices
+    dominate at long sequences); context parallelism keeps the gathered keys and values of the whole sequence.
+    ``selective`` recompute (``core.memory.recompute``) keeps neither the S x S matrices nor the SwiGLU's silu. (The layout
+    rules make tp divide D, kv and F, so the parts' divisions by tp are exact.)
+    """
+    kv = m.n_kv_heads * m.head_dim
+    local = seq // cp
+    mlp, routed = (3 if selective else 4) * m.ffn_hidden, 0
+    if moe:  # routing sees whole sequences on every rank (core.parallel.expert_parallel): the experts' slots
+        # (input, gate/up/silu/product split over tp, output), router scores, the gathered tokens of a split sequence
+        F, tokens = m.expert_width, batch * seq
+        slots = m.n_experts * moe_capacity(tokens, m.moe_top_k, m.n_experts, m.moe_capacity_factor)
+        routed = slots * (2 * m.d_model + 4 * F // tp) + tokens * (4 * m.n_experts
+                                                                    + (m.d_model if cp > 1 or sp else 0))
+        mlp = 4 * F * m.moe_shared_experts
+    scores = score_floats(m, seq, tp, cp) if not selective else 0
+    gathered_kv = 2 * (kv // tp) * seq if cp > 1 else 0
+    return {"norm": 4 * batch * local * ((4 * m.d_model) // (tp if sp else 1)),
+            "attention": 4 * batch * (local * ((2 * m.d_model + 2 * kv) // tp) + scores + gathered_kv),
+            "mlp": 4 * (batch * local * (mlp // tp) + routed)}
+
+
+def score_floats(m: ModelConfig, seq: int, tp: int = 1, cp: int = 1) -> int:
+    """Floats of one sequence's attention scores and probabilities on one rank: per head of this rank, its tokens
+    times the whole sequence, twice."""
+    return 2 * (m.n_heads // tp) * (seq // cp) * seq
+
+
+def pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple[int, str]], bool, int]:
+    """What pipeline rank ``pp_rank`` holds: (its parameter names, (blocks, recompute) of each of its stages,
+    whether it computes the loss, the most micro-batch stages in flight on it). Without a pipeline: everything."""
+    m, par = cfg.model, cfg.parallel
+    n_stages = par.stages
+    ranges = stage_layers(m.n_layers, n_stages, par.stage_split(m.n_layers))
+    mine = range(pp_rank, n_stages, par.pp)
+    names = {f"layers.{i}." for s in mine for i in ranges[s]}
+    held = {n for n in param_shapes(m) if any(n.startswith(p) for p in names)}
+    last = n_stages - 1 in mine
+    if 0 in mine or (last and m.tie_embeddings):
+        held.add("embed.weight")  # the last stage's copy of a tied table is its head
+    if last:
+        held |= {"norm.weight"} | ({"lm_head.weight"} if not m.tie_embeddings else set())
+    chunks = [(ranges[s], cfg.memory.recompute_of(s)) for s in mine]
+    in_flight = 1
+    if par.pp > 1:
+        in_flight = _in_flight(par.pp_schedule, par.pp, cfg.grad_accum_steps, par.pp_virtual)[pp_rank]
+    return held, chunks, last, in_flight
+
+
+@functools.lru_cache(maxsize=64)
+def _in_flight(schedule: str, pp: int, micro_batches: int, virtual: int) -> tuple[int, ...]:
+    """Per pipeline rank, the most micro-batch stages in flight (simulated once per schedule, not per rank)."""
+    return tuple(simulate(build(schedule, pp, micro_batches, virtual), micro_batches, virtual).in_flight)
+
+
+def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
+    """The textbook bytes of one rank's step for ``cfg`` (no MindSpore: the agent calls this on proposals); with
+    a pipeline, of a rank of pipeline stage ``pp_rank``."""
+    m, t, par = cfg.model, cfg.training, cfg.parallel
+    fsdp = par.dp_shard * par.cp
+    muon = cfg.optim.name == "muon"
+    held, chunks, has_loss, in_flight = pipeline_rank(cfg, pp_rank)
+    n = stored = state_floats = hidden = gathered = 0
+    for name, shape in param_shapes(m).items():
+        if name not in held:
+            continue
+        p = layout_placement(name, shape, par.tp, fsdp, par.ep)
+        size = p.shard_len if p.fsdp_size > 1 else p.local_numel
+        n, stored = n + p.local_numel, stored + size
+        if muon and uses_muon(name, shape):
+            hidden += math.prod(shape)
+            state_floats += size                     # Muon: one momentum buffer
+        else:
+            state_floats += 2 * size                 # AdamW: m and v
+        gathered = max(gathered, p.local_numel) if p.fsdp_size > 1 else gathered
+    act, act_selective = ([activation_bytes_per_layer(m, t.micro_batch_size, t.seq_len, par.tp, par.cp, par.sp,
+                                                       m.is_moe_layer(i), selective) for i in range(m.n_layers)]
+                          for selective in (False, True))
+    sc = [4 * t.micro_batch_size * score_floats(m, t.seq_len, par.tp, par.cp)] * m.n_layers  # S x S, in act
+    local_tokens = t.micro_batch_size * t.seq_len // par.cp
+    block_input = 4 * local_tokens * m.d_model // (par.tp if par.sp else 1)
+    # A stage's backward runs one micro-batch at a time (core.parallel.pipeline): the largest stage's activations
+    # are live at once. Full recompute keeps each recomputed block's input and rebuilds one block at a time;
+    # selective keeps less of each recomputed block.
+    largest = max((blocks for blocks, _ in chunks), key=lambda blocks: sum(act[i] for i in blocks))
+    activations, scores = sum(act[i] for i in largest), sum(sc[i] for i in largest)
+
+    # the segmented step (core.memory.segmented) never recomputes its last segment's blocks, and its graphs hold
+    # their working memory (a rebuilt block beside them)
+    segmented = recompute_plan(cfg).segmented
+
+    def saved(blocks, r: str) -> tuple[int, int, int]:
+        """(bytes, their S x S scores, the rebuilt block's bytes) saved by the blocks of one stage under ``r``."""
+        first = cfg.memory.recompute_layers or len(blocks)
+        if r == "full" and segmented:
+            first = min(first, len(blocks) - 1)
+        redo, keep = blocks[:first], blocks[first:]
+        kept = (sum(act[i] for i in keep), sum(sc[i] for i in keep))
+        if not redo:
+            return *kept, 0
+        if r == "full":
+            i = max(redo, key=lambda i: act[i])
+            return block_input * len(redo) + act[i] + kept[0], sc[i] + kept[1], act[i]
+        if r == "selective":
+            return sum(act_selective[i] for i in redo) + kept[0], kept[1], 0
+        return sum(act[i] for i in redo) + kept[0], sum(sc[i] for i in redo) + kept[1], 0
+
+    recomputed = recomputed_scores = rebuilt = None
+    if any(r != "none" for _, r in chunks):
+        recomputed, recomputed_scores, rebuilt = max(saved(blocks, r) for blocks, r in chunks)
+    if cfg.memory.swap:
+        recomputed, recomputed_scores = _swap_resident(cfg, act, sc)
+    stash = block_input * in_flight * (2 if has_loss else 1) if par.pp > 1 else 0
+    layers = sum(len(blocks) for blocks, _ in chunks)
+    return Terms(params=4 * stored, grads=4 * stored * (3 if cfg.grad_accum_steps > 1 else 1),
+                 optimizer=4 * state_floats, activations=activations, recomputed=recomputed,
+                 logits=4 * local_tokens * (m.vocab_size // par.tp) if has_loss else 0, layers=layers,
+                 muon_hidden=4 * hidden, ranks=par.world_size, gathered=4 * gathered,
+                 comm_params=4 * stored if par.world_size > 1 else 0, stash=stash,
+                 selective=any(r == "selective" for _, r in chunks), scores=scores,
+                 recomputed_scores=recomputed_scores or 0, rebuilt=rebuilt or 0)
+
+
+def _swap_resident(cfg: TrainConfig, act: list[int], sc: list[int]) -> tuple[int, int]:
+    """Saved activations resident under ``core.memory.swap`` (no pipeline): the blocks and parts it does not move, and the
+    moved tensors of the largest blocks backward holds back at once. Without prefetch about two (one measured
+    config, tests/integration/test_recompute_memory.py: 931 vs 937 MiB; not fitted): each tensor comes back when
+    read and goes when used. A prefetch brings whole blocks back ahead, and the block being read is then whole
+    too: measured on CPU, each depth adds about a block, the first nearly two (6 blocks, d 256, S 256, batch 8:
+    peak rise 228 MiB without prefetch, 413 with 1, 491 with 2, 587 with 3, of 95 MiB swapped per block), so
+    3 + swap_prefetch blocks are counted then. Returns (bytes, the S x S scores among them)."""
+    m, t, par, mem = cfg.model, cfg.training, cfg.parallel, cfg.memory
+    ops = set(mem.swap_ops or SWAP_OPS)
+    moved = sorted(((sum(part for op, part in activation_parts(m, t.micro_batch_size, t.seq_len, par.tp, par.cp,
+                                                                  par.sp, m.is_moe_layer(i)).items() if op in ops),
+                     sc[i] if "attention" in ops else 0) for i in range(mem.swap_layers or m.n_layers)), reverse=True)
+    back = moved[:3 + mem.swap_prefetch if mem.swap_prefetch else 2]
+    return (sum(act) - sum(b for b, _ in moved) + sum(b for b, _ in back),
+            sum(sc) - sum(s for _, s in moved) + sum(s for _, s in back))
+
+
+@dataclass(frozen=True)
+class RuntimeProfile:
+    """How a device and execution mode hold a step's tensors, relative to ``Terms`` (bytes are per rank)."""
+
+    baseline: int = 0                 # before the model: libraries, kernels, thread pools, allocator pools
+    per_layer: int = 0                # graph and kernel caches per block (jit compiles the unrolled model)
+    state_copies: float = 1.0         # params, grads and optimizer states as the runtime holds them
+    activation_copies: float = 1.0    # of the textbook saved-for-backward count (but attention's scores) ...
+    score_copies: float = 1.0         # ... and of attention's S x S scores and probabilities
+    rebuilt_copies: float = 1.0       # full recompute: blocks' worth of activations rebuilt at once in backward
+    logits_copies: float = 1.0        # of the (tokens, vocab) logits
+    muon_graph: int = 0               # Muon's Newton-Schulz graph
+    muon_copies: float = 0.0          # of the hidden matrices, for Newton-Schulz temporaries
+    recompute_saves: bool = True      # False: recompute keeps the activations (and adds recompute_per_layer)
+    recompute_per_layer: int = 0
+    selective_saves: bool = True      # False: count selective recompute as keeping every activation
+    distributed: int = 0              # the collective runtime of a 2-rank trial ...
+    distributed_per_rank: int = 0     # ... and what each further rank adds to it ...
+    distributed_param_copies: float = 0.0  # ... and its buffers, as copies of this rank's parameters
+    gathered_copies: float = 0.0      # FSDP: of the largest weight gathered whole
+
+
+# Fitted 2026-11-30 with MindSpore 2.10 on a 2-core AMD EPYC (benchmarks/data/memory_cpu.json, RESULTS.md
+# "Memory estimate"): 49 runs of 10 steps per mode (as studies run them); 43 more were held out of the fit (seq 512,
+# partial/selective recompute, SWAP, pipelines, MoE, combined layouts) to measure its error out of sample. Under jit
+# the CPU runtime keeps ~6x the textbook activations, ~7.6x attention's S x S scores and ~9.5 copies of the logits
+# (forward and backward temporaries, fp32, little reuse by the memory pool); full recompute saves (compiled
+# segments, core.recompute) and holds ~0.7 of a rebuilt block beside what it keeps, MindSpore's recompute in
+# PyNative ~2.1; a collective runtime takes ~119 MiB on 2 ranks and ~48 MiB per further rank, and FSDP's gathers
+# ~14 copies of the largest weight. A least-squares fit: a few coefficients come out slightly negative or near zero
+# where terms are nearly collinear; they are what fits the data, not a physical count. Selective recompute is not
+# fitted (it saved 4-11% of the peak in PyNative, where the textbook expects far more): counted as saving nothing,
+# it over-predicts rather than under; under jit on CPU it is refused.
+PROFILES = {
+    ("CPU", "jit"): RuntimeProfile(baseline=554 * MiB, per_layer=11 * MiB, state_copies=1.55,
+                                   activation_copies=4.09, score_copies=5.02, rebuilt_copies=0.918,
+                                   logits_copies=6.15, muon_graph=-9 * MiB, muon_copies=16.2, recompute_saves=True,
+                                   selective_saves=False, distributed=68 * MiB, distributed_per_rank=57 * MiB,
+                                   distributed_param_copies=1.06, gathered_copies=39.8),
+    ("CPU", "pynative"): RuntimeProfile(baseline=485 * MiB, per_layer=0 * MiB, state_copies=1.48,
+                                        activation_copies=1.94, score_copies=1.97, rebuilt_copies=1.65,
+                                        logits_copies=3.68, muon_graph=32 * MiB, muon_copies=18.3,
+                                        recompute_saves=True, selective_saves=False, distributed=30 * MiB,
+                                        distributed_per_rank=-13 * MiB, distributed_param_copies=2.47,
+                                        gathered_copies=8.18),
+}
+
+
+def runtime_profile(device: str, mode: str) -> RuntimeProfile:
+    """The measured profile of ``device`` in ``mode``, or the textbook one (all copies 1, no overhead) where
+    nothing was measured: on Ascend the agent's memory model learns the offset from measured peaks
+    (autoresearch.learn.MemoryModel) until a profile is fitted there."""
+    return PROFILES.get((device, mode), RuntimeProfile())
+
+
+@dataclass
+class MemoryEstimate:
+    """Bytes per rank by component: the textbook states, then what the runtime profile says the step holds.
+    Components come from a least-squares fit, so one can be slightly negative where terms are collinear
+    (``PROFILES``): the total is what is fitted, the split is the best reading of it."""
+
+    params: int
+    grads: int
+    optimizer: int
+    activations: int            # saved for backward by the blocks (after recompute or SWAP), as the runtime holds them
+    logits: int = 0             # the head's logits and the loss's buffers
+    stash: int = 0              # pipeline: stage inputs (and input gradients) of the micro-batches in flight
+    state_copies: int = 0       # the runtime's further copies of params, grads and states (graph inputs, updates)
+    optimizer_temps: int = 0    # Muon's Newton-Schulz graph and temporaries
+    communication: int = 0      # collective runtime, parameter buffers, FSDP's gathered weights
+    graphs: int = 0             # compiled graphs and kernel caches per block (and recompute's)
+    baseline: int = 0           # before the model: libraries, thread pools, allocator pools
+
+    @property
+    def runtime(self) -> int:
+        """What the runtime adds beyond the step's tensors."""
+        return self.state_copies + self.optimizer_temps + self.communication + self.graphs + self.baseline
+
+    @property
+    def total(self) -> int:
+        return self.params + self.grads + self.optimizer + self.activations + self.logits + self.stash + self.runtime
+
+
+def estimate_memory(cfg: TrainConfig) -> MemoryEstimate:
+    """Per-rank peak estimate (the largest pipeline stage's): the textbook ``terms`` through the device's measured
+    ``runtime_profile``. The agent recalibrates it against measured peaks (autoresearch.learn)."""
+    profile = runtime_profile(cfg.device, cfg.training.mode)
+    return max((apply_profile(terms(cfg, r), profile) for r in range(cfg.parallel.pp)), key=lambda e: e.total)
+
+
+def apply_profile(t: Terms, p: RuntimeProfile) -> MemoryEstimate:
+    (saved, scores, rebuilt), graphs = (t.activations, t.scores, 0), p.per_layer * t.layers
+    if t.recomputed is not None and not (t.selective and not p.selective_saves):
+        if p.recompute_saves:
+            saved, scores, rebuilt = t.recomputed, t.recomputed_scores, t.rebuilt
+        else:  # the activations stay and the recompute graph comes on top
+            graphs += p.recompute_per_layer * t.layers
+    held = p.activation_copies * (saved - scores + (p.rebuilt_copies - 1.0) * rebuilt) + p.score_copies * scores
+    optimizer_temps = p.muon_graph + p.muon_copies * t.muon_hidden if t.muon_hidden else 0
+    communication = 0
+    if t.ranks > 1:
+        communication = p.distributed + p.distributed_per_rank * (t.ranks - 2) \
+            + p.distributed_param_copies * t.comm_params + p.gathered_copies * t.gathered
+    return MemoryEstimate(params=t.params, grads=t.grads, optimizer=t.optimizer,
+                          activations=int(held), logits=int(p.logits_copies * t.logits),
+                          stash=t.stash, state_copies=int((p.state_copies - 1.0) * t.states),
+                          optimizer_temps=int(optimizer_temps), communication=int(communication), graphs=int(graphs),
+                          baseline=p.baseline)
+
+
+def estimate_memory_bytes(cfg: TrainConfig) -> int:
+    return estimate_memory(cfg).total

@@ -1,0 +1,47 @@
+"""The recompute plan: which blocks of each pipeline stage re-run their forward in backward, and how. Decided
+once from the config; ``core.training.parallelize`` applies it (and keeps it on the ``Parallelized`` bundle),
+the step factory (``core.training.step``) and the memory estimate read it. No MindSpore here.
+
+How each mode runs (``core.memory.recompute`` says why):
+
+    selective   the norms, the SwiGLU product and attention's softmax re-run (bprop-Cells), jit and PyNative
+    full        PyNative, or a pipeline's last stage: MindSpore's recompute of whole blocks;
+                jit without a pipeline: the step runs as compiled segments (``core.memory.segmented``)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class RecomputePlan:
+    modes: tuple[str, ...]  # per pipeline stage (one without a pipeline): none | selective | full
+    layers: int | None      # memory.recompute_layers: the first this many blocks of each stage; None: all
+    segmented: bool         # full recompute runs as a SegmentedStep: under jit, without a pipeline
+
+    def mode(self, stage: int = 0) -> str:
+        return self.modes[stage]
+
+    def blocks(self, n_blocks: int) -> range:
+        """The recomputed blocks of a stage with ``n_blocks`` blocks: its first ``layers`` (all if None)."""
+        return range(n_blocks if self.layers is None else min(self.layers, n_blocks))
+
+    @property
+    def segmented_full(self) -> bool:
+        """Whether the step runs as compiled segments (full recompute, jit, no pipeline)."""
+        return self.segmented and self.modes == ("full",)
+
+    @property
+    def any(self) -> bool:
+        return any(m != "none" for m in self.modes)
+
+
+def recompute_plan(cfg: TrainConfig) -> RecomputePlan:
+    """The plan of ``cfg``: ``memory.recompute`` (or ``recompute_stages``) over its ``recompute_layers``."""
+    pipeline = cfg.parallel.pp > 1
+    return RecomputePlan(modes=tuple(cfg.memory.recompute_of(s) for s in range(cfg.parallel.stages)),
+                         layers=cfg.memory.recompute_layers,
+                         segmented=cfg.training.mode == "jit" and not pipeline)

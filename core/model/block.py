@@ -1,0 +1,38 @@
+"""The transformer block: pre-norm attention and MLP (or mixture of experts) with residual connections.
+
+Its own module because it joins the layers (``core.model.layers``) and the mixture of experts built on them
+(``core.model.moe``).
+"""
+
+import math
+
+import mindspore as ms
+from mindspore import nn
+
+from core.model.layers import MLP, Attention, RMSNorm
+from core.model.moe import MoE
+
+
+class Block(nn.Cell):
+    """Pre-norm residual block (GPT-2 / Llama): x + attn(norm(x)), then + mlp(norm(.)); the MLP is a mixture of
+    experts (core.model.moe) with ``moe``.
+
+    The unit of activation recompute: `block.recompute()` re-runs this cell's forward in backward.
+    """
+
+    def __init__(self, cfg, dtype=ms.float32, moe: bool = False):
+        super().__init__()
+        # GPT-2 (Radford et al. 2019): residual-stream writers scaled by 1/sqrt(2 L), two writers per block,
+        # so the residual stream's variance at init does not grow with depth.
+        out_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
+        self.attn = Attention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.init_std, out_std, dtype)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
+        if moe:
+            self.mlp = MoE(cfg, out_std, dtype)
+        else:
+            self.mlp = MLP(cfg.d_model, cfg.ffn_hidden, cfg.init_std, out_std, dtype)
+
+    def construct(self, x, cos, sin, positions):
+        x = x + self.attn(self.attn_norm(x), cos, sin, positions)  # (B, S, D)
+        return x + self.mlp(self.mlp_norm(x))

@@ -1,0 +1,73 @@
+"""What the model costs, counted from its config without building it (no MindSpore): the names and shapes of its
+parameters, the weights a token multiplies, training FLOPs per token, and an expert's capacity.
+
+The memory estimate (``core.memory.estimate``) and MFU (``core.trial.recorder``) count from here, so that a count
+has one definition.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from core.config import ModelConfig
+
+
+def param_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of the model's parameters without building it (``core.model.gpt``'s names)."""
+    kv = m.n_kv_heads * m.head_dim
+    shapes = {"embed.weight": (m.vocab_size, m.d_model)}
+    X, F = m.n_experts, m.expert_width
+    for i in range(m.n_layers):
+        b = f"layers.{i}."
+        shapes.update({b + "attn_norm.weight": (m.d_model,), b + "attn.wq.weight": (m.d_model, m.d_model),
+                       b + "attn.wk.weight": (kv, m.d_model), b + "attn.wv.weight": (kv, m.d_model),
+                       b + "attn.wo.weight": (m.d_model, m.d_model), b + "mlp_norm.weight": (m.d_model,)})
+        if not m.is_moe_layer(i):
+            shapes.update({b + "mlp.w_gate.weight": (m.ffn_hidden, m.d_model),
+                           b + "mlp.w_up.weight": (m.ffn_hidden, m.d_model),
+                           b + "mlp.w_down.weight": (m.d_model, m.ffn_hidden)})
+            continue
+        shapes.update({b + "mlp.router.weight": (X, m.d_model), b + "mlp.experts.w_gate": (X, F, m.d_model),
+                       b + "mlp.experts.w_up": (X, F, m.d_model), b + "mlp.experts.w_down": (X, m.d_model, F)})
+        if m.moe_shared_experts:
+            S = F * m.moe_shared_experts
+            shapes.update({b + "mlp.shared.w_gate.weight": (S, m.d_model), b + "mlp.shared.w_up.weight": (S, m.d_model),
+                           b + "mlp.shared.w_down.weight": (m.d_model, S)})
+    shapes["norm.weight"] = (m.d_model,)
+    if not m.tie_embeddings:
+        shapes["lm_head.weight"] = (m.vocab_size, m.d_model)
+    return shapes
+
+
+def matmul_params(cfg: ModelConfig) -> int:
+    """Weights that take part in a matmul per token: every block matrix plus the output head (used even when
+    tied). The input embedding is a gather, not a matmul, and norm weights are elementwise: both excluded."""
+    E = cfg.head_dim
+    attn = cfg.d_model * E * (2 * cfg.n_heads + 2 * cfg.n_kv_heads)  # wq, wo: H*E; wk, wv: K*E
+    mlp = 3 * cfg.d_model * cfg.ffn_hidden
+    # An MoE block: the router, and the k experts a token is routed to plus the shared ones (active weights;
+    # dispatch to empty capacity slots is not model FLOPs)
+    moe = cfg.n_experts * cfg.d_model + 3 * cfg.d_model * cfg.expert_width * (cfg.moe_top_k + cfg.moe_shared_experts)
+    blocks = sum(attn + (moe if cfg.is_moe_layer(i) else mlp) for i in range(cfg.n_layers))
+    return blocks + cfg.vocab_size * cfg.d_model
+
+
+def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+    """Training FLOPs per token, forward + backward: 6 N + 12 L S D (PaLM, Chowdhery et al. 2022, appendix B).
+
+    6 N: each of the N matmul weights costs 2 FLOPs (multiply-add) per token forward and 4 backward (gradients
+    for input and weight). 12 L S D: the attention scores q k^T and the weighted sum p v, each 2 S D per token
+    per layer forward, times 3 for forward + backward. As in PaLM the attention term counts the full S x S
+    matrix, not the causal half actually needed, and recompute is not counted (it is "model" FLOPs, for MFU).
+    """
+    return 6.0 * matmul_params(cfg) + 12.0 * cfg.n_layers * seq_len * cfg.d_model
+
+
+def moe_capacity(tokens: int, top_k: int, n_experts: int, factor: Optional[float]) -> int:
+    """Slots per expert for ``tokens`` tokens: ceil(factor * tokens * k / n_experts), at most ``tokens``; all
+    ``tokens`` when ``factor`` is None (dropless: a token picks an expert at most once). ``core.model.moe``
+    dispatches into them; the memory estimate counts them."""
+    if factor is None:
+        return tokens
+    return min(tokens, math.ceil(factor * tokens * top_k / n_experts))

@@ -1,0 +1,107 @@
+"""A model cut into pipeline stages, and the compiled functions of one stage.
+
+``split_stages`` cuts a GPT into ``pp * pp_virtual`` stages (``core.parallel.pipeline.schedules.stage_layers``:
+even, or ``parallel.pp_layers``) and keeps this rank's. A ``Stage`` is a GPT-shaped cell (``embed``, ``layers``,
+``norm``, ``head_weight()``), so tensor, context and data parallelism apply to each stage as to a whole model;
+the first stage embeds, the last normalises and owns the loss. With tied embeddings the last stage holds a copy
+of the embedding table as its head (Megatron's "embedding group"): the two copies start equal, their gradients
+are summed between the first and last stage (``GradientSync``), so they stay equal; only the first is saved.
+
+How a stage runs under MindSpore's autodiff. MindSpore differentiates functions, not a recorded tape that a
+later call could run backward through: a backward is a call that runs the forward again and then its vector-
+Jacobian product. So a stage's forward (``StageFns.forward``) computes its output and keeps only its input; its
+backward (``StageFns.backward``) runs forward and backward from that input and the output gradient it received.
+The last stage runs forward and backward at once (``StageFns.loss_and_grads``). The segmented recompute step
+(``core.memory.segmented``) runs a whole model's blocks as stages of one rank in the same way.
+"""
+
+from __future__ import annotations
+
+import mindspore as ms
+from mindspore import Parameter, Tensor, nn, ops
+
+from core.parallel.pipeline.schedules import stage_layers
+from core.runtime.graphs import compiled_if
+
+
+class Stage(nn.Cell):
+    """Blocks ``layers`` of ``model``, with the embedding (first stage) and the final norm and head (last).
+
+    construct: tokens (B, S) int32 on the first stage, else hidden (B, S, D) -> hidden (B, S, D)."""
+
+    def __init__(self, model: nn.Cell, layers: range, *, first: bool, last: bool, head_copy: bool = True):
+        """``head_copy``: a last stage of a tied model holds a copy of the table (another rank holds the first
+        stage); False: it uses the model's own (one rank holds both: core.memory.segmented)."""
+        super().__init__(auto_prefix=False)  # keep the GPT's parameter names: checkpoints and the optimizer use them
+        self.first, self.last = first, last
+        self.cfg, self.tie_embeddings = model.cfg, model.tie_embeddings
+        self.rope_cos, self.rope_sin = model.rope_cos, model.rope_sin
+        self.layers = nn.CellList([model.layers[i] for i in layers], auto_prefix=False)
+        self.embed = model.embed if first else None
+        self.norm = model.norm if last else None
+        self.mirrors: tuple[str, ...] = ()  # parameters that copy another stage's (saved there, not here)
+        if last and not model.tie_embeddings:
+            self.lm_head = model.lm_head
+        elif last and not first and not head_copy:
+            self.embed = model.embed   # for its table only: a stage that is not first does not embed
+        elif last and not first:
+            table = model.embed.weight
+            self.embed = type(model.embed)(*table.shape, model.cfg.init_std)  # the head's copy of the table
+            self.embed.weight = Parameter(Tensor(table.asnumpy()), name=table.name)
+            self.mirrors = (table.name,)
+
+    def head_weight(self):
+        """The (V, D) head on the last stage; None elsewhere."""
+        if not self.last:
+            return None
+        return self.embed.weight if self.tie_embeddings else self.lm_head.weight
+
+    def construct(self, x, positions):
+        cos = ops.gather(self.rope_cos, positions, 0)    # (S, E/2)
+        sin = ops.gather(self.rope_sin, positions, 0)    # (S, E/2)
+        h = self.embed(x) if self.first else x           # (B, S, D)
+        for block in self.layers:
+            h = block(h, cos, sin, positions)
+        return self.norm(h) if self.last else h
+
+
+def split_stages(model: nn.Cell, *, pp: int, virtual: int, index: int, split: list[int] | None) -> dict[int, Stage]:
+    """{global stage: Stage} held by pipeline rank ``index``: stages index, index + pp, ... (interleaved)."""
+    n = pp * virtual
+    ranges = stage_layers(len(model.layers), n, split)
+    return {s: Stage(model, ranges[s], first=s == 0, last=s == n - 1) for s in range(index, n, pp)}
+
+
+class StageFns:
+    """The compiled functions of one stage: forward; forward+backward from an output gradient (or, on the last
+    stage, from the loss)."""
+
+    def __init__(self, stage: Stage, *, loss: nn.Cell, eval_loss: nn.Cell, jit: bool, jit_eval: bool):
+        """``jit_eval``: the last stage's evaluation loss compiled too (``TrainConfig.eval_compiled``)."""
+        self.stage, self.params = stage, stage.trainable_params()
+        owners = (stage, loss, eval_loss)  # the cells whose Parameters the graphs read (graphs.jit)
+        wrap = compiled_if(jit, owners=owners)
+        if stage.last:
+            def loss_fn(x, targets, positions):
+                return loss(stage(x, positions), stage.head_weight(), targets)
+
+            def eval_fn(x, targets, positions):
+                return eval_loss(stage(x, positions), stage.head_weight(), targets)
+
+            self.loss_and_grads = wrap(ms.value_and_grad(loss_fn, 0, self.params))
+            self.eval = compiled_if(jit_eval, owners=owners)(eval_fn)
+        else:
+            def vjp(x, positions, dy):  # d/dx, d/dW of <stage(x), dy> is the vector-Jacobian product
+                return (stage(x, positions) * dy).sum()
+
+            def forward(x, positions):
+                return stage(x, positions)
+
+            self.forward = wrap(forward)
+            self.backward = wrap(ms.grad(vjp, None if stage.first else 0, self.params))
+
+
+def accumulate(grads: list, slots: list[int], g, add) -> None:
+    """grads[slots[j]] += g[j] (a parameter's first gradient of the step is taken as it is)."""
+    for i, gi in zip(slots, g):
+        grads[i] = gi if grads[i] is None else add(grads[i], gi)

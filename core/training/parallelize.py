@@ -1,0 +1,113 @@
+"""``parallelize(model, dims, cfg)``: the one place where a model becomes this rank's part of a mesh-parallel one,
+with its recompute applied. It composes the techniques of ``core.parallel`` and ``core.memory``; the model's code
+never changes, only its ``op`` and ``sdpa`` seams and its weights (``core.model.layers``).
+
+A pipeline (``pp > 1``) first cuts the model into stages and keeps this rank's (``core.parallel.pipeline``); each
+stage is a GPT-shaped cell and gets what follows, with its own recompute mode. In this order (torchtitan's):
+tensor and sequence parallelism split weights and wrap their ops; context parallelism replaces attention; MoE
+blocks go on the mesh; selective recompute wraps its ops; FSDP shards whatever weights are left (TP blocks
+included) and wraps every op once more, knowing which blocks recompute. The blocks are *marked* for full
+recompute last, once every weight has its final Parameter: MindSpore's PyNative recompute captures a block's
+parameters when it is marked (marked before FSDP, it differentiated the replaced full weights and lost the
+shards' gradients). The trainer asks for a ``Parallelized`` and never branches on a degree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from mindspore import nn
+
+from core.config import TrainConfig
+from core.memory.plan import RecomputePlan, recompute_plan
+from core.memory.recompute import apply_selective, mark_full
+from core.model.loss import LinearCrossEntropyLoss
+from core.parallel import comm
+from core.parallel.context_parallel import apply_context_parallel, chunk_positions
+from core.parallel.dims import ParallelDims
+from core.parallel.expert_parallel import apply_moe_parallel
+from core.parallel.fsdp import apply_fsdp
+from core.parallel.pipeline.stages import split_stages
+from core.parallel.placement import Placement, replicated
+from core.parallel.tensor_parallel import apply_tensor_parallel
+
+
+@dataclass(kw_only=True)
+class Parallelized:
+    """A model ready for this rank, and what the trainer needs around it."""
+
+    model: nn.Cell
+    loss: nn.Cell            # (hidden, head weight, labels) -> mean loss, for training
+    eval_loss: nn.Cell       # the same without gradients
+    placements: dict         # parameter name -> Placement (checkpoints, optimizer, clipping, estimate)
+    dims: ParallelDims
+    groups: dict             # axis or view -> comm.Group
+    positions: np.ndarray    # (S / cp,) int32: the sequence positions of this rank's tokens
+    recompute: RecomputePlan  # how each stage recomputes (applied here; the step factory reads it)
+    stages: dict | None = None     # with a pipeline: {global stage: Stage} held by this rank (``model`` holds them)
+    tied: tuple[str, ...] = ()     # parameters whose gradient is summed with a copy on another stage
+    mirrors: tuple[str, ...] = ()  # those copies held here (another rank saves them)
+
+    def local_tokens(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """This rank's (inputs, targets), each (b, S / cp), from its batch rows (b, S + 1)."""
+        return rows[:, :-1][:, self.positions], rows[:, 1:][:, self.positions]
+
+    def train_loss(self, inputs, targets, positions):
+        """The training loss of a micro-batch (what the step differentiates): the model, then the fused loss."""
+        hidden = self.model(inputs, positions)                           # (B, S, D)
+        return self.loss(hidden, self.model.head_weight(), targets)
+
+    def validation_loss(self, inputs, targets, positions):
+        hidden = self.model(inputs, positions)
+        return self.eval_loss(hidden, self.model.head_weight(), targets)
+
+
+def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Parallelized:
+    """A pipeline first cuts the model into this rank's stages; each stage (or the whole model) is then made
+    parallel the same way."""
+    groups = comm.mesh_groups(dims)
+    placements: dict[str, Placement] = {}
+    plan = recompute_plan(cfg)
+    p = cfg.parallel
+    parts = ({0: model} if dims.pp == 1 else
+             split_stages(model, pp=dims.pp, virtual=p.pp_virtual, index=dims.index("pp"),
+                          split=p.stage_split(len(model.layers))))
+    loss = eval_loss = None
+    for s, part in parts.items():
+        losses = _parallelize_part(part, dims=dims, groups=groups, placements=placements, cfg=cfg, plan=plan,
+                                   stage=s)
+        if s == max(parts) and part.head_weight() is not None:
+            loss, eval_loss = losses
+    S = cfg.training.seq_len
+    positions = chunk_positions(S, dims.cp, dims.index("cp")) if dims.cp > 1 else np.arange(S, dtype=np.int32)
+    common = dict(loss=loss, eval_loss=eval_loss, placements=placements, dims=dims, groups=groups,
+                  positions=positions, recompute=plan)
+    if dims.pp == 1:
+        return Parallelized(model=model, **common)
+    mirrors = tuple(name for part in parts.values() for name in part.mirrors)
+    tied = mirrors + (("embed.weight",) if 0 in parts and model.tie_embeddings else ())
+    held = nn.CellList(list(parts.values()), auto_prefix=False)
+    return Parallelized(model=held, stages=parts, tied=tied, mirrors=mirrors, **common)
+
+
+def _parallelize_part(model: nn.Cell, *, dims: ParallelDims, groups: dict, placements: dict, cfg: TrainConfig,
+                      plan: RecomputePlan, stage: int):
+    """TP -> CP -> MoE (EP) -> selective recompute -> FSDP -> full recompute on a GPT or a pipeline stage;
+    returns its (train, eval) loss ops."""
+    placements.update({p.name: replicated(p.shape) for p in model.trainable_params()})
+    loss, eval_loss = LinearCrossEntropyLoss(train=True), LinearCrossEntropyLoss(train=False)
+    if dims.tp > 1:
+        loss, eval_loss = apply_tensor_parallel(model, groups["tp"], dims.sp, placements)
+    if dims.cp > 1:
+        apply_context_parallel(model, groups["cp"])
+    apply_moe_parallel(model, dims, groups, placements, cfg.training.seq_len)
+    mode, blocks = plan.mode(stage), plan.blocks(len(model.layers))
+    if mode == "selective":
+        apply_selective(model, blocks)
+    full = blocks if mode == "full" else range(0)
+    if dims.size("fsdp") > 1:
+        loss, eval_loss = apply_fsdp(model, groups["fsdp"], placements, loss, eval_loss, recomputed=full)
+    if not plan.segmented:  # (segmented: the step runs full recompute as compiled segments, core.training.step)
+        mark_full(model, full)
+    return loss, eval_loss

@@ -1,0 +1,53 @@
+"""What a trial measures about its steps beyond loss and time, recorded into the trial summary's metrics:
+
+    comm_time_share       with ``training.profile``: the share of step time in collectives (MindSpore's profiler)
+    pipeline_bubble       with a pipeline: the share of step time a rank spent blocked in receives (rank mean)
+    moe_dropped_fraction  MoE: (token, choice) pairs over capacity / routed, in each step's last micro-batch
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.config import TrainConfig
+from core.model.moe import moe_layers
+from core.runtime.profiling import StepProfiler, comm_time_share
+from core.training.ranks import Ranks
+from core.trial.recorder import TrialRecorder
+
+
+class StepStats:
+    def __init__(self, cfg: TrainConfig, *, model, profile_dir: Path, pipeline: bool):
+        self.cfg, self.profile_dir, self.pipeline = cfg, profile_dir, pipeline
+        self.moe = moe_layers(model)
+        self.moe_pairs = [0.0, 0.0]  # (token, choice) pairs dropped / routed
+        self.waits: list[tuple[float, float]] = []  # (seconds blocked in pipeline receives, step seconds)
+        self.profiler: StepProfiler | None = None
+        self.profiled_sec = 0.0
+
+    def before_step(self, steps_run: int) -> None:
+        """Start the profiler after compilation and warm-up (the steps after the first two)."""
+        if self.cfg.training.profile and self.profiler is None and steps_run == 2:
+            self.profiler = StepProfiler(self.profile_dir)
+            self.profiler.start()
+
+    def after_step(self, steps_run: int, seconds: float, wait_sec: float) -> None:
+        """``steps_run``: steps this process ran before this one (the first compiles, so it has no bubble)."""
+        if self.pipeline and steps_run > 0:
+            self.waits.append((wait_sec, seconds))
+        self.profiled_sec += seconds if self.profiler is not None else 0.0
+        if self.moe:  # each MoE block keeps the count of its last forward (core.model.moe)
+            self.moe_pairs[0] += sum(float(m.dropped.asnumpy()) for m in self.moe)
+            tokens = self.cfg.training.micro_batch_size * self.cfg.training.seq_len  # whole sequences per rank
+            self.moe_pairs[1] += sum(m.top_k * tokens for m in self.moe)
+
+    def record(self, rec: TrialRecorder, ranks: Ranks) -> None:
+        """Into the summary's metrics; every rank joins the reductions, with MoE blocks or not (pipeline stages)."""
+        if self.profiler is not None:
+            rec.comm_time_share = comm_time_share(self.profiler.stop(), self.profiled_sec)
+        if self.cfg.model.n_experts:
+            dropped, routed = ranks.sum(self.moe_pairs)
+            rec.moe_dropped_fraction = dropped / routed if routed else None
+        if self.waits:
+            share = sum(w for w, _ in self.waits) / sum(dt for _, dt in self.waits)
+            rec.pipeline_bubble = ranks.mean(share, holders=ranks.world_size)

@@ -1,0 +1,187 @@
+"""The training loop of one rank: data -> GPT -> fused linear cross-entropy -> grads -> sync and clip ->
+optimizer, with the trial's budgets, NaN checks, validation and checkpoints.
+
+``Trainer(cfg, rec)`` builds everything: the cluster, the datasets, ``parallelize(model, dims, cfg)`` (the one
+call that makes the model this rank's part of the mesh), the optimizer, the step (``core.training.step``), the
+gradient sync and the checkpoint manager. ``run()`` is the loop; it never branches on a degree.
+
+Determinism: the batch of step k is a pure function of (seed, k) and the weights of the seed, so the same seed
+gives the same losses, a resumed run continues exactly (on any layout: checkpoints consolidate), and the ranks
+of every layout together see the single-process global batch (rows by batch-axis rank, sequence positions by
+context-parallel rank).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import subprocess
+import time
+from typing import Optional
+
+import mindspore as ms
+from mindspore import Tensor
+
+from core.ckpt.manager import CheckpointManager
+from core.config import TrainConfig
+from core.data import datasets_for
+from core.memory.estimate import estimate_memory_bytes
+from core.memory.probe import peak_rss_bytes
+from core.model.flops import flops_per_token
+from core.model.gpt import GPT
+from core.optim import build_optimizer, lr_at
+from core.parallel.comm import init_distributed
+from core.parallel.dims import ParallelDims
+from core.parallel.grads import GradientSync
+from core.runtime.cluster import node_ranks
+from core.runtime.reference_rate import reference_flops_per_sec
+from core.runtime.settings import configure, cpu_kernels
+from core.training.parallelize import parallelize
+from core.training.ranks import Ranks
+from core.training.stats import StepStats
+from core.training.step import build_step
+from core.trial.contract import Exit, NonFinite, OutOfMemory, oom_reason
+from core.trial.recorder import TrialRecorder
+
+log = logging.getLogger("core.train")
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, rec: TrialRecorder, *, limit_bytes: Optional[int] = None):
+        """Build this rank's part of the trial (marks the start-up phases ``cluster`` and ``build`` on ``rec``);
+        ``limit_bytes``: the memory budget this process enforces itself (CPU), None where the device does."""
+        self.cfg, self.rec, self.limit_bytes, self.trial_dir = cfg, rec, limit_bytes, rec.trial_dir
+        ms.set_device(cfg.device)
+        ms.set_seed(cfg.seed)
+        self.dist = init_distributed()
+        rec.mark("cluster")
+        self.dims = ParallelDims.from_config(cfg.parallel, self.dist.rank, self.dist.world_size)
+        self.ranks = Ranks(self.dist.world_size, self.dims.pp)
+        configure(cfg, node_ranks(self.dist.world_size)[1])
+        self.train_data, self.val_data = datasets_for(cfg)
+        self.par = parallelize(GPT(cfg.model, seed=cfg.seed), self.dims, cfg)
+        self.positions = Tensor(self.par.positions)
+        self.params = list(self.par.model.trainable_params())
+        fused = cpu_kernels()
+        self.optimizer = build_optimizer([(p.name, p) for p in self.params], cfg.optim,
+                                         placements=self.par.placements, group=self.par.groups["shard"], fused=fused)
+        self.step = build_step(self.par, cfg, self.params, swap_dir=self.trial_dir / "swap" / f"rank_{self.dist.rank}")
+        self.sync = GradientSync(self.params, placements=self.par.placements, dims=self.dims, groups=self.par.groups,
+                                 micro_batches=cfg.grad_accum_steps, max_norm=cfg.optim.grad_clip, tied=self.par.tied,
+                                 mirrors=self.par.mirrors, fused=fused)
+        self.checkpoints = CheckpointManager(cfg, root=self.trial_dir / "checkpoints", par=self.par,
+                                             params=self.params, optimizer=self.optimizer, barrier=self.ranks.barrier)
+        self.stats = StepStats(cfg, model=self.par.model, profile_dir=self.trial_dir / "profile" /
+                               f"rank_{self.dist.rank}", pipeline=self.par.stages is not None)
+        self.metrics = open(self.trial_dir / "metrics.jsonl", "a") if self.dist.rank == 0 else None
+        rec.flops_per_token = flops_per_token(cfg.model, cfg.training.seq_len)
+        rec.estimated_memory_bytes = estimate_memory_bytes(cfg)
+        rec.state_bytes = self._state_bytes()
+        rec.mark("build")
+
+    def run(self) -> tuple[Exit, str]:
+        """Steps until the budget ends, then validation, the final checkpoint and MFU's reference rate."""
+        cfg, rec = self.cfg, self.rec
+        start = step = self._resume()
+        max_steps, wall = cfg.trial.max_steps, cfg.trial.max_wall_time_sec
+        try:
+            while max_steps is None or step < max_steps:
+                if wall is not None and time.time() - rec.started >= wall:
+                    if max_steps is None:
+                        break  # a wall-only budget, used in full: that is success
+                    return Exit.TIMEOUT, (f"timeout: wall budget trial.max_wall_time_sec={wall:g} ended at step "
+                                          f"{step}/{max_steps}; raise it or lower trial.max_steps")
+                self.stats.before_step(step - start)
+                t0 = time.perf_counter()
+                loss, grad_norm, lr = self._train_step(step)
+                dt = time.perf_counter() - t0
+                self.stats.after_step(step - start, dt, getattr(self.step, "wait_sec", 0.0))
+                step += 1
+                rec.record_step(loss, grad_norm, cfg.training.global_batch_size * cfg.training.seq_len, dt)
+                self._check_memory()
+                self._log_step(step, loss, grad_norm, lr, dt)
+                if cfg.training.eval_interval and step % cfg.training.eval_interval == 0:
+                    self._evaluate(step)
+                self.checkpoints.after_step(step, rec.tokens)
+            self.stats.record(rec, self.ranks)
+            self._evaluate(step)
+            self.checkpoints.at_end(step, rec.tokens)
+            self._reference_rate()
+            self.ranks.barrier()  # nobody leaves a peer mid-collective
+        finally:
+            if self.metrics:
+                self.metrics.close()
+        return Exit.OK, f"ok: {step} steps, final loss {rec.losses[-1]:.4f}" if rec.losses else "ok"
+
+    def _resume(self) -> int:
+        step, tokens = self.checkpoints.resume(self.trial_dir)
+        if step:
+            self.rec.steps, self.rec.tokens = step, tokens
+        return step
+
+    def _train_step(self, step: int) -> tuple[float, float, float]:
+        cfg, t, dims = self.cfg, self.cfg.training, self.dims
+        rows = self.train_data.batch(step, t.global_batch_size, t.seq_len, cfg.seed, rank=dims.index("batch"),
+                                     world_size=dims.size("batch"))            # (G / batch ranks, S + 1)
+        loss_value, grads = self.step.run(*self.par.local_tokens(rows), self.positions)
+        grads, norm, scale = self.sync(grads)
+        loss_value = self.ranks.mean(loss_value)  # every rank must take the same decision on NaN
+        norm_value = float(norm.asnumpy())
+        if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
+            raise NonFinite(f"nan: loss {loss_value} / grad norm {norm_value} at step {step + 1}; lower optim.lr "
+                            f"(now {cfg.optim.lr:g}), raise optim.warmup_steps or keep optim.grad_clip on")
+        lr = lr_at(step, cfg.optim, cfg.trial.max_steps)
+        self.optimizer.step(grads, lr, scale)
+        return loss_value, norm_value, lr
+
+    def _evaluate(self, step: int) -> None:
+        """Mean loss over fixed validation windows: eval_batches global batches, whatever the layout, so that
+        runs with different layouts or micro-batch sizes report comparable numbers."""
+        t, dims = self.cfg.training, self.dims
+        rows = self.val_data.eval_batches(t.eval_batches, t.global_batch_size, t.seq_len, rank=dims.index("batch"),
+                                          world_size=dims.size("batch")).reshape(-1, t.seq_len + 1)
+        inputs, targets = self.par.local_tokens(rows)                    # (n * G / batch ranks, S / cp)
+        self.rec.val_loss = self.ranks.mean(self.step.evaluate(inputs, targets, self.positions))
+        self._write({"step": step, "val_loss": self.rec.val_loss})
+
+    def _check_memory(self) -> None:
+        """A peak that came and went between two watchdog polls still counts (VmHWM is a high-water mark)."""
+        peak = peak_rss_bytes()
+        if self.limit_bytes is not None and peak is not None and peak > self.limit_bytes:
+            raise OutOfMemory(oom_reason("rank peak", peak, self.limit_bytes))
+
+    def _reference_rate(self) -> None:
+        """MFU's fixed denominator (``core.runtime.reference_rate``): per host on CPU, whose cores its ranks share."""
+        try:
+            self.rec.reference_flops_per_sec = reference_flops_per_sec(self.cfg.device)
+        except (OSError, subprocess.CalledProcessError, ValueError) as e:  # mfu stays null, and says why
+            log.warning("mfu: no reference rate for this machine (%s); mfu is null", e)
+        world, local = self.dist.world_size, node_ranks(self.dist.world_size)[1]
+        self.rec.compute_units = world // local if self.cfg.device == "CPU" else world
+
+    def _state_bytes(self) -> dict:
+        """Bytes this rank holds for parameters, their gradients and the optimizer states (counted, not measured:
+        what sharding divides)."""
+        params = sum(p.size * p.itemsize for p in self.params)
+        optim = sum(v.nbytes for v in self.optimizer.state_dict().values())
+        return {"params": int(params), "grads": int(params), "optimizer": int(optim)}
+
+    def _log_step(self, step: int, loss: float, grad_norm: float, lr: float, seconds: float) -> None:
+        t = self.cfg.training
+        if step % t.log_interval == 0 or step == self.cfg.trial.max_steps:
+            self._write({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "step_time_ms": seconds * 1000,
+                         "tokens": self.rec.tokens, "elapsed_sec": time.time() - self.rec.started,
+                         "peak_memory_bytes": peak_rss_bytes()})
+
+    def _write(self, row: dict) -> None:
+        """One line of ``metrics.jsonl`` and of the log (rank 0 only)."""
+        if not self.metrics:
+            return
+        self.metrics.write(json.dumps(row) + "\n")
+        self.metrics.flush()
+        if "loss" in row:
+            log.info("step %d  loss %.4f  lr %.2e  grad_norm %.3f  %.0f ms", row["step"], row["loss"], row["lr"],
+                     row["grad_norm"], row["step_time_ms"])
+        else:
+            log.info("step %d  val_loss %.4f", row["step"], row["val_loss"])
