@@ -11,7 +11,7 @@ A tabular benchmark (the way NAS-Bench and HPOBench make optimiser comparisons c
    ``benchmarks/data/tabular.json``: params, status, exit code, objective, measured and estimated peak memory,
    wall time, and the summary each trial wrote. Failures are real: the OOMs are the core's memory budget
    (exit 10) and the NaNs a learning rate that really diverges (exit 12).
-2. ``replay`` runs the agent itself — ``autoresearch.loop.StudyLoop``: its proposers, Optuna study, typed-failure
+2. ``replay`` runs the agent itself — ``autoresearch.run.session.Session``: its proposers, Optuna study, typed-failure
    constraints, feasibility memory and memory gate — with this file's ``trial`` subcommand as the trial command
    (the agent's ``--command``). That command looks the config up in the table, writes the stored
    ``trial_summary.json`` and exits with the stored code, so the agent decides exactly as it would on the real
@@ -94,7 +94,7 @@ def _machine() -> dict:
 
 def _row(index: int, params: dict, space, result) -> dict:
     """One table row from a TrialResult (the summary minus its resolved config, which the overrides rebuild)."""
-    from autoresearch.param import format_override_value
+    from core.config import format_value
 
     summary = {k: v for k, v in (result.summary or {}).items() if k != "config"}
     if not summary:  # no summary left behind: keep what the runner saw, for the replay to write back
@@ -102,7 +102,7 @@ def _row(index: int, params: dict, space, result) -> dict:
     m = result.metrics
     return {
         "index": index, "params": params,
-        "param_overrides": {k: format_override_value(params[k]) for k in space.params},
+        "param_overrides": {k: format_value(params[k]) for k in space.params},
         "status": result.status, "exit_code": result.exit_code, "objective": result.objective,
         "peak_memory_bytes": m.get("peak_memory_bytes"), "estimated_memory_bytes": m.get("estimated_memory_bytes"),
         "wall_time_sec": round(result.wall_time, 2), "steps": summary.get("steps"),
@@ -114,7 +114,7 @@ def collect(args) -> int:
     import datetime
     import shutil
 
-    from autoresearch.runner import run_trial
+    from autoresearch.run.runner import run_trial
     from autoresearch.space import load_space
 
     space = load_space(str(args.space))
@@ -201,39 +201,38 @@ METHODS = {
 SEEDLESS = ("grid",)  # the grid walks the same order whatever the seed
 
 
-def make_replay_loop(opts, proposer: str, best_key: tuple, budget: int, max_proposals: int):
-    """The agent's StudyLoop with one change: when to stop (the benchmark's, not a user's)."""
-    from autoresearch import storage as st
-    from autoresearch.gate import recorded_keys
-    from autoresearch.loop import StudyLoop
-    from autoresearch.outcomes import RAN, config_key
+def make_replay_session(opts, proposer: str, best_key: tuple, budget: int, max_proposals: int):
+    """The agent's own session with one change: when to stop (the benchmark's, not a user's). Returns the session
+    and a function giving why the replay ended."""
+    from autoresearch.records import RAN, config_key
+    from autoresearch.run.session import Session
+    from autoresearch.study.storage import recorded_keys, status_of
 
-    class ReplayLoop(StudyLoop):
-        ended = ""
+    ended = [""]
 
-        def stop_reason(self, study, start, running=0):
-            self.ended = self._why(study)
-            return self.ended
+    def stop_when(study) -> str:
+        ended[0] = why(study)
+        return ended[0]
 
-        def _why(self, study):
-            trials = study.get_trials(deepcopy=False)
-            ran = [t for t in trials if t.state.is_finished() and t.user_attrs.get("status") in RAN]
-            if any(config_key(t.params) == best_key for t in ran):
-                return "best"
-            if len(ran) >= budget:
-                return "budget"
-            # Stuck: the agent's own check (Gate.skip) would skip every config that has not run. Skipped
-            # proposals teach the feasibility memory nothing, so that holds for good: the real agent would only
-            # record pruned proposals until its --trials ran out.
-            done, recorded = {config_key(t.params) for t in ran}, recorded_keys(study)
-            if all(self.gate.skip(study, p, recorded) for p in self.space.grid() if config_key(p) not in done):
-                return "stuck"
-            if len(trials) >= max_proposals:
-                return "proposal cap"
-            return ""
+    def why(study) -> str:
+        trials = study.get_trials(deepcopy=False)
+        ran = [t for t in trials if t.state.is_finished() and status_of(t) in RAN]
+        if any(config_key(t.params) == best_key for t in ran):
+            return "best"
+        if len(ran) >= budget:
+            return "budget"
+        # Stuck: the agent's own check (Gate.skip) would skip every config that has not run. Skipped proposals
+        # teach the feasibility memory nothing, so that holds for good: the real agent would only record pruned
+        # proposals until its --trials ran out.
+        done, recorded = {config_key(t.params) for t in ran}, recorded_keys(study)
+        if all(session.gate.skip(study, p, recorded) for p in session.space.grid() if config_key(p) not in done):
+            return "stuck"
+        if len(trials) >= max_proposals:
+            return "proposal cap"
+        return ""
 
-    loop = ReplayLoop(opts, proposer)
-    return loop, st
+    session = Session(opts, proposer, stop_when=stop_when)
+    return session, lambda: ended[0]
 
 
 def replay_once(table_path: Path, method: str, seed: int, budget: int, work: Path, best_key: tuple,
@@ -243,8 +242,9 @@ def replay_once(table_path: Path, method: str, seed: int, budget: int, work: Pat
 
     import optuna
 
-    from autoresearch.loop import AgentOptions
-    from autoresearch.outcomes import RAN
+    from autoresearch.records import RAN, SKIPPED
+    from autoresearch.run.options import AgentOptions
+    from autoresearch.study.storage import default_storage, status_of
 
     proposer, learn, estimator = METHODS[method]
     study = f"{method.replace('+', '_').replace(' ', '_').replace('(', '').replace(')', '')}-s{seed}"
@@ -253,24 +253,24 @@ def replay_once(table_path: Path, method: str, seed: int, budget: int, work: Pat
                         trials_dir=str(work), command=[sys.executable, str(Path(__file__).resolve()), "trial",
                                                        f"--table={table_path}"],
                         estimator=estimator, learn=learn, progress=False, confirm=0)  # the search alone
-    loop, st = make_replay_loop(opts, proposer, best_key, budget, max_proposals)
-    with contextlib.redirect_stdout(io.StringIO()) as out:  # the agent's per-trial lines and final table
-        code = loop.run()
-    ended = loop.ended
+    session, ended = make_replay_session(opts, proposer, best_key, budget, max_proposals)
+    with contextlib.redirect_stdout(io.StringIO()) as out:  # anything the agent logs
+        code = session.run().code
+    ended = ended()
     if code != 0:
         raise RuntimeError(f"replay {method} seed {seed} ended with {code}:\n{out.getvalue()[-2000:]}")
-    url = st.default_storage(work, study)
+    url = default_storage(work, study)
     s = optuna.load_study(study_name=study, storage=url)
-    from autoresearch.outcomes import config_key
+    from autoresearch.records import config_key
 
     runs, skipped, reached = [], [], False
     for t in s.get_trials(deepcopy=False):
-        status = t.user_attrs.get("status")
+        status = status_of(t)
         if status in RAN:
             runs.append(status)
             if config_key(t.params) == best_key:
                 reached = True
-        elif status in ("pruned", "rejected", "duplicate"):
+        elif status in SKIPPED:
             skipped.append(t.user_attrs.get("reason", ""))
         else:
             raise RuntimeError(f"replay {method} seed {seed}: trial {t.number} ended {status}")
@@ -296,7 +296,7 @@ def soundness(table: dict) -> list[str]:
     """Lines on whether the space's annotations hold on the table: every config that the table's evidence would
     prune (``FeasibilityMemory.dominates``; for NaN the evidence includes ok runs whose loss diverged,
     ``learn.Outcome.proves``) must have failed the same way, or diverged, never run ok."""
-    from autoresearch.learn import FeasibilityMemory, Outcome
+    from autoresearch.search.feasibility import FeasibilityMemory, Outcome
     from autoresearch.space import load_space
 
     space = load_space(str(table_space(table)))
@@ -334,7 +334,7 @@ def waste_breakdown(results: list[dict], budget: int) -> list[str]:
     rs = [r for r in results if r["method"] == "tpe+memory"]
     if not rs:
         return []
-    startup = max(3, min(10, budget // 4))  # as autoresearch.loop.StudyLoop.open derives it from --trials
+    startup = max(3, min(10, budget // 4))  # as autoresearch.run.session.Session.open derives it from --trials
     early = sum(s in FAILED for r in rs for s in r["statuses"][:startup])
     late = sum(s in FAILED for r in rs for s in r["statuses"][startup:])
     return [f"Where tpe+memory's waste comes from: {early} of its {early + late} OOM/NaN runs (over {len(rs)} "
@@ -347,9 +347,9 @@ def waste_breakdown(results: list[dict], budget: int) -> list[str]:
 def gate_diagnosis(table: dict, best: dict) -> list[str]:
     """What the agent's memory gate predicts for the best config once it has measured only the smallest batch
     (``learn.MemoryModel`` calibrated on those rows, ``runner.estimate_with_core`` for the estimate)."""
-    from autoresearch.learn import MemoryModel
-    from autoresearch.gate import GiB
-    from autoresearch.runner import estimate_with_core
+    from autoresearch.search.memory_model import MemoryModel
+    from autoresearch.search.gate import GiB
+    from autoresearch.core_adapter import estimate_with_core
     from autoresearch.space import load_space
 
     space = load_space(str(table_space(table)))
@@ -427,7 +427,7 @@ def results_markdown(table: dict, summary: list[dict], results: list[dict], args
         + f" ({table['objective']['metric']} {best['objective']:.4f}).",
         "",
         f"Replay: `python benchmarks/agent_efficiency.py replay --seeds {args.seeds} --budget {args.budget}` "
-        f"({elapsed:.0f} s). Each replay is the agent's own loop (`autoresearch.loop.StudyLoop`) with the table "
+        f"({elapsed:.0f} s). Each replay is the agent's own session (`autoresearch.run.session.Session`) with the table "
         "as its trial command; it stops when the best config has run or after the budget of paid runs. "
         "`runs to best`: trials actually run up to and including the best (a replay that misses it within the "
         f"budget counts as {args.budget + 1}). `waste`: share of those runs that ended OOM or NaN, pooled over "
@@ -485,7 +485,7 @@ def replay(args) -> int:
     import tempfile
     import time
 
-    from autoresearch.outcomes import config_key
+    from autoresearch.records import config_key
 
     table_path = Path(args.table).resolve()
     table = json.loads(table_path.read_text())
@@ -528,9 +528,9 @@ def demo(args) -> int:
     and whether any trial that ran after the first OOM was dominated by it (it must not be)."""
     import subprocess
 
-    from autoresearch.learn import FeasibilityMemory
-    from autoresearch.outcomes import RAN
-    from autoresearch.report import load_study
+    from autoresearch.search.feasibility import FeasibilityMemory
+    from autoresearch.records import RAN
+    from autoresearch.study.storage import load_study
     from autoresearch.space import load_space
 
     study_dir = ROOT / args.trials_dir / args.study
@@ -617,14 +617,15 @@ def replay_sequence(args) -> list[tuple[dict, str]]:
 
     import optuna
 
-    from autoresearch.loop import AgentOptions, StudyLoop
+    from autoresearch.run.options import AgentOptions
+    from autoresearch.run.session import Session
 
     with tempfile.TemporaryDirectory(prefix="agent-efficiency-demo-") as work:
         opts = AgentOptions(space=str(SPACE), proposer="tpe", study=args.study, trials=args.trials, seed=args.seed,
                             trials_dir=work, progress=False, confirm=0, estimator=AgentOptions.estimator if args.gate else None,
                             command=[sys.executable, str(Path(__file__).resolve()), "trial", f"--table={TABLE}"])
         with contextlib.redirect_stdout(io.StringIO()):
-            StudyLoop(opts, "tpe").run()
+            Session(opts, "tpe").run()
         study = optuna.load_study(study_name=args.study, storage=f"sqlite:///{work}/{args.study}/study.db")
         return [(dict(t.params), t.user_attrs.get("status")) for t in study.get_trials(deepcopy=False)]
 

@@ -46,8 +46,10 @@ def run_study(args, seed: int, trials_dir: Path) -> str:
 
 
 def summarise(study_dir: Path) -> dict:
-    from autoresearch import confirm, ledger, storage
-    from autoresearch.report import load_study
+    from autoresearch.study import confirm
+    from autoresearch.study import ledger
+    from autoresearch.study import storage
+    from autoresearch.study.storage import load_study
 
     study = load_study(study_dir)
     rows = storage.trial_rows(study)

@@ -30,7 +30,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import agent_efficiency as ae
-from autoresearch.outcomes import config_key
+from autoresearch.records import config_key
 from provenance import cpu_info, git_commit
 
 ROOT = ae.ROOT

@@ -13,14 +13,15 @@ import time
 KILL_WAIT_SEC = 5.0  # between SIGTERM and SIGKILL
 
 
-def kill_group(pgid: int, proc=None, *, term_wait: float = KILL_WAIT_SEC) -> None:
-    """End process group ``pgid``: SIGTERM, then SIGKILL whatever is left after ``term_wait`` seconds (0: SIGKILL
-    at once).
+def kill_group(pgid: int, proc=None, *, term_wait: float | None = None) -> None:
+    """End process group ``pgid``: SIGTERM, then SIGKILL whatever is left after ``term_wait`` seconds (None:
+    ``KILL_WAIT_SEC``; 0: SIGKILL at once).
 
     ``proc`` (a ``subprocess.Popen`` or ``core.trial.fork_server.WarmProcess``) is the leader when it is the
     caller's child, so that it is waited for, not left a zombie; without it (an orphan of a dead agent) the group
     is polled until it is gone.
     """
+    term_wait = KILL_WAIT_SEC if term_wait is None else term_wait
     for sig in (signal.SIGTERM, signal.SIGKILL) if term_wait > 0 else (signal.SIGKILL,):
         try:
             os.killpg(pgid, sig)

@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autoresearch import confirm
+from autoresearch.study import confirm
 from tests.schema import assert_summary_schema
 
 pytestmark = pytest.mark.slow

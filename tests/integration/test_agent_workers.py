@@ -10,7 +10,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autoresearch import storage
+from autoresearch.study import storage
 from tests.integration.agent_helpers import dead, held_space, start_agent, started, wait_for
 
 pytestmark = [pytest.mark.timeout(300),

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from autoresearch.param import scalar_text
+from core.config import scalar_text
 from autoresearch.space import load_space
 from tests.integration.conftest import losses, run_trial
 

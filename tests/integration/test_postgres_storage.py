@@ -16,7 +16,8 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from autoresearch import report, storage
+from autoresearch.report import table as report
+from autoresearch.study import storage
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = shlex.join([sys.executable, str(ROOT / "tests" / "fake_trial.py")])

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from autoresearch.runner import run_trial as run_agent_trial
+from autoresearch.run.runner import run_trial as run_agent_trial
 from core.trial import fork_server as warm
 from tests.integration.conftest import ROOT, assert_same_run, losses, run_trial
 

@@ -1,0 +1,324 @@
+"""The core's config as a MindFormers (MindSpore Transformers) YAML fragment, for its static-graph trainer.
+
+Key names as MindFormers spells them, from:
+- docs: mindformers/docs/source_en/feature/configuration.md (MindSpore docs repo): ``parallel_config``,
+  ``parallel.enable_parallel_optimizer`` / ``parallel_optimizer_config.optimizer_weight_shard_size``,
+  ``parallel.pipeline_config.{pipeline_interleave,pipeline_scheduler}``, ``runner_config``, ``recompute_config``,
+  ``swap_config``, ``context``, ``lr_schedule``, ``optimizer``; feature/memory_optimization.md for the per-stage
+  ``recompute`` lists (2-D ``[interleave][stage]`` with ``pp_interleave_num``) and ``swap_config``'s
+  ``layer_swap`` / ``op_swap``; model_config ``offset`` (per stage, 2-D when interleaved; sums to
+  num_layers % stages).
+- configs/general/llm_pretrain_moe_template.yaml and research/deepseek3/.../pretrain_deepseek3_671b.yaml
+  (``parallel_config.expert_parallel``, ``use_seq_parallel``, ``context.jit_config.jit_level``).
+- mindformers/wrapper/wrapper.py: MFTrainOneStepCell(use_clip_grad, max_grad_norm).
+- mindformers/core/optim/muon.py: Muon(momentum, ns_steps, adamw_betas, adamw_eps, weight_decay); its update is
+  scaled by matched_adamw_rms * sqrt(max(A, B)) with 0.2 by default, the core's scale (core/optim/muon.py), so the
+  learning rate carries over; nesterov=True is the core's lookahead too.
+- lr schedules (docs/api/api_python/core/): CosineWithWarmUpLR(lr_end), PolynomialWithWarmUpLR(power=1: linear,
+  lr_end), WarmUpStableDecayLR(lr_end, decay_start_ratio), ConstantWarmUpLR.
+- MindSpore pipeline schedulers (docs features/parallel/pipeline_parallel.md): gpipe, 1f1b; interleaved is 1f1b
+  with pipeline_interleave.
+
+Approximations, by design: MindFormers' parallel optimizer shards weights and optimizer states over
+``optimizer_weight_shard_size`` ranks of the data-parallel group, the core's FSDP (dp_shard; with HSDP, groups of
+dp_shard inside the dp_replicate * dp_shard ranks). MindFormers' default ``select_recompute`` recomputes the SwiGLU
+(``feed_forward.mul``, ``feed_forward.w1.activation.silu``); the core's selective also recomputes norms and the
+attention softmax. ``op_swap`` op names are MindFormers' Llama cells (``attention``, ``feed_forward``,
+``attention_norm``, ``ffn_norm``). MindFormers' swap runs under static graph only, the core's under PyNative only,
+so a winner with SWAP exports its swap_config and lists training.mode=pynative as not exported.
+"""
+
+from __future__ import annotations
+
+from autoresearch.export.targets.rules import (TRIAL_ONLY, Flat, NoCounterpart, Rule, Target, rounded, recompute_spelling, same,
+                                        split_spelling, stage_split)
+
+
+# --- data parallel: replicas x FSDP shards = data_parallel, sharded by the parallel optimizer ---
+
+def _dp_export(c: Flat) -> Flat:
+    shard = c["parallel.dp_shard"]
+    out = {"parallel_config.data_parallel": c["parallel.dp_replicate"] * shard,
+           "parallel.enable_parallel_optimizer": shard > 1}
+    if shard > 1:
+        out["parallel.parallel_optimizer_config.optimizer_weight_shard_size"] = shard
+    return out
+
+
+def _dp_restore(doc: Flat, core: Flat) -> Flat:
+    shard = doc.get("parallel.parallel_optimizer_config.optimizer_weight_shard_size", 1) \
+        if doc.get("parallel.enable_parallel_optimizer") else 1
+    return {"parallel.dp_shard": shard, "parallel.dp_replicate": doc["parallel_config.data_parallel"] // shard}
+
+
+DP = Rule(("parallel.dp_replicate", "parallel.dp_shard"),
+          ("parallel_config.data_parallel", "parallel.enable_parallel_optimizer",
+           "parallel.parallel_optimizer_config.optimizer_weight_shard_size"), _dp_export, _dp_restore)
+
+
+# --- pipeline: schedule and stages per rank, then the layers of each stage as offsets from the even split ---
+
+def _schedule_export(c: Flat) -> Flat:
+    interleaved = c["parallel.pp_schedule"] == "interleaved"
+    return {"parallel.pipeline_config.pipeline_interleave": interleaved,
+            "parallel.pipeline_config.pipeline_scheduler": "gpipe" if c["parallel.pp_schedule"] == "gpipe" else "1f1b",
+            "model.model_config.pp_interleave_num": c["parallel.pp_virtual"]}
+
+
+def _schedule_restore(doc: Flat, core: Flat) -> Flat:
+    if doc.get("parallel.pipeline_config.pipeline_interleave"):
+        schedule = "interleaved"
+    else:
+        schedule = doc.get("parallel.pipeline_config.pipeline_scheduler", "1f1b")
+    return {"parallel.pp_schedule": schedule, "parallel.pp_virtual": doc.get("model.model_config.pp_interleave_num", 1)}
+
+
+SCHEDULE = Rule(("parallel.pp_schedule", "parallel.pp_virtual"),
+                ("parallel.pipeline_config.pipeline_interleave", "parallel.pipeline_config.pipeline_scheduler",
+                 "model.model_config.pp_interleave_num"), _schedule_export, _schedule_restore)
+
+
+def per_stage(values: list, pp: int, virtual: int):
+    """A per-stage list (core stage s = chunk s // pp on rank s % pp) in MindFormers' shape: flat without
+    interleaving, ``[interleave][stage]`` with it."""
+    values = list(values)
+    return values if virtual == 1 else [values[c * pp:(c + 1) * pp] for c in range(virtual)]
+
+
+def flat_stages(value) -> list:
+    return [x for row in value for x in row] if value and isinstance(value[0], list) else list(value)
+
+
+def _offset_export(c: Flat) -> Flat:
+    split, n = stage_split(c), c["model.n_layers"]
+    offsets = [layers - n // len(split) for layers in split]
+    value = per_stage(offsets, c["parallel.pp"], c["parallel.pp_virtual"]) if any(offsets) else 0
+    return {"model.model_config.offset": value}
+
+
+def _offset_restore(doc: Flat, core: Flat) -> Flat:
+    stages, n = core["parallel.pp"] * core["parallel.pp_virtual"], core["model.n_layers"]
+    value = doc["model.model_config.offset"]
+    offsets = [0] * stages if value == 0 else flat_stages(value)
+    if len(offsets) != stages:
+        raise ValueError(f"model.model_config.offset {value} does not name {stages} stages")
+    layers, offset = split_spelling([n // stages + o for o in offsets], n)
+    return {"parallel.pp_layers": layers, "parallel.pp_offset": offset}
+
+
+OFFSET = Rule(("parallel.pp_layers", "parallel.pp_offset"), ("model.model_config.offset",),
+              _offset_export, _offset_restore)
+
+
+# --- batch: per-device micro-batch, then micro-batches (pipeline) or gradient accumulation (no pipeline) ---
+
+def _batch_export(c: Flat) -> Flat:
+    dp = c["parallel.dp_replicate"] * c["parallel.dp_shard"]
+    steps = c["training.global_batch_size"] // (c["training.micro_batch_size"] * dp)
+    piped = c["parallel.pp"] > 1
+    return {"runner_config.batch_size": c["training.micro_batch_size"],
+            "parallel_config.micro_batch_num": steps if piped else 1,
+            "runner_config.gradient_accumulation_steps": 1 if piped else steps}
+
+
+def _batch_restore(doc: Flat, core: Flat) -> Flat:
+    mbs = doc["runner_config.batch_size"]
+    steps = doc.get("parallel_config.micro_batch_num", 1) * doc.get("runner_config.gradient_accumulation_steps", 1)
+    return {"training.micro_batch_size": mbs,
+            "training.global_batch_size": mbs * doc["parallel_config.data_parallel"] * steps}
+
+
+BATCH = Rule(("training.global_batch_size", "training.micro_batch_size"),
+             ("runner_config.batch_size", "parallel_config.micro_batch_num",
+              "runner_config.gradient_accumulation_steps"), _batch_export, _batch_restore)
+
+
+# --- recompute: per stage, how many leading blocks (full: ``recompute``; selective: ``select_recompute``) ---
+
+def _recompute_export(c: Flat) -> Flat:
+    split, stages = stage_split(c), c["memory.recompute_stages"]
+    settings = stages or [c["memory.recompute"]] * len(split)
+    if stages is None and c["memory.recompute_layers"] is None:
+        return {"recompute_config.recompute": settings[0] == "full",
+                "recompute_config.select_recompute": settings[0] == "selective"}
+    k = c["memory.recompute_layers"]
+    counts = [n if k is None else min(k, n) for n in split]
+    pp, v = c["parallel.pp"], c["parallel.pp_virtual"]
+    return {f"recompute_config.{name}": per_stage([n if s == kind else 0 for n, s in zip(counts, settings)], pp, v)
+            for name, kind in (("recompute", "full"), ("select_recompute", "selective"))}
+
+
+def _recompute_restore(doc: Flat, core: Flat) -> Flat:
+    split = stage_split(core)
+
+    def counts(value) -> list[int]:
+        if isinstance(value, bool):
+            return [n if value else 0 for n in split]
+        return [n if x is True else int(x) for x, n in zip(flat_stages(value), split)]
+
+    full = counts(doc.get("recompute_config.recompute", False))
+    select = counts(doc.get("recompute_config.select_recompute", False))
+    settings = ["full" if f else "selective" if s else "none" for f, s in zip(full, select)]
+    blocks = [f or s for f, s in zip(full, select)]
+    k = max(blocks, default=0)
+    if any(s != "none" and b != min(k, n) for s, b, n in zip(settings, blocks, split)):
+        raise ValueError(f"recompute_config {full} / {select} is not the first k blocks of every stage "
+                         "(memory.recompute_layers)")
+    return recompute_spelling(settings, k or None, split)
+
+
+RECOMPUTE = Rule(("memory.recompute", "memory.recompute_layers", "memory.recompute_stages"),
+                 ("recompute_config.recompute", "recompute_config.select_recompute"),
+                 _recompute_export, _recompute_restore)
+
+
+# --- activation SWAP: which blocks, which of their parts ---
+
+OP_NAMES = {"attention": ["attention"], "mlp": ["feed_forward"], "norm": ["attention_norm", "ffn_norm"]}
+PREFETCH = 1  # MindFormers' own default (default_prefetch); memory.swap_prefetch counts other units: not exported
+
+
+def _swap_export(c: Flat) -> Flat:
+    if not c["memory.swap"]:
+        return {"swap_config.swap": False}
+    layers = list(range(c["memory.swap_layers"] or c["model.n_layers"]))
+    if c["memory.swap_ops"] is None:
+        return {"swap_config.swap": True,
+                "swap_config.layer_swap": [{"backward_prefetch": PREFETCH, "layers": list(layers)}]}
+    return {"swap_config.swap": True, "swap_config.op_swap": [
+        {"op_name": name, "backward_prefetch": PREFETCH, "layers": list(layers)}
+        for part in c["memory.swap_ops"] for name in OP_NAMES[part]]}
+
+
+def _swap_restore(doc: Flat, core: Flat) -> Flat:
+    if not doc["swap_config.swap"]:
+        return {"memory.swap": False, "memory.swap_layers": None, "memory.swap_ops": None}
+    entries = doc.get("swap_config.layer_swap") or doc.get("swap_config.op_swap") or []
+    layers = sorted({i for e in entries for i in e["layers"]})
+    if layers != list(range(len(layers))):
+        raise ValueError(f"swap_config swaps layers {layers}, not the first k (memory.swap_layers)")
+    part_of = {name: part for part, names in OP_NAMES.items() for name in names}
+    ops = None if "swap_config.layer_swap" in doc else list(dict.fromkeys(part_of[e["op_name"]] for e in entries))
+    count = len(layers) if len(layers) < core["model.n_layers"] else None
+    return {"memory.swap": True, "memory.swap_layers": count, "memory.swap_ops": ops}
+
+
+SWAP = Rule(("memory.swap", "memory.swap_layers", "memory.swap_ops"),
+            ("swap_config.swap", "swap_config.layer_swap", "swap_config.op_swap"), _swap_export, _swap_restore)
+
+
+def _limit_export(c: Flat) -> Flat:
+    limit = c["memory.limit_gb"]
+    return {} if limit is None else {"context.max_device_memory": f"{limit:g}GB"}  # null: MindSpore's default
+
+
+LIMIT = Rule(("memory.limit_gb",), ("context.max_device_memory",), _limit_export,
+             lambda doc, core: {"memory.limit_gb": float(doc["context.max_device_memory"].removesuffix("GB"))})
+
+
+# --- optimizer and learning rate ---
+
+def _adam_key(c: Flat, name: str) -> str:
+    """AdamW's own betas/eps, or those of the AdamW that Muon runs on embeddings, head and 1-D weights."""
+    return f"optimizer.{name}" if c["optim.name"] == "adamw" else f"optimizer.adamw_{name}"
+
+
+BETAS = Rule(("optim.beta1", "optim.beta2"), ("optimizer.betas", "optimizer.adamw_betas"),
+             lambda c: {_adam_key(c, "betas"): [c["optim.beta1"], c["optim.beta2"]]},
+             lambda doc, core: dict(zip(("optim.beta1", "optim.beta2"),
+                                        doc.get("optimizer.betas") or doc["optimizer.adamw_betas"])))
+EPS = Rule(("optim.eps",), ("optimizer.eps", "optimizer.adamw_eps"),
+           lambda c: {_adam_key(c, "eps"): c["optim.eps"]},
+           lambda doc, core: {"optim.eps": doc.get("optimizer.eps", doc.get("optimizer.adamw_eps"))})
+
+
+def muon_only(key: str, path: str) -> Rule:
+    """A Muon setting: written under optim.name=muon (under AdamW it has no effect and canonical() resets it)."""
+    return Rule((key,), (path,), lambda c: {path: c[key]} if c["optim.name"] == "muon" else {},
+                lambda doc, core: {key: doc[path]})
+
+
+SCHEDULES = {"cosine": "CosineWithWarmUpLR", "linear": "PolynomialWithWarmUpLR", "wsd": "WarmUpStableDecayLR",
+             "constant": "ConstantWarmUpLR"}
+
+LR_TYPE = Rule(("optim.schedule",), ("lr_schedule.type", "lr_schedule.power"),
+               lambda c: {"lr_schedule.type": SCHEDULES[c["optim.schedule"]]}
+               | ({"lr_schedule.power": 1.0} if c["optim.schedule"] == "linear" else {}),
+               lambda doc, core: {"optim.schedule": {v: k for k, v in SCHEDULES.items()}[doc["lr_schedule.type"]]})
+LR_END = Rule(("optim.min_lr_ratio",), ("lr_schedule.lr_end",),
+              lambda c: {} if c["optim.schedule"] == "constant"
+              else {"lr_schedule.lr_end": rounded(c["optim.lr"] * c["optim.min_lr_ratio"])},
+              lambda doc, core: {"optim.min_lr_ratio":
+                                 rounded(doc["lr_schedule.lr_end"] / doc["lr_schedule.learning_rate"])})
+DECAY = Rule(("optim.decay_ratio",), ("lr_schedule.decay_start_ratio",),
+             lambda c: {"lr_schedule.decay_start_ratio": rounded(1.0 - c["optim.decay_ratio"])}
+             if c["optim.schedule"] == "wsd" else {},
+             lambda doc, core: {"optim.decay_ratio": rounded(1.0 - doc["lr_schedule.decay_start_ratio"])})
+
+
+def _clip_export(c: Flat) -> Flat:
+    g = c["optim.grad_clip"]
+    return {"runner_wrapper.use_clip_grad": g > 0, **({"runner_wrapper.max_grad_norm": g} if g > 0 else {})}
+
+
+CLIP = Rule(("optim.grad_clip",), ("runner_wrapper.use_clip_grad", "runner_wrapper.max_grad_norm"), _clip_export,
+            lambda doc, core: {"optim.grad_clip": doc["runner_wrapper.max_grad_norm"]
+                               if doc["runner_wrapper.use_clip_grad"] else 0.0})
+
+
+GRAPH_ONLY = ("MindFormers' YAML trainer runs in GRAPH_MODE only (configuration.md: context.mode); its PyNative "
+              "trainer takes another config")
+ASCEND_ONLY = "MindFormers runs on Ascend only (configuration.md: context.device_target)"
+
+MINDFORMERS = Target(
+    name="mindformers",
+    title="MindFormers YAML fragment: merge these keys into your run's YAML",
+    rules=(
+        DP,
+        same("parallel.tp", "parallel_config.model_parallel"),
+        same("parallel.pp", "parallel_config.pipeline_stage"),
+        same("parallel.cp", "parallel_config.context_parallel"),
+        same("parallel.ep", "parallel_config.expert_parallel"),
+        same("parallel.sp", "parallel_config.use_seq_parallel"),
+        SCHEDULE, OFFSET, BATCH,
+        same("training.seq_len", "model.model_config.seq_length"),
+        RECOMPUTE, SWAP, LIMIT,
+        same("optim.name", "optimizer.type", {"adamw": "AdamW", "muon": "Muon"}),
+        same("optim.lr", "lr_schedule.learning_rate"),
+        same("optim.weight_decay", "optimizer.weight_decay"),
+        BETAS, EPS,
+        muon_only("optim.momentum", "optimizer.momentum"),
+        muon_only("optim.ns_steps", "optimizer.ns_steps"),
+        same("optim.warmup_steps", "lr_schedule.warmup_steps"),
+        LR_TYPE, LR_END, DECAY, CLIP,
+        same("training.mode", "context.mode", {"jit": 0, "pynative": NoCounterpart(GRAPH_ONLY)}),  # 0: GRAPH_MODE
+        same("execution.jit_level", "context.jit_config.jit_level"),
+        same("execution.graph_kernel_fusion", "context.enable_graph_kernel"),
+        same("seed", "seed"),
+        same("device", "context.device_target", {"Ascend": "Ascend", "CPU": NoCounterpart(ASCEND_ONLY),
+                                                  "GPU": NoCounterpart(ASCEND_ONLY)}),
+    ),
+    unmapped={
+        "model": "the model is the target run's own (model.model_config); the study's preset only sized the search",
+        "data": "the trial's data; the target names its own train_dataset",
+        "trial": "the trial's budget and directory; the run's length is the target's own (runner_config.epochs)",
+        "checkpoint": "the trial's checkpoints; the target configures its own CheckpointMonitor",
+        "memory.swap_prefetch": "counts blocks loaded ahead in the core; MindFormers' backward_prefetch counts its "
+                                "own scheduling steps (written as its default, 1): tune it on the device",
+        "execution.capture_mode": "how mindspore.jit turns the core's Python into a graph; MindFormers compiles "
+                                  "its Cells itself",
+        "execution.kernel_threads": "the core's CPU kernel thread pool; no MindFormers setting",
+        "execution.dispatch_threads": "the core's runtime thread count on CPU; no MindFormers setting",
+        "execution.host_pipeline": "the core's CPU workaround for MindSpore's spinning host queues; MindFormers "
+                                   "keeps MindSpore's default",
+        "execution.cpu_kernels": "the core's fused CPU kernels for its clipping norm and AdamW update; MindFormers "
+                                 "uses MindSpore's optimizer kernels",
+        "execution.eval_mode": TRIAL_ONLY,
+        "execution.compile_cache": TRIAL_ONLY,
+        "execution.compile_cache_dir": TRIAL_ONLY,
+        "training.log_interval": TRIAL_ONLY,
+        "training.eval_interval": TRIAL_ONLY,
+        "training.eval_batches": TRIAL_ONLY,
+        "training.profile": TRIAL_ONLY,
+    },
+)

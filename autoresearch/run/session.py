@@ -1,0 +1,308 @@
+"""One agent session over a study: the search (propose → check → run → tell), then the confirmation of its
+front-runners, with the session's stop conditions. It prints nothing: what happens is told to a ``Listener``
+(``autoresearch.report.console`` shows it), and ``run()`` returns the ``Outcome``.
+
+The parts, one concept each: ``search.chooser`` (who picks the config), ``search.gate`` (whether it runs),
+``run.runner`` (one trial process), ``run.scheduler`` (trials side by side in their slots), ``study.storage`` (how
+outcomes are told), ``study.confirm`` (re-running the front-runners). A proposal is enqueued and immediately asked
+back, so that it is this agent that runs it and the study's sampler still sees it as one of its own trials.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autoresearch.core_adapter import DEFAULT_COMMAND
+from autoresearch.records import RAN, Attr, Status, TrialResult
+from autoresearch.run import scheduler
+from autoresearch.run.options import AgentOptions
+from autoresearch.run.runner import run_trial
+from autoresearch.run.scheduler import SKIPPED, Exhausted
+from autoresearch.run.slots import Slot, make_slots
+from autoresearch.search import Chooser, Gate, SearchExhausted, build_proposer, make_sampler, sampler_for
+from autoresearch.space import load_space
+from autoresearch.study import confirm, ledger
+from autoresearch.study import storage as st
+from autoresearch.study.reaper import abandon, identity, mark_running, reap_stale
+
+
+@dataclass
+class Launch:
+    """A trial that passed every check and will run."""
+
+    trial: optuna.Trial
+    params: dict
+    trial_dir: Path
+    extra: tuple[str, ...] = ()  # overrides after the params' (a confirmation run's seed)
+
+
+@dataclass
+class Phase:
+    """What a progress bar counts: the search's finished trials, or the confirmation's runs."""
+
+    name: str
+    total: int
+    done: Callable[[], int]
+
+
+@dataclass(kw_only=True)
+class TrialEvent:
+    """A trial that ended, or a proposal recorded without running (``wall_time`` None)."""
+
+    number: int
+    status: Status
+    params: dict
+    reason: str
+    objective: float | None = None
+    wall_time: float | None = None
+    slot: str = ""
+    confirmation_of: int | None = None
+    repeat: int | None = None
+
+
+class Listener(Protocol):
+    def note(self, text: str) -> None:
+        """A line worth showing: the reference rate, a reaped trial, the end of the search."""
+
+    def phase_started(self, phase: Phase) -> None: ...
+
+    def trial_ended(self, phase: Phase, event: TrialEvent, best: FrozenTrial | None) -> None: ...
+
+    def phase_ended(self, phase: Phase) -> None: ...
+
+
+class Silent:
+    """A listener that shows nothing."""
+
+    def note(self, text: str) -> None:
+        pass
+
+    def phase_started(self, phase: Phase) -> None:
+        pass
+
+    def trial_ended(self, phase: Phase, event: TrialEvent, best: FrozenTrial | None) -> None:
+        pass
+
+    def phase_ended(self, phase: Phase) -> None:
+        pass
+
+
+@dataclass
+class Outcome:
+    """How a session ended: why, its exit code, and the study it leaves (read by ``autoresearch.report``)."""
+
+    why: str
+    code: int
+    study: optuna.Study
+    rows: list = field(default_factory=list)
+
+
+class Session:
+    def __init__(self, opts: AgentOptions, proposer_name: str, *, listener: Listener | None = None,
+                 stop_when: Callable[[optuna.Study], str] | None = None):
+        """``stop_when(study)``: a further reason to end the search ("" to go on), asked before the session's own
+        (the benchmarks' replays stop when the best config has run)."""
+        self.opts, self.listener, self.stop_when = opts, listener or Silent(), stop_when
+        self.space = load_space(opts.space)
+        self.study_name = opts.study or self.space.name
+        self.study_dir = Path(opts.trials_dir) / self.study_name
+        self.command = list(opts.command or DEFAULT_COMMAND)
+        budget = self.space.budget
+        self.trials = opts.trials if opts.trials is not None else (budget.trials or 20)
+        self.timeout = opts.timeout if opts.timeout is not None else (budget.hours * 3600 if budget.hours else None)
+        self.max_cost = opts.max_cost if opts.max_cost is not None else budget.dollars
+        self.sampler_name = sampler_for(proposer_name)
+        self.gate = Gate(self.space, opts.estimator, learn=opts.learn)
+        proposer = build_proposer(proposer_name, opts.model, opts.claude_fraction, opts.seed)
+        self.chooser = Chooser(self.space, self.gate, proposer=proposer, sampler_name=self.sampler_name,
+                               seed=opts.seed)
+        self.errors_in_a_row = 0
+        self.storage: optuna.storages.BaseStorage | None = None
+
+    # --- set-up ---
+
+    def measure_reference_rate(self, device: str) -> None:
+        """MFU's denominator (``core.runtime.reference_rate``), measured now while no trial runs: once per
+        machine, after which it is read from the cache. Trials measure it themselves if this fails."""
+        if tuple(self.command) != DEFAULT_COMMAND:
+            return  # another trial command (a test's fake trial): not the core's MFU
+        done = subprocess.run([*DEFAULT_COMMAND[:2], "core.reference_rate", "--device", device],
+                              capture_output=True, text=True)
+        last = ((done.stdout if done.returncode == 0 else done.stderr).strip().splitlines() or ["?"])[-1]
+        self.listener.note(f"reference rate: {last}" if done.returncode == 0 else
+                           f"reference rate not measured (exit {done.returncode}: {last}); each trial will try")
+
+    def open(self) -> optuna.Study:
+        url = st.storage_url(self.opts.storage or st.default_storage(self.opts.trials_dir, self.study_name))
+        if self.opts.resume and self.study_name not in optuna.get_all_study_names(storage=url):
+            raise SystemExit(f"--resume: no study {self.study_name!r} in {url}")
+        n_startup = max(3, min(10, self.trials // 4))  # short studies should not spend half their budget at random
+        sampler = make_sampler(self.sampler_name, self.opts.seed, n_startup_trials=n_startup,
+                               concurrent=self.opts.workers > 1)
+        self.storage = st.open_storage(url)
+        study = st.open_study(self.space, self.study_name, self.storage, sampler)
+        for note in reap_stale(study, self.storage):
+            self.listener.note(note)
+        for t in study.get_trials(deepcopy=False):  # what earlier sessions learned
+            if t.state.is_finished() and st.status_of(t) in RAN:
+                self.gate.learn(t.number, t.params, st.status_of(t), t.user_attrs.get(Attr.METRICS) or {})
+        return study
+
+    # --- the session ---
+
+    def run(self) -> Outcome:
+        """The search, then the confirmation of its front-runners (``autoresearch.study.confirm``)."""
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = self.open()
+        device = str(self.space.fixed.get("device", "CPU"))
+        self.measure_reference_rate(device)
+        slots = make_slots(self.opts.workers, device, self.space.world_size)
+        start = time.monotonic()
+        search = _Search(self, study, start)
+        why, code = self._phase(search, slots, Phase(self.study_name, self.trials, lambda: st.finished_count(study)))
+        k, repeats = self.opts.confirm, self.opts.repeats
+        if code == 0 and k > 0 and repeats > 0 and st.best_trial(study) is not None:
+            total = min(k, len(confirm.front_runners(study, k))) * repeats
+            self.listener.note(f"\nsearch stopped: {why}\nconfirming the {k} best configs, {repeats} runs each "
+                               f"(--confirm {k} --repeats {repeats})")
+            why, code = self._phase(_Confirmation(self, study, start), slots,
+                                    Phase("confirm", total, lambda: confirm.done_runs(study, k, repeats)))
+        return Outcome(why, code, study, st.trial_rows(study))
+
+    def _phase(self, work: _Work, slots: list[Slot], phase: Phase) -> tuple[str, int]:
+        work.phase = phase
+        self.listener.phase_started(phase)
+        try:
+            return scheduler.drive(work, slots)
+        finally:
+            self.listener.phase_ended(phase)
+
+    def budget_reason(self, study: optuna.Study, start: float) -> str:
+        """The budgets that bound every trial of the session, search and confirmation alike ("" to go on)."""
+        if self.timeout is not None and time.monotonic() - start >= self.timeout:
+            return f"--timeout {self.timeout:g}s reached"
+        if self.max_cost is not None and self.chooser.uses_llm:
+            spent = st.llm_cost(study)
+            if spent >= self.max_cost:
+                return f"LLM spend ${spent:.4f} reached --max-cost ${self.max_cost:g}"
+        if self.opts.max_device_hours is not None:
+            used = ledger.study_totals(st.trial_rows(study))["device_sec"]
+            if used >= self.opts.max_device_hours * 3600:
+                return f"device time {used / 3600:.4g} h reached --max-device-hours {self.opts.max_device_hours:g}"
+        return ""
+
+    def launch(self, trial: optuna.Trial, extra: tuple[str, ...] = ()) -> Launch:
+        trial_dir = self.study_dir / f"{trial.number:04d}"
+        trial.set_user_attr(Attr.TRIAL_DIR, str(trial_dir))
+        return Launch(trial, dict(trial.params), trial_dir, extra)
+
+
+class _Work:
+    """What both phases share: how a trial runs, is told and reported, and how Ctrl-C abandons it."""
+
+    phase: Phase
+
+    def __init__(self, session: Session, study: optuna.Study, start: float):
+        self.session, self.study, self.start = session, study, start
+
+    def run(self, item: Launch, slot: Slot, stop: threading.Event) -> TrialResult:
+        """Run one trial in its slot (a worker thread); raises ``Interrupted`` once ``stop`` is set."""
+        s, trial = self.session, item.trial
+        return run_trial(
+            [*s.space.overrides(item.params), *item.extra], item.trial_dir, command=[*slot.prefix, *s.command],
+            env={**os.environ, **slot.env} if slot.env else None, objective_metric=s.space.objective_metric,
+            on_start=lambda pid: trial.set_user_attr(Attr.TRIAL_PID, identity(pid)),
+            on_poll=lambda: trial.set_user_attr(Attr.HEARTBEAT, time.time()), stop=stop)
+
+    def done(self, item: Launch, result: TrialResult, slot: Slot) -> None:
+        """Tell the study how a trial ended, learn from it, and report it."""
+        s, trial = self.session, item.trial
+        state = st.tell_result(self.study, trial, result)
+        s.gate.learn(trial.number, item.params, result.status, result.metrics)
+        s.errors_in_a_row = s.errors_in_a_row + 1 if state == TrialState.FAIL else 0
+        attrs = trial.user_attrs
+        self.report(TrialEvent(number=trial.number, status=result.status, params=item.params, reason=result.reason,
+                               objective=result.objective, wall_time=result.wall_time, slot=slot.label,
+                               confirmation_of=attrs.get(Attr.CONFIRMATION_OF), repeat=attrs.get(Attr.REPEAT)))
+
+    def report(self, event: TrialEvent) -> None:
+        self.session.listener.trial_ended(self.phase, event, st.best_trial(self.study))
+
+    def failure(self) -> str:
+        errors = self.session.errors_in_a_row
+        return f"{errors} errors in a row: check the trial logs" if errors >= self.session.opts.max_errors else ""
+
+    def abandon(self, running: list[Launch]) -> None:
+        """After Ctrl-C: the config was not at fault, so it runs again later."""
+        for item in running:
+            abandon(self.study, self.session.storage, self.study.get_trials(deepcopy=False)[item.trial.number],
+                    Status.INTERRUPTED, "the agent was interrupted (Ctrl-C or SIGTERM) while this trial ran")
+
+
+class _Search(_Work):
+    def stop_reason(self, running: int = 0) -> str:
+        """Why no further search trial should start ("" to go on); ``running`` trials will count once they end."""
+        s, study = self.session, self.study
+        if s.stop_when is not None and (why := s.stop_when(study)):
+            return why
+        done = st.finished_count(study)
+        if done + running >= s.trials:
+            return f"the study holds {done} finished trials (--trials {s.trials})" + \
+                (f", {running} still running" if running else "")
+        why = s.budget_reason(study, self.start)
+        if not why and s.opts.patience:
+            best = st.best_trial(study)
+            since = [t for t in study.get_trials(deepcopy=False)
+                     if t.state.is_finished() and st.status_of(t) in RAN and not st.is_confirmation(t)
+                     and (best is None or t.number > best.number)]
+            if len(since) >= s.opts.patience:
+                return f"{len(since)} trials ran without improving the best (--patience {s.opts.patience})"
+        return why
+
+    def next(self):
+        """Choose and check one trial: a Launch to run, or SKIPPED after recording a proposal that won't."""
+        s, study = self.session, self.study
+        try:
+            trial = s.chooser.ask(study)
+        except SearchExhausted as exc:
+            raise Exhausted(str(exc)) from exc
+        params = dict(trial.params)
+        if not s.space.check(params):  # every candidate shows its memory figures, skipped or run
+            est, predicted = s.gate.predict_memory(params)
+            if est is not None:
+                trial.set_user_attr(Attr.ESTIMATED_MEMORY, est)
+                trial.set_user_attr(Attr.PREDICTED_MEMORY, predicted)
+        skipped = s.gate.skip(study, params)
+        s.chooser.note(skipped)
+        if skipped is None:
+            return s.launch(trial)
+        st.tell_skipped(study, trial, skipped)
+        self.report(TrialEvent(number=trial.number, status=skipped.status, params=params, reason=skipped.reason))
+        return SKIPPED
+
+
+class _Confirmation(_Work):
+    def stop_reason(self, running: int = 0) -> str:
+        return self.session.budget_reason(self.study, self.start)
+
+    def next(self) -> Launch:
+        """The next confirmation run of a front-runner's config."""
+        s, study = self.session, self.study
+        nxt = confirm.next_run(study, s.opts.confirm, s.opts.repeats)
+        if nxt is None:
+            raise Exhausted("confirm: every run done")
+        origin, repeat = nxt
+        confirm.enqueue(study, origin, repeat)
+        trial = study.ask(s.space.distributions())
+        mark_running(trial)
+        extra = confirm.seed_override(study, s.space.fixed, origin.params, repeat)
+        return s.launch(trial, tuple(extra))

@@ -1,0 +1,179 @@
+"""Learning from exit codes: a feasibility memory consulted before a proposal runs.
+
+A trial ends with a typed status (``autoresearch.records.Status``: ok, error, invalid, oom, compile_error, nan,
+timeout). Some failures say more than "this exact config failed":
+
+- **OOM** is monotone in memory: a config that needs at least as much memory as one that went out of memory,
+  on the same layout, will too. The space says which way each param pushes memory (``memory: up|down|none``).
+- **NaN** is (roughly) monotone in step size: a learning rate at or above one that diverged, with the same
+  optimizer and batch, diverges too (``nan: up|down|none``). A run that ended ok but whose loss rose well above
+  where it started (``diverged``) is the same blow-up caught before the numbers overflowed, and counts as NaN
+  evidence: a larger learning rate would only diverge faster, so it cannot be the best run either.
+
+So ``FeasibilityMemory.check`` skips exact repeats and *dominated* proposals without spending a trial, with a
+reason a person can act on. An unannotated param must be equal for a dominance comparison: we only skip what
+the annotations prove, never on a guess.
+
+Measured peaks beside their estimates recalibrate the memory model (``autoresearch.search.memory_model``), whose
+prediction the memory gate compares with ``memory.limit_gb``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from autoresearch.records import RAN, Status, config_key, diverged, positive_number, value_key
+from autoresearch.search.memory_model import MemoryModel, gib
+from autoresearch.space import SearchSpace
+from core.config import scalar_text
+
+# Skipped without running: nothing was learned from it, so record() accepts and ignores it (handy on resume).
+IGNORED_STATUSES = (Status.PRUNED,)
+# Peaks from these statuses are real measurements; an OOM's peak is only where the run was cut off.
+_MEASURED_STATUSES = (Status.OK, Status.NAN, Status.TIMEOUT)
+
+# kind -> (Param annotation, label in reasons, what dominance implies)
+_DOMINANCE = {
+    Status.OOM: ("memory", "OOM", "this proposal needs at least as much memory"),
+    Status.NAN: ("nan", "NaN", "this proposal is at least as likely to diverge"),
+}
+
+
+@dataclass
+class Outcome:
+    """One recorded trial: its params, status, summary metrics and (when known) its trial number."""
+
+    params: dict
+    status: str
+    metrics: Optional[dict] = None
+    trial: Optional[int] = None
+
+    @property
+    def label(self) -> str:
+        return f"trial {self.trial}" if self.trial is not None else "an earlier trial"
+
+    @property
+    def proves(self) -> Optional[str]:
+        """The failure kind this outcome is evidence of, for dominance: its status, or "nan" for a finite run
+        whose loss diverged."""
+        if self.status in _DOMINANCE:
+            return Status(self.status)
+        return Status.NAN if self.status in (Status.OK, Status.TIMEOUT) and diverged(self.metrics) else None
+
+
+class FeasibilityMemory:
+    """What past trials proved about the space. ``record`` every finished trial; ``check`` each proposal."""
+
+    def __init__(self, space: SearchSpace):
+        self.space = space
+        self.outcomes: list[Outcome] = []
+        self.memory_model = MemoryModel()
+        self._by_key: dict[tuple, list[Outcome]] = {}
+
+    def record(self, params: dict, status: str, metrics: dict | None = None, trial: int | None = None) -> None:
+        """Remember a finished trial. ``metrics`` is the summary's ``metrics`` dict (or None): a measured
+        peak beside an estimate recalibrates ``memory_model``, unless the trial loaded its graphs from the compile
+        cache (``compile_cache: loaded``): on CPU its peak lacks the compiler's memory, which the estimate, fit on
+        trials that compile, includes."""
+        if status in IGNORED_STATUSES:
+            return
+        if status not in RAN:
+            raise ValueError(f"unknown trial status {status!r}; one of {', '.join(RAN)}")
+        outcome = Outcome(dict(params), status, dict(metrics) if metrics else None, trial)
+        self.outcomes.append(outcome)
+        self._by_key.setdefault(config_key(params), []).append(outcome)
+        if status in _MEASURED_STATUSES and metrics and metrics.get("compile_cache") != "loaded":
+            est, peak = metrics.get("estimated_memory_bytes"), metrics.get("peak_memory_bytes")
+            if positive_number(est) and positive_number(peak):
+                self.memory_model.add(est, peak)
+
+    def check(self, params: dict, estimated_bytes: float | None = None,
+              limit_bytes: float | None = None) -> Optional[str]:
+        """A one-line reason to skip ``params`` without running it, or None to run it (see ``verdict``)."""
+        found = self.verdict(params, estimated_bytes, limit_bytes)
+        return found[1] if found else None
+
+    def verdict(self, params: dict, estimated_bytes: float | None = None,
+                limit_bytes: float | None = None) -> Optional[tuple[Optional[str], str]]:
+        """(failure kind it predicts or None, one-line reason) to skip ``params``, or None to run it. Checked in
+        order: an exact repeat, OOM dominance, NaN dominance, and (when both are given) the memory model's
+        prediction for ``estimated_bytes`` against ``limit_bytes``."""
+        earlier = self._by_key.get(config_key(params), [])
+        failed = [o for o in earlier if o.status != Status.OK]
+        if failed:
+            o = failed[0]
+            return o.status, f"same params as {o.label}, which ended {o.status}; not repeating a failure"
+        if earlier:
+            return None, f"duplicate of {earlier[0].label} (ok); its result stands"
+        for kind in _DOMINANCE:
+            for o in self.outcomes:
+                if o.proves == kind and self.dominates(o.params, params, kind):
+                    return kind, self._dominance_reason(o, kind)
+        if estimated_bytes is not None and limit_bytes is not None:
+            predicted = self.memory_model.predict(estimated_bytes)
+            if predicted > limit_bytes:
+                return Status.OOM, (f"predicted peak memory {gib(predicted)} exceeds the limit {gib(limit_bytes)} "
+                               f"({self.memory_model.describe()}); lower the micro-batch or enable recompute")
+        return None
+
+    def dominates(self, failed: dict, proposal: dict, kind: str) -> bool:
+        """Whether a ``kind`` ("oom" | "nan") failure at ``failed`` proves that ``proposal`` fails the same way:
+        for every param, ``up`` -> proposal >= failed (a choice compares positions in its values), ``down``
+        -> proposal <= failed, ``none`` -> ignored, unannotated -> equal."""
+        attr = _DOMINANCE[kind][0]
+        for name, param in self.space.params.items():
+            if name not in failed or name not in proposal:
+                return False
+            direction = getattr(param, attr)
+            if direction == "none":
+                continue
+            a, b = proposal[name], failed[name]
+            if direction is None:
+                if value_key(a) != value_key(b):
+                    return False
+                continue
+            pa, pb = param.position(a), param.position(b)
+            if pa is None or pb is None:
+                return False
+            if (direction == "up" and pa < pb) or (direction == "down" and pa > pb):
+                return False
+        return True
+
+    def _dominance_reason(self, o: Outcome, kind: str) -> str:
+        attr, label, implication = _DOMINANCE[kind]
+        params = self.space.params
+        drivers = [n for n, p in params.items() if getattr(p, attr) in ("up", "down")]
+        same = [n for n, p in params.items() if getattr(p, attr) is None]
+        at = ", ".join(f"{n}={scalar_text(o.params[n])}" for n in drivers)
+        if o.status != kind:  # evidence without the failure itself: a diverged loss
+            m = o.metrics or {}
+            label = f"divergence (loss {m['first_loss']:.4g} -> {m['final_loss']:.4g})"
+        text = f"dominated by {label} in {o.label}" + (f" at {at}" if at else "")
+        if same:
+            shown = ", ".join(same[:4]) + (", ..." if len(same) > 4 else "")
+            text += f" (same {shown})"
+        text += f": {implication}"
+        def valid(name, value):  # a way out must be a point the space allows (SWAP only in PyNative, ...)
+            return not self.space.check({**o.params, name: value})
+
+        escapes = [e for n in drivers if (e := params[n].escape(o.params[n], getattr(params[n], attr), valid))]
+        if escapes:
+            text += f"; to run, change one of: {', '.join(escapes)}"
+        elif same:
+            text += f"; change one of {', '.join(same)} to run"
+        return text
+
+    def counts(self) -> dict[str, int]:
+        """How many recorded trials ended with each status."""
+        out: dict[str, int] = {}
+        for o in self.outcomes:
+            out[o.status] = out.get(o.status, 0) + 1
+        return out
+
+    def describe(self) -> str:
+        """A few lines for people and for the LLM's prompt: outcomes by status and the memory model."""
+        counts = ", ".join(f"{s} {n}" for s, n in self.counts().items()) or "no trials yet"
+        return f"outcomes: {counts}\nmemory model: {self.memory_model.describe()}"
+
+

@@ -1,0 +1,340 @@
+"""autoresearch.export: which trial, its resolved config, and the mappings onto MindFormers, torchtitan and the
+core's own overrides (round trips, coverage of every parallel and memory key, pinned values)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import fields
+
+import optuna
+import pytest
+import yaml
+
+from autoresearch import export
+from autoresearch.export.__main__ import main as export_main
+from autoresearch.study.storage import load_study
+from autoresearch.export.targets import TARGETS, canonical, export_config, flatten, import_config
+from autoresearch.export.targets.rules import NoCounterpart, same
+from core.config import MemoryConfig, ParallelConfig, load_config, to_dict
+from tests.agent_support import run_agent
+
+MBS, REC, LR = "training.micro_batch_size", "memory.recompute", "optim.lr"
+
+
+def core_space(tmp_path, name="exp", lrs=(0.001, 0.1)):
+    """A space of the core's own keys only (no fake.* knobs), so that its overrides compose with core.config."""
+    doc = {"name": name, "objective": {"metric": "tokens_per_sec", "direction": "maximize"}, "world_size": 1,
+           "fixed": {"model": "tiny", "training.seq_len": 64, "trial.max_steps": 2},
+           "params": {MBS: {"type": "choice", "values": [4, 8]}, REC: {"type": "choice", "values": ["full", "none"]},
+                      LR: {"type": "choice", "values": list(lrs)}}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def fake_study(tmp_path_factory):
+    """Every grid point on the fake trial: mbs 8 / no recompute / lr 0.001 is fastest; lr 0.1 ends in NaN."""
+    tmp = tmp_path_factory.mktemp("export")
+    assert run_agent(tmp, core_space(tmp), "--proposer", "grid", "--no-learn") == 0
+    return tmp / "trials" / "exp"
+
+
+def load(study_dir) -> optuna.Study:
+    return load_study(study_dir)
+
+
+def flat(*overrides: str) -> dict:
+    return flatten(to_dict(load_config(list(overrides))))
+
+
+# --- which trial and its config -------------------------------------------------------------------------------
+
+def test_the_winner_is_the_best_ok_trial(fake_study):
+    study = load(fake_study)
+    best = export.pick_trial(study)
+    ok = [t for t in study.trials if t.user_attrs.get("status") == "ok"]
+    assert best.number == max(ok, key=lambda t: t.value).number
+    assert best.params == {MBS: 8, REC: "none", LR: 0.001}
+
+
+def test_a_trial_that_did_not_run_ok_or_does_not_exist_is_refused(fake_study, tmp_path):
+    study = load(fake_study)
+    nan = next(t for t in study.trials if t.user_attrs.get("status") == "nan")
+    with pytest.raises(export.ExportError, match=rf"trial {nan.number} did not run ok \(status nan"):
+        export.pick_trial(study, nan.number)
+    with pytest.raises(export.ExportError, match=r"--trial 999: .* has no such trial \(trials 0\.\.7\)"):
+        export.pick_trial(study, 999)
+    assert run_agent(tmp_path, core_space(tmp_path, "allnan", lrs=(0.1,)), "--proposer", "grid", "--no-learn") == 0
+    with pytest.raises(export.ExportError, match=r"'allnan' has no feasible trial .*4 nan"):
+        export.pick_trial(load(tmp_path / "trials" / "allnan"))
+    assert export_main([str(tmp_path / "trials" / "allnan"), "--to", "mindformers"]) == 2
+
+
+def test_the_config_comes_from_the_summary_else_the_space(fake_study):
+    study = load(fake_study)
+    best = export.pick_trial(study)
+    expected = to_dict(load_config(["model=tiny", "training.seq_len=64", "trial.max_steps=2", f"{MBS}=8",
+                                    f"{REC}=none", f"{LR}=0.001"]))
+    # The fake trial's summary holds its raw key=value pairs, not the core's config: composed from its overrides.
+    resolved = export.resolved_config(study, best)
+    assert resolved.source.endswith("trial_summary.json (composed from its overrides)")
+    assert resolved.config["trial"].pop("dir") == best.user_attrs["trial_dir"]
+    assert resolved.config == {**expected, "trial": {k: v for k, v in expected["trial"].items() if k != "dir"}}
+    # Without a summary, the study's space (its user attr space_path) and the trial's params give the same config.
+    summary = fake_study / f"{best.number:04d}" / "trial_summary.json"
+    kept = summary.read_text()
+    summary.unlink()
+    try:
+        from_space = export.resolved_config(study, best)
+    finally:
+        summary.write_text(kept)
+    assert from_space.source == f"the space {study.user_attrs['space_path']} with the trial's params"
+    assert from_space.config == expected
+
+
+def test_a_summary_with_the_core_config_is_used_as_it_is(fake_study, tmp_path):
+    study = load(fake_study)
+    best = export.pick_trial(study)
+    summary_path = fake_study / f"{best.number:04d}" / "trial_summary.json"
+    kept = summary_path.read_text()
+    real = to_dict(load_config(["model=small", "parallel.tp=2", f"trial.dir={tmp_path}"]))
+    summary_path.write_text(json.dumps({**json.loads(kept), "config": real}))
+    try:
+        resolved = export.resolved_config(study, best)
+    finally:
+        summary_path.write_text(kept)
+    assert resolved.source.endswith("(its resolved config)") and resolved.config == real
+
+
+# --- the outputs, end to end through the CLI --------------------------------------------------------------------
+
+def test_every_target_writes_a_file_its_reader_parses(fake_study, tmp_path, capsys):
+    study = load(fake_study)
+    best = export.pick_trial(study)
+    cfg = flatten(export.resolved_config(study, best).config)
+    for to in export.CHOICES:
+        out = tmp_path / f"winner.{to}"
+        assert export_main([str(fake_study), "--to", to, "--out", str(out)]) == 0
+        text = out.read_text()
+        head = [line for line in text.splitlines() if line.startswith("#")]
+        body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+        if to == "overrides":  # the header goes to stderr: $(cat FILE) hands every word to core.train
+            assert head == [] and "# not exported: trial.dir=" in capsys.readouterr().err
+            lines = text.split()
+            assert all("=" in line for line in lines)
+            again = flatten(to_dict(load_config(lines)))
+            assert {k: v for k, v in again.items() if k != "trial.dir"} == \
+                   {k: v for k, v in cfg.items() if k != "trial.dir"}
+            continue
+        assert head[1] == (f"# exported by autoresearch.export from study 'exp', trial {best.number}: "
+                           f"tokens_per_sec = {best.value:.6g} (maximize)")
+        assert head[2].startswith("# config: ") and head[2].endswith("(composed from its overrides)")
+        doc = tomllib.loads(body) if to == "torchtitan" else yaml.safe_load(body)
+        exported = export_config(TARGETS[to], cfg)
+        assert doc == exported.doc
+        not_exported = [line for line in head if line.startswith("# not exported: ")]
+        assert len(not_exported) == len(exported.dropped)
+        for line, (key, (value, reason)) in zip(not_exported, exported.dropped.items()):
+            assert line == f"# not exported: {key}={export.value_text(value)} — {reason}"
+        assert "# not exported: model.n_layers=3 — the model is the target run's own" in text
+
+
+def test_toml_writer_reads_back_exactly():
+    doc = {"a": {"x": 1, "y": 1e-8, "z": float("inf"), "s": 'say "hi"\\', "t": True, "l": ["layers.2", "layers.4"],
+                 "n": [1, 2]}, "b": {"k": "1F1B"}}
+    assert tomllib.loads(export.toml_text(doc)) == doc
+    with pytest.raises(TypeError, match=r"\[a\]: only flat tables"):
+        export.toml_text({"a": {"deep": {"x": 1}}})
+
+
+def test_overrides_add_the_keys_a_preset_brings(tmp_path):
+    cfg = to_dict(load_config(["model=moe-tiny", "parallel.dp_shard=2", "parallel.ep=2", "parallel.pp_layers=[1,2]",
+                               "parallel.pp=2", "memory.swap_ops=null", f"trial.dir={tmp_path}"]))
+    lines = export.to_overrides(cfg)
+    assert "++model.n_experts=4" in lines and "model.n_layers=3" in lines and "parallel.pp_layers=[1,2]" in lines
+    assert "parallel.pp_schedule='1f1b'" in lines and not any(line.startswith("trial.dir") for line in lines)
+    again = to_dict(load_config(lines))
+    assert again["trial"].pop("dir") is None and cfg["trial"].pop("dir") == str(tmp_path)
+    assert again == cfg
+    cfg["data"]["train_path"] = "/data/my corpus.bin"
+    with pytest.raises(export.ExportError, match="data.train_path=.* holds whitespace"):
+        export.to_overrides(cfg)
+
+
+# --- the mappings --------------------------------------------------------------------------------------------
+
+CASES = {
+    "defaults": [],
+    "hsdp-tp-sp-cp-pp": ["model=small", "parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.tp=2",
+                         "parallel.sp=true", "parallel.cp=2", "parallel.pp=2", "training.global_batch_size=16",
+                         "training.micro_batch_size=1", "memory.recompute=full", "memory.recompute_layers=1",
+                         "parallel.pp_schedule=gpipe", "optim.grad_clip=0.5", "memory.limit_gb=12.5"],
+    "interleaved-uneven": ["model=small", "model.n_layers=6", "parallel.pp=2", "parallel.pp_virtual=2",
+                           "parallel.pp_schedule=interleaved", "parallel.pp_layers=[2,1,1,2]",
+                           "training.micro_batch_size=2", "memory.recompute_stages=[full,none,selective,none]",
+                           "memory.recompute_layers=1", "training.mode=pynative", "optim=muon", "optim.schedule=wsd",
+                           "optim.decay_ratio=0.3", "optim.momentum=0.9", "optim.ns_steps=4"],
+    "offset-constant": ["model=small", "parallel.pp=2", "parallel.pp_offset=1", "optim.schedule=constant",
+                        "optim.grad_clip=0", "memory.recompute=selective", "training.mode=pynative", "seed=7"],
+    "swap": ["model=tiny", "training.mode=pynative", "memory.swap=true", "memory.swap_layers=2",
+             "memory.swap_ops=[attention,norm]", "optim.schedule=linear", "optim.min_lr_ratio=0.05"],
+    "swap-all": ["model=tiny", "training.mode=pynative", "memory.swap=true", "optim.lr=0.0007",
+                 "optim.warmup_steps=3", "optim.beta2=0.99", "optim.eps=1e-6", "optim.weight_decay=0.05"],
+    "moe-ep": ["model=moe-tiny", "parallel.dp_shard=2", "parallel.ep=2", "training.seq_len=128",
+               "execution.jit_level=O1", "execution.graph_kernel_fusion=true", "device=Ascend"],
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", CASES)
+def test_round_trip_gives_back_every_key_the_target_carries(target, case):
+    t, cfg = TARGETS[target], flat(*CASES[case])
+    exported = export_config(t, cfg)
+    text = export.toml_text(exported.doc) if target == "torchtitan" else export.yaml_text(exported.doc)
+    doc = tomllib.loads(text) if target == "torchtitan" else yaml.safe_load(text)
+    carried = [k for k in t.mapped_keys() if k not in exported.dropped]
+    # The base supplies what the document does not say: the defaults for the carried keys (so that each value
+    # must come from the document), the trial's own values for the rest (the model, which the split needs).
+    base = flat() | {k: v for k, v in cfg.items() if k not in carried}
+    back = canonical(import_config(t, doc, base))
+    want = canonical(cfg)
+    assert {k: back[k] for k in carried} == {k: want[k] for k in carried}
+    # A value the target cannot say is listed, never carried; keys it has no place for are listed with a reason.
+    assert set(exported.dropped) >= {k for k in cfg if k not in t.mapped_keys()}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_parallel_and_memory_key_is_mapped_or_listed(target):
+    t = TARGETS[target]
+    mapped = t.mapped_keys()
+    assert len(mapped) == len(set(mapped)), "a core key in two rules"
+    paths = [p for rule in t.rules for p in rule.paths]
+    assert len(paths) == len(set(paths)), "a target key written by two rules"
+    for cls, section in ((ParallelConfig, "parallel"), (MemoryConfig, "memory")):
+        for f in fields(cls):
+            key = f"{section}.{f.name}"
+            assert (key in mapped) != (key in t.unmapped), f"{target}: {key} must be mapped or listed, not both"
+    for key in flat("model=moe-tiny"):  # every key of the config, whole sections allowed outside parallel/memory
+        assert (key in mapped) != (t.unmapped_reason(key) is not None), f"{target}: {key}"
+    assert not [k for k in t.unmapped if k not in flat("model=moe-tiny") and "." in k], "a listed key that is gone"
+
+
+def test_mindformers_pins_the_parallel_keys():
+    doc = export_config(TARGETS["mindformers"], flat(*CASES["hsdp-tp-sp-cp-pp"])).doc
+    assert doc["parallel_config"] == {"data_parallel": 4, "model_parallel": 2, "pipeline_stage": 2,
+                                      "context_parallel": 2, "expert_parallel": 1, "use_seq_parallel": True,
+                                      "micro_batch_num": 4}  # 16 / (1 * 4): a pipeline's micro-batches
+    assert doc["parallel"] == {"enable_parallel_optimizer": True,
+                               "parallel_optimizer_config": {"optimizer_weight_shard_size": 2},
+                               "pipeline_config": {"pipeline_interleave": False, "pipeline_scheduler": "gpipe"}}
+    assert doc["runner_config"] == {"batch_size": 1, "gradient_accumulation_steps": 1}
+    assert doc["model"]["model_config"] == {"pp_interleave_num": 1, "offset": 0, "seq_length": 64}
+    assert doc["recompute_config"] == {"recompute": [1, 1], "select_recompute": [0, 0]}  # 1 of 2 blocks a stage
+    assert doc["context"]["max_device_memory"] == "12.5GB"
+    assert doc["runner_wrapper"] == {"use_clip_grad": True, "max_grad_norm": 0.5}
+
+    doc = export_config(TARGETS["mindformers"], flat(*CASES["interleaved-uneven"])).doc
+    assert doc["parallel"]["pipeline_config"] == {"pipeline_interleave": True, "pipeline_scheduler": "1f1b"}
+    # core stage s is chunk s // pp on rank s % pp; MindFormers lists [interleave][stage]
+    assert doc["model"]["model_config"] == {"pp_interleave_num": 2, "offset": [[1, 0], [0, 1]], "seq_length": 64}
+    assert doc["recompute_config"] == {"recompute": [[1, 0], [0, 0]], "select_recompute": [[0, 0], [1, 0]]}
+    assert doc["runner_config"] == {"batch_size": 2, "gradient_accumulation_steps": 1}
+    assert doc["parallel_config"]["micro_batch_num"] == 4
+    assert doc["optimizer"] == {"type": "Muon", "weight_decay": 0.1, "adamw_betas": [0.9, 0.95], "adamw_eps": 1e-8,
+                                "momentum": 0.9, "ns_steps": 4}
+    assert doc["lr_schedule"] == {"learning_rate": 0.02, "warmup_steps": 10, "type": "WarmUpStableDecayLR",
+                                  "lr_end": 0.002, "decay_start_ratio": 0.7}
+    assert "mode" not in doc["context"]  # MindFormers' YAML trainer is graph mode only; the header says so
+
+    doc = export_config(TARGETS["mindformers"], flat(*CASES["offset-constant"])).doc
+    assert doc["parallel"]["pipeline_config"] == {"pipeline_interleave": False, "pipeline_scheduler": "1f1b"}
+    assert doc["model"]["model_config"]["offset"] == [1, -1]  # small: 4 layers split [3, 1]
+    assert doc["recompute_config"] == {"recompute": False, "select_recompute": True}
+    assert doc["lr_schedule"] == {"learning_rate": 0.003, "warmup_steps": 10, "type": "ConstantWarmUpLR"}
+    assert doc["runner_wrapper"] == {"use_clip_grad": False}
+    dropped = export_config(TARGETS["mindformers"], flat(*CASES["offset-constant"])).dropped
+    assert dropped["training.mode"] == ("pynative", "MindFormers' YAML trainer runs in GRAPH_MODE only "
+                                                    "(configuration.md: context.mode); its PyNative trainer takes "
+                                                    "another config")
+    assert dropped["device"][1] == "MindFormers runs on Ascend only (configuration.md: context.device_target)"
+
+    doc = export_config(TARGETS["mindformers"], flat(*CASES["moe-ep"])).doc
+    assert doc["parallel_config"]["expert_parallel"] == 2 and doc["parallel_config"]["data_parallel"] == 2
+    assert doc["runner_config"] == {"batch_size": 4, "gradient_accumulation_steps": 1}
+    assert doc["context"] == {"mode": 0, "jit_config": {"jit_level": "O1"}, "enable_graph_kernel": True,
+                              "device_target": "Ascend"}
+
+    doc = export_config(TARGETS["mindformers"], flat(*CASES["swap"])).doc
+    assert doc["swap_config"] == {"swap": True, "op_swap": [
+        {"op_name": name, "backward_prefetch": 1, "layers": [0, 1]}
+        for name in ("attention", "attention_norm", "ffn_norm")]}
+    assert doc["lr_schedule"]["type"] == "PolynomialWithWarmUpLR" and doc["lr_schedule"]["power"] == 1.0
+    doc = export_config(TARGETS["mindformers"], flat(*CASES["swap-all"])).doc
+    assert doc["swap_config"] == {"swap": True, "layer_swap": [{"backward_prefetch": 1, "layers": [0, 1, 2]}]}
+
+
+def test_torchtitan_pins_the_parallel_keys():
+    doc = export_config(TARGETS["torchtitan"], flat(*CASES["hsdp-tp-sp-cp-pp"])).doc
+    assert doc["parallelism"] == {
+        "data_parallel_replicate_degree": 2, "data_parallel_shard_degree": 2, "tensor_parallel_degree": 2,
+        "pipeline_parallel_degree": 2, "context_parallel_degree": 2, "expert_parallel_degree": 1,
+        "pipeline_parallel_schedule": "GPipe", "pipeline_parallel_split_points": ["layers.2"],
+        "pipeline_parallel_microbatch_size": 1}
+    assert doc["training"] == {"global_batch_size": 16, "local_batch_size": 4, "seq_len": 64, "compile": True,
+                               "max_norm": 0.5, "seed": 0}  # with a pipeline a rank's batch is its micro-batches
+    exported = export_config(TARGETS["torchtitan"], flat(*CASES["hsdp-tp-sp-cp-pp"]))
+    assert "activation_checkpoint" not in exported.doc  # the first k blocks: no torchtitan counterpart
+    assert exported.dropped["memory.recompute_layers"][1].startswith("torchtitan's selective_ac_option=<int>")
+
+    exported = export_config(TARGETS["torchtitan"], flat(*CASES["interleaved-uneven"]))
+    assert exported.doc["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert exported.doc["parallelism"]["pipeline_parallel_split_points"] == ["layers.2", "layers.3", "layers.4"]
+    assert exported.doc["lr_scheduler"] == {"warmup_steps": 10, "decay_type": "linear", "lr_min": 0.1,
+                                            "decay_ratio": 0.3}
+    assert exported.dropped["optim.name"] == ("muon", "torchtitan's [optimizer] builds Adam and AdamW only "
+                                                      "(torchtitan/components/optimizer.py)")
+    assert "name" not in exported.doc["optimizer"]
+
+    doc = export_config(TARGETS["torchtitan"], flat(*CASES["offset-constant"])).doc
+    assert doc["parallelism"]["pipeline_parallel_schedule"] == "1F1B"
+    assert doc["parallelism"]["pipeline_parallel_split_points"] == ["layers.3"]
+    assert doc["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    assert doc["lr_scheduler"] == {"warmup_steps": 10, "decay_type": "linear", "lr_min": 1.0}  # constant
+    assert doc["training"]["max_norm"] == float("inf") and doc["training"]["compile"] is False
+    assert "pipeline_parallel_microbatch_size" in doc["parallelism"]
+
+    doc = export_config(TARGETS["torchtitan"], flat(*CASES["moe-ep"])).doc
+    assert doc["parallelism"]["expert_parallel_degree"] == 2 and doc["parallelism"]["data_parallel_shard_degree"] == 2
+    assert doc["training"] == {"global_batch_size": 8, "local_batch_size": 4, "seq_len": 128, "compile": True,
+                               "max_norm": 1.0, "seed": 0}  # no pipeline: 8 / (4 * 2) = 1 step, no accumulation
+    assert doc["activation_checkpoint"] == {"mode": "none"}  # torchtitan's own default is selective
+
+
+def test_tensor_parallel_without_sequence_parallel_has_no_torchtitan_counterpart():
+    exported = export_config(TARGETS["torchtitan"], flat("model=tiny", "parallel.tp=2"))
+    assert exported.dropped["parallel.sp"][0] is False
+    assert "always shards the norms along the sequence" in exported.dropped["parallel.sp"][1]
+    assert "parallel.sp" not in export_config(TARGETS["mindformers"], flat("model=tiny", "parallel.tp=2")).dropped
+
+
+def test_canonical_spells_equal_configs_one_way():
+    # an explicit split equal to the even one moved by an offset; per-stage recompute that is the same everywhere
+    a = canonical(flat("model=small", "parallel.pp=2", "parallel.pp_layers=[3,1]",
+                       "memory.recompute_stages=[full,full]", "memory.recompute_layers=3"))
+    b = canonical(flat("model=small", "parallel.pp=2", "parallel.pp_offset=1", "memory.recompute=full"))
+    assert a == b and (b["parallel.pp_layers"], b["parallel.pp_offset"]) == (None, 1)
+    assert b["memory.recompute_layers"] is None  # 3 blocks cover both stages (3 and 1 layers)
+    # settings without effect go to their defaults: decay_ratio outside WSD, Muon's under AdamW
+    c = canonical(flat("optim.decay_ratio=0.5", "optim.momentum=0.5", "optim.min_lr_ratio=1.0"))
+    assert (c["optim.decay_ratio"], c["optim.momentum"], c["optim.schedule"], c["optim.min_lr_ratio"]) == \
+           (0.2, 0.95, "constant", 0.1)
+
+
+def test_a_value_mapped_to_no_counterpart_is_raised_and_the_rest_restore():
+    rule = same("optim.name", "optimizer.name", {"adamw": "AdamW", "muon": NoCounterpart("no Muon")})
+    assert rule.export({"optim.name": "adamw"}) == {"optimizer.name": "AdamW"}
+    assert rule.restore({"optimizer.name": "AdamW"}, {}) == {"optim.name": "adamw"}
+    with pytest.raises(NoCounterpart, match="no Muon"):
+        rule.export({"optim.name": "muon"})
