@@ -32,11 +32,15 @@ from autoresearch.space import SpaceError, check_trial_command
 from core.config.docs import field_docs
 from core.trial import fork_server
 
-GP_WHY = ("gp: a Gaussian process ranks the configs predicted to run; it beat Optuna's TPE and random search on "
-          "every table of the search suite")
-DESCRIPTION = ("The autoresearch agent: propose a trial, check it, run it, learn from how it ended; repeat.\n\n"
-               "A restart with the same --study resumes it: finished trials are kept,\ntrials left RUNNING by a "
-               "killed agent are reaped (FAIL) and their configs run again.")
+GP_WHY = (
+    "gp: a Gaussian process ranks the configs predicted to run; it beat Optuna's TPE and random search on "
+    "every table of the search suite"
+)
+DESCRIPTION = (
+    "The autoresearch agent: propose a trial, check it, run it, learn from how it ended; repeat.\n\n"
+    "A restart with the same --study resumes it: finished trials are kept,\ntrials left RUNNING by a "
+    "killed agent are reaped (FAIL) and their configs run again."
+)
 
 
 def resolve_proposer(requested: str, env: dict | None = None) -> tuple[str, str]:
@@ -45,7 +49,10 @@ def resolve_proposer(requested: str, env: dict | None = None) -> tuple[str, str]
     has_key = bool(env.get("ANTHROPIC_API_KEY"))
     if requested == "auto":  # the search suite's winner (benchmarks/search_suite.py), alone or beside Claude
         if has_key:
-            return "hybrid", f"ANTHROPIC_API_KEY is set: Claude proposes a fraction of trials, {HYBRID_SAMPLER} the rest"
+            return (
+                "hybrid",
+                f"ANTHROPIC_API_KEY is set: Claude proposes a fraction of trials, {HYBRID_SAMPLER} the rest",
+            )
         return "gp", f"ANTHROPIC_API_KEY not set; Claude disabled. {GP_WHY}"
     if requested in ("claude", "hybrid") and not has_key:
         raise SystemExit(f"--proposer {requested} needs ANTHROPIC_API_KEY in the environment (or use --proposer tpe)")
@@ -55,8 +62,11 @@ def resolve_proposer(requested: str, env: dict | None = None) -> tuple[str, str]
 def build_parser() -> argparse.ArgumentParser:
     """argparse from ``AgentOptions``: a flag per field (``--max-cost`` for ``max_cost``; a boolean that is on by
     default becomes the ``flag`` its metadata names, e.g. ``--cold``), its help the field's docstring."""
-    ap = argparse.ArgumentParser(prog="python -m autoresearch.agent", description=DESCRIPTION,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m autoresearch.agent",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     docs, hints = field_docs(AgentOptions), typing.get_type_hints(AgentOptions)
     for f in dataclasses.fields(AgentOptions):
         meta, help_text = f.metadata, docs[f.name].replace("%", "%%")

@@ -14,9 +14,10 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence, get_type_hints
+from typing import Any, get_type_hints
 
 from omegaconf import OmegaConf
 
@@ -61,14 +62,18 @@ def load_summary(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def read_result(trial_dir: str | Path, exit_code: int | None, objective_metric: str | None = None,
-                wall_time: float | None = None) -> TrialResult:
+def read_result(
+    trial_dir: str | Path, exit_code: int | None, objective_metric: str | None = None, wall_time: float | None = None
+) -> TrialResult:
     """Build a TrialResult from a trial directory and the process's exit code (None when unknown)."""
     trial_dir = Path(trial_dir)
     summary = load_summary(trial_dir / SUMMARY)
     if summary is not None:
-        status = Status(summary["status"]) if summary.get("status") in Status._value2member_map_ else \
-            Status.of_exit(summary.get("exit_code"))
+        status = (
+            Status(summary["status"])
+            if summary.get("status") in Status._value2member_map_
+            else Status.of_exit(summary.get("exit_code"))
+        )
         reason = str(summary.get("reason") or "")
         wall = summary.get("wall_time_sec") if wall_time is None else wall_time
     else:
@@ -78,8 +83,15 @@ def read_result(trial_dir: str | Path, exit_code: int | None, objective_metric: 
             reason = f"{reason}; stderr tail: {tail}"
         wall = wall_time
     objective = _objective(summary, objective_metric) if status == Status.OK else None
-    return TrialResult(status=status, exit_code=exit_code, reason=reason, summary=summary, objective=objective,
-                       wall_time=float(wall or 0.0), trial_dir=trial_dir)
+    return TrialResult(
+        status=status,
+        exit_code=exit_code,
+        reason=reason,
+        summary=summary,
+        objective=objective,
+        wall_time=float(wall or 0.0),
+        trial_dir=trial_dir,
+    )
 
 
 def _classify_without_summary(exit_code: int | None) -> tuple[Status, str]:
@@ -152,8 +164,8 @@ class CoreSchema:
     """The keys ``python -m core.train`` accepts: each field with its type, and each config group with its
     options (the files under ``configs/<group>/``)."""
 
-    fields: dict   # "training.micro_batch_size" -> Optional[int]; "seed" -> int
-    groups: dict   # "model" -> ("medium", "moe-small", "moe-tiny", "small", "tiny")
+    fields: dict  # "training.micro_batch_size" -> Optional[int]; "seed" -> int
+    groups: dict  # "model" -> ("medium", "moe-small", "moe-tiny", "small", "tiny")
 
 
 @functools.cache
@@ -192,8 +204,11 @@ def _config_error(items: tuple) -> ConfigError | None:
             # Hydra overrides only keys the composed files set (struct mode), whatever the dataclass has: a dense
             # model's file has no moe_* keys, so model.moe_top_k=2 is refused with model=tiny.
             chosen = dict(groups).get(head, "its default in configs/train.yaml")
-            return ConfigError(key, f"Hydra cannot override it: the {head} config chosen ({chosen}) does not set "
-                                    f"{leaf}; choose a {head} whose file in configs/{head}/ sets it, or drop the key")
+            return ConfigError(
+                key,
+                f"Hydra cannot override it: the {head} config chosen ({chosen}) does not set "
+                f"{leaf}; choose a {head} whose file in configs/{head}/ sets it, or drop the key",
+            )
         node[leaf] = value
     try:
         from_container(tree)

@@ -30,10 +30,10 @@ class Status(str, enum.Enum):
     COMPILE_ERROR = Exit.COMPILE_ERROR.status
     NAN = Exit.NAN.status
     TIMEOUT = Exit.TIMEOUT.status
-    PRUNED = "pruned"          # dominated by a known failure, or over the memory gate
-    DUPLICATE = "duplicate"    # a repeat of a recorded trial
-    REJECTED = "rejected"      # outside the space or its constraints
-    REAPED = "reaped"          # its agent died while it ran
+    PRUNED = "pruned"  # dominated by a known failure, or over the memory gate
+    DUPLICATE = "duplicate"  # a repeat of a recorded trial
+    REJECTED = "rejected"  # outside the space or its constraints
+    REAPED = "reaped"  # its agent died while it ran
     INTERRUPTED = "interrupted"  # its agent was stopped (Ctrl-C, SIGTERM) while it ran
 
     def __str__(self) -> str:
@@ -70,7 +70,13 @@ class Attr:
     CONFIRMATION_OF, REPEAT = "confirmation_of", "repeat"
     # the study's own
     SPACE, OBJECTIVE_METRIC, DIRECTION, PARAM_NAMES, SPACE_PATH, WORLD_SIZE = (
-        "space", "objective_metric", "direction", "param_names", "space_path", "world_size")
+        "space",
+        "objective_metric",
+        "direction",
+        "param_names",
+        "space_path",
+        "world_size",
+    )
 
 
 @dataclass(frozen=True)
@@ -159,8 +165,8 @@ class TrialRow:
     builds them, and nothing else)."""
 
     number: int
-    state: str                    # Optuna's: COMPLETE, PRUNED, FAIL, RUNNING
-    status: str                   # a Status, or the state's name while it runs
+    state: str  # Optuna's: COMPLETE, PRUNED, FAIL, RUNNING
+    status: str  # a Status, or the state's name while it runs
     params: dict = field(default_factory=dict)
     exit_code: int | None = None
     objective: float | None = None
@@ -174,4 +180,4 @@ class TrialRow:
     rationale: str = ""
     trial_dir: str | None = None
     confirmation_of: int | None = None
-    ledger: dict | None = None    # study.ledger; None while running
+    ledger: dict | None = None  # study.ledger; None while running

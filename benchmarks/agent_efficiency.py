@@ -49,6 +49,7 @@ MiB = 1024**2
 
 # ------------------------------------------------------------------------------------------ replayed trial
 
+
 def trial_main(argv: list[str]) -> int:
     """``trial --table PATH <key=value overrides> trial.dir=DIR``: replay one trial from the table."""
     table_path = Path(argv[0].split("=", 1)[1]) if argv and argv[0].startswith("--table=") else TABLE
@@ -70,6 +71,7 @@ def trial_main(argv: list[str]) -> int:
 
 # ------------------------------------------------------------------------------------------------ collect
 
+
 def _machine() -> dict:
     import platform
 
@@ -88,8 +90,15 @@ def _machine() -> dict:
                 mem = round(int(line.split()[1]) / 2**20, 1)
     except OSError:
         pass
-    return {"host": platform.node(), "machine": platform.machine(), "cpu": cpu, "cores": os.cpu_count(),
-            "mem_gib": mem, "python": platform.python_version(), "load_avg_at_start": list(os.getloadavg())}
+    return {
+        "host": platform.node(),
+        "machine": platform.machine(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "mem_gib": mem,
+        "python": platform.python_version(),
+        "load_avg_at_start": list(os.getloadavg()),
+    }
 
 
 def _row(index: int, params: dict, space, result) -> dict:
@@ -101,12 +110,18 @@ def _row(index: int, params: dict, space, result) -> dict:
         summary = {"status": result.status, "exit_code": result.exit_code, "reason": result.reason, "metrics": {}}
     m = result.metrics
     return {
-        "index": index, "params": params,
+        "index": index,
+        "params": params,
         "param_overrides": {k: format_value(params[k]) for k in space.params},
-        "status": result.status, "exit_code": result.exit_code, "objective": result.objective,
-        "peak_memory_bytes": m.get("peak_memory_bytes"), "estimated_memory_bytes": m.get("estimated_memory_bytes"),
-        "wall_time_sec": round(result.wall_time, 2), "steps": summary.get("steps"),
-        "reason": result.reason, "summary": summary,
+        "status": result.status,
+        "exit_code": result.exit_code,
+        "objective": result.objective,
+        "peak_memory_bytes": m.get("peak_memory_bytes"),
+        "estimated_memory_bytes": m.get("estimated_memory_bytes"),
+        "wall_time_sec": round(result.wall_time, 2),
+        "steps": summary.get("steps"),
+        "reason": result.reason,
+        "summary": summary,
     }
 
 
@@ -125,13 +140,19 @@ def collect(args) -> int:
     if args.resume and out.exists():
         table = json.loads(out.read_text())
     if table is None:
-        table = {"space": str(Path(args.space).resolve().relative_to(ROOT)), "space_name": space.name,
-                 "objective": {"metric": space.objective_metric, "direction": space.direction},
-                 "fixed": space.fixed, "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-                 "git_commit": _git_commit(), "machine": _machine(), "command": "python -m core.train",
-                 "retry_policy": "a compile_error or error (not caused by the config: seen as a flaky jit "
-                                 "compile here) is run once more; both outcomes are kept in 'attempts'",
-                 "rows": []}
+        table = {
+            "space": str(Path(args.space).resolve().relative_to(ROOT)),
+            "space_name": space.name,
+            "objective": {"metric": space.objective_metric, "direction": space.direction},
+            "fixed": space.fixed,
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "git_commit": _git_commit(),
+            "machine": _machine(),
+            "command": "python -m core.train",
+            "retry_policy": "a compile_error or error (not caused by the config: seen as a flaky jit "
+            "compile here) is run once more; both outcomes are kept in 'attempts'",
+            "rows": [],
+        }
     done = {json.dumps(r["params"], sort_keys=True) for r in table["rows"]}
     print(f"{len(grid)} configs of {space.name}; {len(done)} already in {out}", flush=True)
     for i, params in enumerate(grid):
@@ -142,8 +163,11 @@ def collect(args) -> int:
             trial_dir = trials_dir / (f"{i:03d}" + ("" if attempt == 0 else f"-retry{attempt}"))
             shutil.rmtree(trial_dir, ignore_errors=True)  # a stale summary must not pass for this run's
             # compile_cache=false: each config compiles, so its memory peak (and OOM) does not depend on order
-            result = run_trial([*space.overrides(params), "execution.compile_cache=false"], trial_dir,
-                               objective_metric=space.objective_metric)
+            result = run_trial(
+                [*space.overrides(params), "execution.compile_cache=false"],
+                trial_dir,
+                objective_metric=space.objective_metric,
+            )
             row = _row(i, params, space, result)
             attempts.append({k: row[k] for k in ("status", "exit_code", "reason", "wall_time_sec")})
             if result.status not in ("compile_error", "error"):
@@ -151,10 +175,14 @@ def collect(args) -> int:
         row["attempts"] = attempts
         table["rows"].append(row)
         peak = row["peak_memory_bytes"]
-        print(f"[{len(table['rows']):2d}/{len(grid)}] " + " ".join(f"{k}={v}" for k, v in params.items())
-              + f" -> {row['status']} (exit {row['exit_code']}) objective={row['objective']} "
-              f"peak={'-' if peak is None else f'{peak / MiB:.0f} MiB'} {row['wall_time_sec']:.1f}s"
-              + (f" [{len(attempts)} attempts]" if len(attempts) > 1 else ""), flush=True)
+        print(
+            f"[{len(table['rows']):2d}/{len(grid)}] "
+            + " ".join(f"{k}={v}" for k, v in params.items())
+            + f" -> {row['status']} (exit {row['exit_code']}) objective={row['objective']} "
+            f"peak={'-' if peak is None else f'{peak / MiB:.0f} MiB'} {row['wall_time_sec']:.1f}s"
+            + (f" [{len(attempts)} attempts]" if len(attempts) > 1 else ""),
+            flush=True,
+        )
         table["rows"].sort(key=lambda r: r["index"])
         _write_json(out, table)
     table["machine"]["load_avg_at_end"] = list(os.getloadavg())
@@ -173,14 +201,19 @@ def _write_json(path: Path, data: dict) -> None:
 
 def table_markdown(table: dict) -> str:
     names = list(table["rows"][0]["params"]) if table["rows"] else []
-    lines = ["| # | " + " | ".join(names) + " | status | exit | val_loss | peak MiB | est. MiB | wall s |",
-             "|---:|" + "---|" * len(names) + "---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| # | " + " | ".join(names) + " | status | exit | val_loss | peak MiB | est. MiB | wall s |",
+        "|---:|" + "---|" * len(names) + "---|---:|---:|---:|---:|---:|",
+    ]
     for r in table["rows"]:
         obj = "" if r["objective"] is None else f"{r['objective']:.4f}"
         peak = "" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / MiB:.0f}"
         est = "" if r["estimated_memory_bytes"] is None else f"{r['estimated_memory_bytes'] / MiB:.0f}"
-        lines.append(f"| {r['index']} | " + " | ".join(str(r["params"][n]) for n in names)
-                     + f" | {r['status']} | {r['exit_code']} | {obj} | {peak} | {est} | {r['wall_time_sec']:.1f} |")
+        lines.append(
+            f"| {r['index']} | "
+            + " | ".join(str(r["params"][n]) for n in names)
+            + f" | {r['status']} | {r['exit_code']} | {obj} | {peak} | {est} | {r['wall_time_sec']:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -235,8 +268,9 @@ def make_replay_session(opts, proposer: str, best_key: tuple, budget: int, max_p
     return session, lambda: ended[0]
 
 
-def replay_once(table_path: Path, method: str, seed: int, budget: int, work: Path, best_key: tuple,
-                max_proposals: int) -> dict:
+def replay_once(
+    table_path: Path, method: str, seed: int, budget: int, work: Path, best_key: tuple, max_proposals: int
+) -> dict:
     import contextlib
     import io
 
@@ -249,10 +283,20 @@ def replay_once(table_path: Path, method: str, seed: int, budget: int, work: Pat
     proposer, learn, estimator = METHODS[method]
     study = f"{method.replace('+', '_').replace(' ', '_').replace('(', '').replace(')', '')}-s{seed}"
     space = table_space(json.loads(table_path.read_text()))
-    opts = AgentOptions(space=str(space), proposer=proposer, study=study, trials=budget, timeout=1e9, seed=seed,
-                        trials_dir=str(work), command=[sys.executable, str(Path(__file__).resolve()), "trial",
-                                                       f"--table={table_path}"],
-                        estimator=estimator, learn=learn, progress=False, confirm=0)  # the search alone
+    opts = AgentOptions(
+        space=str(space),
+        proposer=proposer,
+        study=study,
+        trials=budget,
+        timeout=1e9,
+        seed=seed,
+        trials_dir=str(work),
+        command=[sys.executable, str(Path(__file__).resolve()), "trial", f"--table={table_path}"],
+        estimator=estimator,
+        learn=learn,
+        progress=False,
+        confirm=0,
+    )  # the search alone
     session, ended = make_replay_session(opts, proposer, best_key, budget, max_proposals)
     with contextlib.redirect_stdout(io.StringIO()) as out:  # anything the agent logs
         code = session.run().code
@@ -274,11 +318,20 @@ def replay_once(table_path: Path, method: str, seed: int, budget: int, work: Pat
             skipped.append(t.user_attrs.get("reason", ""))
         else:
             raise RuntimeError(f"replay {method} seed {seed}: trial {t.number} ended {status}")
-    return {"method": method, "seed": seed, "runs": len(runs), "reached": reached, "ended": ended,
-            "failed": sum(s_ in FAILED for s_ in runs), "oom": runs.count("oom"), "nan": runs.count("nan"),
-            "skipped": len(skipped), "skipped_dominated": sum(r.startswith("dominated") for r in skipped),
-            "skipped_gate": sum(r.startswith("predicted peak") for r in skipped),
-            "statuses": runs}
+    return {
+        "method": method,
+        "seed": seed,
+        "runs": len(runs),
+        "reached": reached,
+        "ended": ended,
+        "failed": sum(s_ in FAILED for s_ in runs),
+        "oom": runs.count("oom"),
+        "nan": runs.count("nan"),
+        "skipped": len(skipped),
+        "skipped_dominated": sum(r.startswith("dominated") for r in skipped),
+        "skipped_gate": sum(r.startswith("predicted peak") for r in skipped),
+        "statuses": runs,
+    }
 
 
 def table_space(table: dict) -> Path:
@@ -308,24 +361,27 @@ def soundness(table: dict) -> list[str]:
     lines, wrong = [], 0
     for kind in FAILED:
         evidence = [r for r in table["rows"] if proves(r) == kind]
-        covered = [r for r in table["rows"] if any(memory.dominates(f["params"], r["params"], kind)
-                                                   for f in evidence)]
+        covered = [r for r in table["rows"] if any(memory.dominates(f["params"], r["params"], kind) for f in evidence)]
         same = [r for r in covered if proves(r) == kind]
         bad = [r for r in covered if r["status"] == "ok" and proves(r) is None]  # a config that works
         other = [r for r in covered if r not in same and r not in bad]
         wrong += len(bad)
         diverged = sum(r["status"] == "ok" for r in evidence)
-        lines.append(f"- {kind}: {len(evidence) - diverged} configs ended {kind}"
-                     + (f" and {diverged} ran ok with a diverged loss (final > 1.5x first)" if diverged else "")
-                     + f"; they dominate {len(covered)} configs: {len(same)} "
-                     + ("ended nan or diverged" if kind == "nan" else f"ended {kind}")
-                     + f", {len(other)} failed otherwise"
-                     + "".join(f" (#{r['index']} {_params_text(r['params'])}: {r['status']})" for r in other)
-                     + f", {len(bad)} ran ok"
-                     + "".join(f" (#{r['index']} {_params_text(r['params'])})" for r in bad))
-    lines.append("- no dominance claim covers a config that ran ok (without diverging): the annotations are sound "
-                 "on this table" if not wrong else f"- {wrong} configs that ran ok would be pruned: an annotation "
-                 "is wrong")
+        lines.append(
+            f"- {kind}: {len(evidence) - diverged} configs ended {kind}"
+            + (f" and {diverged} ran ok with a diverged loss (final > 1.5x first)" if diverged else "")
+            + f"; they dominate {len(covered)} configs: {len(same)} "
+            + ("ended nan or diverged" if kind == "nan" else f"ended {kind}")
+            + f", {len(other)} failed otherwise"
+            + "".join(f" (#{r['index']} {_params_text(r['params'])}: {r['status']})" for r in other)
+            + f", {len(bad)} ran ok"
+            + "".join(f" (#{r['index']} {_params_text(r['params'])})" for r in bad)
+        )
+    lines.append(
+        "- no dominance claim covers a config that ran ok (without diverging): the annotations are sound on this table"
+        if not wrong
+        else f"- {wrong} configs that ran ok would be pruned: an annotation is wrong"
+    )
     return lines
 
 
@@ -337,37 +393,49 @@ def waste_breakdown(results: list[dict], budget: int) -> list[str]:
     startup = max(3, min(10, budget // 4))  # as autoresearch.run.session.Session.open derives it from --trials
     early = sum(s in FAILED for r in rs for s in r["statuses"][:startup])
     late = sum(s in FAILED for r in rs for s in r["statuses"][startup:])
-    return [f"Where tpe+memory's waste comes from: {early} of its {early + late} OOM/NaN runs (over {len(rs)} "
-            f"seeds) came in the first {startup} runs, TPE's random start-up (the agent sets n_startup_trials = "
-            f"max(3, min(10, trials // 4)) from --trials {budget}), {late} after it. Dominance cannot prevent a "
-            "first NaN of each optimizer (the space leaves `optim` unannotated: a failure with one says nothing "
-            "about the other) unless a diverged run at a smaller learning rate came first."]
+    return [
+        f"Where tpe+memory's waste comes from: {early} of its {early + late} OOM/NaN runs (over {len(rs)} "
+        f"seeds) came in the first {startup} runs, TPE's random start-up (the agent sets n_startup_trials = "
+        f"max(3, min(10, trials // 4)) from --trials {budget}), {late} after it. Dominance cannot prevent a "
+        "first NaN of each optimizer (the space leaves `optim` unannotated: a failure with one says nothing "
+        "about the other) unless a diverged run at a smaller learning rate came first."
+    ]
 
 
 def gate_diagnosis(table: dict, best: dict) -> list[str]:
     """What the agent's memory gate predicts for the best config once it has measured only the smallest batch
     (``learn.MemoryModel`` calibrated on those rows, ``runner.estimate_with_core`` for the estimate)."""
-    from autoresearch.search.memory_model import MemoryModel
-    from autoresearch.search.gate import GiB
     from autoresearch.core_adapter import estimate_with_core
+    from autoresearch.search.gate import GiB
+    from autoresearch.search.memory_model import MemoryModel
     from autoresearch.space import load_space
 
     space = load_space(str(table_space(table)))
     limit = float(space.fixed["memory.limit_gb"]) * GiB
     memory_param = next(n for n, p in space.params.items() if p.memory == "up")
     smallest = space.params[memory_param].values[0]
-    ok = [r for r in table["rows"] if r["status"] == "ok" and r["params"][memory_param] == smallest
-          and r["peak_memory_bytes"] and r["estimated_memory_bytes"]]
+    ok = [
+        r
+        for r in table["rows"]
+        if r["status"] == "ok"
+        and r["params"][memory_param] == smallest
+        and r["peak_memory_bytes"]
+        and r["estimated_memory_bytes"]
+    ]
     est = estimate_with_core(space.overrides(best["params"]))
     lines = []
-    for label, rows in ((f"one ok run at {memory_param}={smallest} (#{ok[0]['index']})", ok[:1]),
-                        (f"every ok run at {memory_param}={smallest} ({len(ok)} runs)", ok)):
+    for label, rows in (
+        (f"one ok run at {memory_param}={smallest} (#{ok[0]['index']})", ok[:1]),
+        (f"every ok run at {memory_param}={smallest} ({len(ok)} runs)", ok),
+    ):
         model = MemoryModel([(r["estimated_memory_bytes"], r["peak_memory_bytes"]) for r in rows])
         predicted = model.predict(est)
-        lines.append(f"- after {label}: {model.describe()}; the best config (estimate {est / MiB:.0f} MiB) is "
-                     f"predicted at {predicted / MiB:.0f} MiB against the limit {limit / MiB:.0f} MiB: "
-                     + ("gated, never runs" if predicted > limit else "runs")
-                     + f" (measured: {best['peak_memory_bytes'] / MiB:.0f} MiB)")
+        lines.append(
+            f"- after {label}: {model.describe()}; the best config (estimate {est / MiB:.0f} MiB) is "
+            f"predicted at {predicted / MiB:.0f} MiB against the limit {limit / MiB:.0f} MiB: "
+            + ("gated, never runs" if predicted > limit else "runs")
+            + f" (measured: {best['peak_memory_bytes'] / MiB:.0f} MiB)"
+        )
     return lines
 
 
@@ -390,13 +458,26 @@ def summarize(results: list[dict], budget: int) -> list[dict]:
         to_best = [r["runs"] if r["reached"] else budget + 1 for r in rs]
         q1, med, q3 = _quartiles(to_best)
         runs, failed = sum(r["runs"] for r in rs), sum(r["failed"] for r in rs)
-        out.append({"method": method, "seeds": len({r["seed"] for r in rs}), "reached": sum(r["reached"] for r in rs),
-                    "n": len(rs), "median": med, "q1": q1, "q3": q3, "runs": runs, "failed": failed,
-                    "oom": sum(r["oom"] for r in rs), "nan": sum(r["nan"] for r in rs),
-                    "waste": failed / runs if runs else 0.0, "skipped": sum(r["skipped"] for r in rs) / len(rs),
-                    "dominated": sum(r["skipped_dominated"] for r in rs) / len(rs),
-                    "gate": sum(r["skipped_gate"] for r in rs) / len(rs),
-                    "stuck": sum(r["ended"] == "stuck" for r in rs)})
+        out.append(
+            {
+                "method": method,
+                "seeds": len({r["seed"] for r in rs}),
+                "reached": sum(r["reached"] for r in rs),
+                "n": len(rs),
+                "median": med,
+                "q1": q1,
+                "q3": q3,
+                "runs": runs,
+                "failed": failed,
+                "oom": sum(r["oom"] for r in rs),
+                "nan": sum(r["nan"] for r in rs),
+                "waste": failed / runs if runs else 0.0,
+                "skipped": sum(r["skipped"] for r in rs) / len(rs),
+                "dominated": sum(r["skipped_dominated"] for r in rs) / len(rs),
+                "gate": sum(r["skipped_gate"] for r in rs) / len(rs),
+                "stuck": sum(r["ended"] == "stuck" for r in rs),
+            }
+        )
     return out
 
 
@@ -408,8 +489,7 @@ def _fmt(x: float) -> str:
     return f"{x:g}" if x == int(x) else f"{x:.1f}"
 
 
-def results_markdown(table: dict, summary: list[dict], results: list[dict], args, best: dict,
-                     elapsed: float) -> str:
+def results_markdown(table: dict, summary: list[dict], results: list[dict], args, best: dict, elapsed: float) -> str:
     rows = table["rows"]
     n = len(rows)
     counts = {}
@@ -419,15 +499,19 @@ def results_markdown(table: dict, summary: list[dict], results: list[dict], args
     lines = [
         "# Agent efficiency: proposers replayed on a real tabular space",
         "",
-        f"Table: `{Path(args.table).resolve().relative_to(ROOT)}` — {n} configs of `{table['space']}`, each run once with the real core "
+        f"Table: `{Path(args.table).resolve().relative_to(ROOT)}` — {n} configs of `{table['space']}`, each run once "
+        "with the real core "
         f"on {table['date']} (commit {table['git_commit']}; {table['machine']['cpu']}, "
         f"{table['machine']['cores']} cores). Outcomes: "
-        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ".",
-        f"Best config: #{best['index']} " + ", ".join(f"{k}={v}" for k, v in best["params"].items())
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        + ".",
+        f"Best config: #{best['index']} "
+        + ", ".join(f"{k}={v}" for k, v in best["params"].items())
         + f" ({table['objective']['metric']} {best['objective']:.4f}).",
         "",
         f"Replay: `python benchmarks/agent_efficiency.py replay --seeds {args.seeds} --budget {args.budget}` "
-        f"({elapsed:.0f} s). Each replay is the agent's own session (`autoresearch.run.session.Session`) with the table "
+        f"({elapsed:.0f} s). Each replay is the agent's own session (`autoresearch.run.session.Session`) with the "
+        "table "
         "as its trial command; it stops when the best config has run or after the budget of paid runs. "
         "`runs to best`: trials actually run up to and including the best (a replay that misses it within the "
         f"budget counts as {args.budget + 1}). `waste`: share of those runs that ended OOM or NaN, pooled over "
@@ -441,10 +525,12 @@ def results_markdown(table: dict, summary: list[dict], results: list[dict], args
     ]
     for s in summary:
         seeds = "1 (deterministic)" if s["method"] in SEEDLESS else str(s["seeds"])
-        lines.append(f"| {s['method']} | {seeds} | {s['reached']}/{s['n']} | {_fmt(s['median'])} "
-                     f"({_fmt(s['q1'])}–{_fmt(s['q3'])}) | {_vs(s['median'], random_med)} | "
-                     f"{100 * s['waste']:.1f}% ({s['oom']}/{s['nan']}) | {s['skipped']:.1f} "
-                     f"({s['dominated']:.1f} / {s['gate']:.1f}) | {s['stuck']} |")
+        lines.append(
+            f"| {s['method']} | {seeds} | {s['reached']}/{s['n']} | {_fmt(s['median'])} "
+            f"({_fmt(s['q1'])}–{_fmt(s['q3'])}) | {_vs(s['median'], random_med)} | "
+            f"{100 * s['waste']:.1f}% ({s['oom']}/{s['nan']}) | {s['skipped']:.1f} "
+            f"({s['dominated']:.1f} / {s['gate']:.1f}) | {s['stuck']} |"
+        )
     tm = next((s for s in summary if s["method"] == "tpe+memory"), None)
     if tm is not None and random_med is not None:
         ratio = tm["median"] / random_med
@@ -505,9 +591,11 @@ def replay(args) -> int:
             for seed in range(1 if method in SEEDLESS else args.seeds):
                 r = replay_once(table_path, method, seed, args.budget, work, best_key, max_proposals=20 * n)
                 results.append(r)
-                print(f"{method:24s} seed {seed:2d}: {r['runs']:3d} runs, ended {r['ended']:6s}, "
-                      f"oom {r['oom']}, nan {r['nan']}, skipped {r['skipped']}: {' '.join(r['statuses'])}",
-                      flush=True)
+                print(
+                    f"{method:24s} seed {seed:2d}: {r['runs']:3d} runs, ended {r['ended']:6s}, "
+                    f"oom {r['oom']}, nan {r['nan']}, skipped {r['skipped']}: {' '.join(r['statuses'])}",
+                    flush=True,
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     summary = summarize(results, args.budget)
@@ -515,90 +603,142 @@ def replay(args) -> int:
     print("\n" + text)
     if not args.no_write:
         Path(args.out).write_text(text)
-        _write_json(Path(args.out).with_suffix(".json"), {"args": vars(args), "summary": summary,
-                                                          "replays": results})
+        _write_json(Path(args.out).with_suffix(".json"), {"args": vars(args), "summary": summary, "replays": results})
         print(f"written: {args.out}")
     return 0
 
 
 # --------------------------------------------------------------------------------------------------- demo
 
+
 def demo(args) -> int:
     """A real study on the tabular space, then: which trials OOMed, which proposals were pruned (and why),
     and whether any trial that ran after the first OOM was dominated by it (it must not be)."""
     import subprocess
 
-    from autoresearch.search.feasibility import FeasibilityMemory
     from autoresearch.records import RAN
-    from autoresearch.study.storage import load_study
+    from autoresearch.search.feasibility import FeasibilityMemory
     from autoresearch.space import load_space
+    from autoresearch.study.storage import load_study
 
     study_dir = ROOT / args.trials_dir / args.study
     if study_dir.exists() and not args.reuse:
         raise SystemExit(f"{study_dir} exists: remove it, or pass --reuse to report on it as it is")
-    agent_args = ["--space", str(SPACE.relative_to(ROOT)), "--proposer", "tpe", "--trials", str(args.trials),
-                  "--study", args.study, "--seed", str(args.seed), "--confirm", "0",
-                  *([] if args.gate else ["--estimator", "none"])]
+    agent_args = [
+        "--space",
+        str(SPACE.relative_to(ROOT)),
+        "--proposer",
+        "tpe",
+        "--trials",
+        str(args.trials),
+        "--study",
+        args.study,
+        "--seed",
+        str(args.seed),
+        "--confirm",
+        "0",
+        *([] if args.gate else ["--estimator", "none"]),
+    ]
     if not args.reuse:
-        cmd = [sys.executable, "-m", "autoresearch.agent", *agent_args, "--trials-dir", args.trials_dir,
-               "--no-progress"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "autoresearch.agent",
+            *agent_args,
+            "--trials-dir",
+            args.trials_dir,
+            "--no-progress",
+        ]
         print("$ " + " ".join(cmd[1:]), flush=True)
         agent = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "ANTHROPIC_API_KEY": ""})
         if agent.returncode != 0:
             raise SystemExit(f"the agent exited {agent.returncode}")
-    report = subprocess.run([sys.executable, "-m", "autoresearch.report", str(study_dir.relative_to(ROOT)),
-                             "--format", "markdown"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    report = subprocess.run(
+        [sys.executable, "-m", "autoresearch.report", str(study_dir.relative_to(ROOT)), "--format", "markdown"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     replayed = replay_sequence(args)
     study = load_study(study_dir)
     space = load_space(str(SPACE))
     memory = FeasibilityMemory(space)
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     ooms = [t for t in trials if t.user_attrs.get("status") == "oom"]
-    lines = ["# After the first OOM, no dominated proposal runs: a real study", "",
-             f"`python -m autoresearch.agent {' '.join(agent_args)} --trials-dir {args.trials_dir}` — real trials "
-             f"of the tiny GPT through `python -m core.train`, memory budget {space.fixed['memory.limit_gb']} GiB "
-             f"per rank; then `python -m autoresearch.report {study_dir.relative_to(ROOT)} --format markdown` "
-             f"(below). Date {_now()}, commit {_git_commit()}.", ""]
+    lines = [
+        "# After the first OOM, no dominated proposal runs: a real study",
+        "",
+        f"`python -m autoresearch.agent {' '.join(agent_args)} --trials-dir {args.trials_dir}` — real trials "
+        f"of the tiny GPT through `python -m core.train`, memory budget {space.fixed['memory.limit_gb']} GiB "
+        f"per rank; then `python -m autoresearch.report {study_dir.relative_to(ROOT)} --format markdown` "
+        f"(below). Date {_now()}, commit {_git_commit()}.",
+        "",
+    ]
     if not args.gate:
-        lines += ["The memory gate is off (`--estimator none`) so that an OOM can happen at all: with it, the estimate "
-                  "(`core.memory`, predicting batch 32 above the 1 GiB budget) keeps every OOM config of this space "
-                  "from running, and dominance has nothing to learn from.", ""]
+        lines += [
+            "The memory gate is off (`--estimator none`) so that an OOM can happen at all: with it, the estimate "
+            "(`core.memory`, predicting batch 32 above the 1 GiB budget) keeps every OOM config of this space "
+            "from running, and dominance has nothing to learn from.",
+            "",
+        ]
     if not ooms:
         lines.append("No trial went out of memory in this study: nothing to show (try another --seed).")
     else:
         first = ooms[0]
         later = [t for t in trials if t.number > first.number]
         ran_later = [t for t in later if t.user_attrs.get("status") in RAN]
-        violations = [t for t in ran_later if any(memory.dominates(o.params, t.params, "oom") for o in ooms
-                                                  if o.number < t.number)]
+        violations = [
+            t
+            for t in ran_later
+            if any(memory.dominates(o.params, t.params, "oom") for o in ooms if o.number < t.number)
+        ]
         pruned = [t for t in trials if t.user_attrs.get("status") == "pruned"]
-        lines += [f"First OOM: trial {first.number} ({_params_text(first.params)}): "
-                  f"{first.user_attrs.get('reason', '')}", "",
-                  "Every trial in the order the agent proposed it (pruned = skipped without running):", "",
-                  "| trial | params | status | exit | dominated by an earlier OOM? | reason |",
-                  "|---:|---|---|---:|---|---|"]
+        lines += [
+            f"First OOM: trial {first.number} ({_params_text(first.params)}): {first.user_attrs.get('reason', '')}",
+            "",
+            "Every trial in the order the agent proposed it (pruned = skipped without running):",
+            "",
+            "| trial | params | status | exit | dominated by an earlier OOM? | reason |",
+            "|---:|---|---|---:|---|---|",
+        ]
         for t in trials:
             status = t.user_attrs.get("status")
             exit_code = t.user_attrs.get("exit_code")
             dom = [o.number for o in ooms if o.number < t.number and memory.dominates(o.params, t.params, "oom")]
-            lines.append(f"| {t.number} | {_params_text(t.params)} | {status} | "
-                         f"{'' if exit_code is None else exit_code} | "
-                         f"{'yes: trial ' + ', '.join(map(str, dom)) if dom else 'no'} | "
-                         f"{(t.user_attrs.get('reason') or '').replace('|', '/')} |")
-        lines += ["", f"After trial {first.number}: {len(later)} proposals, {len(ran_later)} ran, "
-                  f"{sum(1 for t in later if t.user_attrs.get('status') == 'pruned')} pruned. Trials that ran after "
-                  f"an OOM and were dominated by it: {len(violations)}"
-                  + (" (" + ", ".join(str(t.number) for t in violations) + ")" if violations else
-                     " — none: every dominated proposal was skipped before it ran.")]
+            lines.append(
+                f"| {t.number} | {_params_text(t.params)} | {status} | "
+                f"{'' if exit_code is None else exit_code} | "
+                f"{'yes: trial ' + ', '.join(map(str, dom)) if dom else 'no'} | "
+                f"{(t.user_attrs.get('reason') or '').replace('|', '/')} |"
+            )
+        lines += [
+            "",
+            f"After trial {first.number}: {len(later)} proposals, {len(ran_later)} ran, "
+            f"{sum(1 for t in later if t.user_attrs.get('status') == 'pruned')} pruned. Trials that ran after "
+            f"an OOM and were dominated by it: {len(violations)}"
+            + (
+                " (" + ", ".join(str(t.number) for t in violations) + ")"
+                if violations
+                else " — none: every dominated proposal was skipped before it ran."
+            ),
+        ]
         lines.append(f"Pruned proposals in the study: {len(pruned)}.")
     real = [(dict(t.params), t.user_attrs.get("status")) for t in trials]
-    same = next((i for i, (a, b) in enumerate(zip(real, replayed)) if a != b), None)
-    lines += ["", "Replay check: the same agent command with the table (`benchmarks/data/tabular.json`) as its trial "
-              "command " + ("proposes the same configs with the same outcomes, trial for trial"
-                            if same is None and len(real) == len(replayed) else
-                            f"differs from this real study from trial {same if same is not None else min(len(real), len(replayed))}"
-                            " on (run-to-run differences in measured peaks or losses change what the agent learns)")
-              + "."]
+    same = next((i for i, (a, b) in enumerate(zip(real, replayed, strict=True)) if a != b), None)
+    lines += [
+        "",
+        "Replay check: the same agent command with the table (`benchmarks/data/tabular.json`) as its trial "
+        "command "
+        + (
+            "proposes the same configs with the same outcomes, trial for trial"
+            if same is None and len(real) == len(replayed)
+            else "differs from this real study from trial "
+            f"{same if same is not None else min(len(real), len(replayed))}"
+            " on (run-to-run differences in measured peaks or losses change what the agent learns)"
+        )
+        + ".",
+    ]
     lines += ["", "## Trial table (`python -m autoresearch.report`)", "", report.strip(), ""]
     text = "\n".join(lines)
     print(text)
@@ -621,9 +761,18 @@ def replay_sequence(args) -> list[tuple[dict, str]]:
     from autoresearch.run.session import Session
 
     with tempfile.TemporaryDirectory(prefix="agent-efficiency-demo-") as work:
-        opts = AgentOptions(space=str(SPACE), proposer="tpe", study=args.study, trials=args.trials, seed=args.seed,
-                            trials_dir=work, progress=False, confirm=0, estimator=AgentOptions.estimator if args.gate else None,
-                            command=[sys.executable, str(Path(__file__).resolve()), "trial", f"--table={TABLE}"])
+        opts = AgentOptions(
+            space=str(SPACE),
+            proposer="tpe",
+            study=args.study,
+            trials=args.trials,
+            seed=args.seed,
+            trials_dir=work,
+            progress=False,
+            confirm=0,
+            estimator=AgentOptions.estimator if args.gate else None,
+            command=[sys.executable, str(Path(__file__).resolve()), "trial", f"--table={TABLE}"],
+        )
         with contextlib.redirect_stdout(io.StringIO()):
             Session(opts, "tpe").run()
         study = optuna.load_study(study_name=args.study, storage=f"sqlite:///{work}/{args.study}/study.db")
@@ -648,13 +797,15 @@ def _now() -> str:
 
 # --------------------------------------------------------------------------------------------------- main
 
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["trial"]:  # the replayed trial command: kept free of argparse and heavy imports
         return trial_main(argv[1:])
     sys.path.insert(0, str(ROOT))
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect", help="run every config of the space once with the real core")
     c.add_argument("--space", default=str(SPACE))

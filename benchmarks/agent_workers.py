@@ -21,18 +21,32 @@ import time
 from pathlib import Path
 
 import optuna
-
 from provenance import git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def study_once(space: str, trials: int, workers: int, work: Path) -> tuple[float, list[float]]:
-    cmd = [sys.executable, "-m", "autoresearch.agent", "--space", space, "--proposer", "grid", "--trials",
-           str(trials), "--workers", str(workers), "--trials-dir", str(work), "--study", "bench", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "autoresearch.agent",
+        "--space",
+        space,
+        "--proposer",
+        "grid",
+        "--trials",
+        str(trials),
+        "--workers",
+        str(workers),
+        "--trials-dir",
+        str(work),
+        "--study",
+        "bench",
+        "--no-progress",
+    ]
     start = time.monotonic()
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, "ANTHROPIC_API_KEY": ""})
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "ANTHROPIC_API_KEY": ""})
     wall = time.monotonic() - start
     if out.returncode != 0:
         raise SystemExit(f"--workers {workers}: the agent exited {out.returncode}\n{out.stdout[-2000:]}")
@@ -63,8 +77,10 @@ def main() -> None:
             print(f"  --workers {w} #{r + 1}: {wall:.1f} s", file=sys.stderr)
     commit = git_commit()
     base = statistics.median(walls[1])
-    print(f"{time.strftime('%Y-%m-%d')}, commit {commit}, {os.cpu_count()} cores: `--space {args.space} "
-          f"--proposer grid --trials {args.trials}`, {args.repeats} runs each, alternating.\n")
+    print(
+        f"{time.strftime('%Y-%m-%d')}, commit {commit}, {os.cpu_count()} cores: `--space {args.space} "
+        f"--proposer grid --trials {args.trials}`, {args.repeats} runs each, alternating.\n"
+    )
     print("| workers | study wall s (median) | speed-up vs 1 worker | trial wall s (median) |\n|---:|---:|---:|---:|")
     for w in variants:
         med = statistics.median(walls[w])

@@ -69,8 +69,7 @@ def child(variant: str) -> dict:
             return compiled(x, net.w1, net.w2)
     else:
         grad = ms.value_and_grad(net, None, net.trainable_params())
-        step = (ms.jit(grad) if variant == "closure"
-                else Compiled(grad, [net] if variant == "cell" else []))
+        step = ms.jit(grad) if variant == "closure" else Compiled(grad, [net] if variant == "cell" else [])
 
     def measure():
         loss, grads = step(x)
@@ -87,8 +86,12 @@ LAYOUTS = {
     "tiny, 1 rank": ["model=tiny"],
     "tiny, tp=2 + sp": ["model=tiny", "parallel.tp=2", "parallel.sp=true"],
     "tiny (4 layers), pp=2": ["model=tiny", "model.n_layers=4", "parallel.pp=2", "training.micro_batch_size=2"],
-    "tiny, dp_shard=2, Muon, full recompute": ["model=tiny", "optim=muon", "parallel.dp_shard=2",
-                                              "memory.recompute=full"],
+    "tiny, dp_shard=2, Muon, full recompute": [
+        "model=tiny",
+        "optim=muon",
+        "parallel.dp_shard=2",
+        "memory.recompute=full",
+    ],
 }
 
 
@@ -107,16 +110,23 @@ def trials() -> None:
             runs = []
             for run, extra in (("compiles", []), ("loads", []), ("cache off", ["execution.compile_cache=false"])):
                 out = Path(tmp) / run.replace(" ", "_")
-                subprocess.run([sys.executable, "-m", "core.train", *overrides, *extra, "trial.max_steps=4",
-                                f"trial.dir={out}"], cwd=root, env=env, capture_output=True)
+                subprocess.run(
+                    [sys.executable, "-m", "core.train", *overrides, *extra, "trial.max_steps=4", f"trial.dir={out}"],
+                    cwd=root,
+                    env=env,
+                    capture_output=True,
+                )
                 s = json.loads((out / "trial_summary.json").read_text())
                 m = s["metrics"]
                 rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
                 numbers = ([r["loss"] for r in rows if "loss" in r], m["val_loss"], m["grad_norm_last"])
                 runs.append(numbers)
-                print(f"| {name} | {run} | {s['compile_cache'] or 'compiled, not saved'} | {s['startup_sec']:.1f} | "
-                      f"{s['startup_phases_sec']['first_step']:.2f} | {m['peak_memory_bytes'] / 2**20:.0f} | "
-                      f"{'yes' if numbers == runs[0] else 'NO'} |", flush=True)
+                print(
+                    f"| {name} | {run} | {s['compile_cache'] or 'compiled, not saved'} | {s['startup_sec']:.1f} | "
+                    f"{s['startup_phases_sec']['first_step']:.2f} | {m['peak_memory_bytes'] / 2**20:.0f} | "
+                    f"{'yes' if numbers == runs[0] else 'NO'} |",
+                    flush=True,
+                )
 
 
 def main() -> int:
@@ -126,16 +136,30 @@ def main() -> int:
     for variant in VARIANTS:
         with tempfile.TemporaryDirectory() as cache:
             env = dict(os.environ, MS_COMPILER_CACHE_ENABLE="1", MS_COMPILER_CACHE_PATH=cache, GLOG_v="3")
-            runs = [json.loads(subprocess.run([sys.executable, __file__, "--child", variant], env=env, check=True,
-                                              capture_output=True, text=True).stdout.splitlines()[-1])
-                    for _ in ("compiles", "loads")]
-        same = all(abs(a - b) <= 1e-6 * max(1.0, abs(a)) for key in ("before", "after_change")
-                   for a, b in zip(runs[0][key], runs[1][key]))
-        print(f"{variant:>20}: first call {runs[0]['first_call_sec']:.3f} s compiled, "
-              f"{runs[1]['first_call_sec']:.3f} s from the cache; "
-              f"{'the same numbers' if same else 'DIFFERENT numbers'} "
-              f"(loss {runs[0]['before'][0]:.4f} vs {runs[1]['before'][0]:.4f}, "
-              f"after the change {runs[0]['after_change'][0]:.4f} vs {runs[1]['after_change'][0]:.4f})")
+            runs = [
+                json.loads(
+                    subprocess.run(
+                        [sys.executable, __file__, "--child", variant],
+                        env=env,
+                        check=True,
+                        capture_output=True,
+                        text=True,
+                    ).stdout.splitlines()[-1]
+                )
+                for _ in ("compiles", "loads")
+            ]
+        same = all(
+            abs(a - b) <= 1e-6 * max(1.0, abs(a))
+            for key in ("before", "after_change")
+            for a, b in zip(runs[0][key], runs[1][key], strict=True)
+        )
+        print(
+            f"{variant:>20}: first call {runs[0]['first_call_sec']:.3f} s compiled, "
+            f"{runs[1]['first_call_sec']:.3f} s from the cache; "
+            f"{'the same numbers' if same else 'DIFFERENT numbers'} "
+            f"(loss {runs[0]['before'][0]:.4f} vs {runs[1]['before'][0]:.4f}, "
+            f"after the change {runs[0]['after_change'][0]:.4f} vs {runs[1]['after_change'][0]:.4f})"
+        )
     if "--trials" in sys.argv:
         trials()
     return 0

@@ -48,8 +48,9 @@ def _child(task: str, spelling: str, n: int, shape: tuple[int, ...]) -> float:
     class Graph(nn.Cell):
         def __init__(self):
             super().__init__()
-            self.params = ParameterTuple([Parameter(ms.Tensor(np.zeros(shape, np.float32)), name=f"p{i}")
-                                          for i in range(n)])
+            self.params = ParameterTuple(
+                [Parameter(ms.Tensor(np.zeros(shape, np.float32)), name=f"p{i}") for i in range(n)]
+            )
 
         def construct(self, grads):
             if task == "scale":
@@ -101,8 +102,21 @@ def main() -> None:
     print("| graph | spelling | compile (s) |\n|---|---|---:|")
     for task, spellings in SPELLINGS.items():
         for spelling in spellings:
-            out = subprocess.run([sys.executable, __file__, "--tensors", str(args.tensors), "--shape",
-                                  *map(str, shape), "--child", task, spelling], capture_output=True, text=True)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--tensors",
+                    str(args.tensors),
+                    "--shape",
+                    *map(str, shape),
+                    "--child",
+                    task,
+                    spelling,
+                ],
+                capture_output=True,
+                text=True,
+            )
             if out.returncode:
                 raise SystemExit(f"{task} / {spelling} failed:\n{out.stderr[-2000:]}")
             print(f"| {task} | {spelling} | {float(out.stdout.strip().splitlines()[-1]):.2f} |")

@@ -33,9 +33,26 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_study(args, seed: int, trials_dir: Path) -> str:
     name = f"confirm-{args.space.removesuffix('.yaml')}-{seed}"
-    cmd = [sys.executable, "-m", "autoresearch.agent", "--space", args.space, "--trials", str(args.trials),
-           "--confirm", str(args.confirm), "--repeats", str(args.repeats), "--seed", str(seed), "--study", name,
-           "--trials-dir", str(trials_dir), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "autoresearch.agent",
+        "--space",
+        args.space,
+        "--trials",
+        str(args.trials),
+        "--confirm",
+        str(args.confirm),
+        "--repeats",
+        str(args.repeats),
+        "--seed",
+        str(seed),
+        "--study",
+        name,
+        "--trials-dir",
+        str(trials_dir),
+        "--no-progress",
+    ]
     print("$ " + " ".join(cmd[1:]), flush=True)
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     last = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
@@ -46,9 +63,7 @@ def run_study(args, seed: int, trials_dir: Path) -> str:
 
 
 def summarise(study_dir: Path) -> dict:
-    from autoresearch.study import confirm
-    from autoresearch.study import ledger
-    from autoresearch.study import storage
+    from autoresearch.study import confirm, ledger, storage
     from autoresearch.study.storage import load_study
 
     study = load_study(study_dir)
@@ -57,14 +72,27 @@ def summarise(study_dir: Path) -> dict:
     best = storage.best_trial(study)
     search = [r for r in rows if r["confirmation_of"] is None]
     confirming = [r for r in rows if r["confirmation_of"] is not None]
-    out = {"study": study.study_name, "line": v.line if v else "no confirmation", "configs": [],
-           "search": ledger.study_totals(search), "confirmation": ledger.study_totals(confirming)}
+    out = {
+        "study": study.study_name,
+        "line": v.line if v else "no confirmation",
+        "configs": [],
+        "search": ledger.study_totals(search),
+        "confirmation": ledger.study_totals(confirming),
+    }
     if v is None or best is None:
         out["survival"] = "no confirmation"
         return out
     for c in v.configs:
-        out["configs"].append({"trial": c.trial, "params": c.params, "search": c.search_value, "n": c.n,
-                               "mean": c.mean, "cv": c.std / c.mean if c.std is not None and c.mean else None})
+        out["configs"].append(
+            {
+                "trial": c.trial,
+                "params": c.params,
+                "search": c.search_value,
+                "n": c.n,
+                "mean": c.mean,
+                "cv": c.std / c.mean if c.std is not None and c.mean else None,
+            }
+        )
     if v.winner is not None:
         out["survival"] = "won" if v.winner.trial == best.number else f"lost to trial {v.winner.trial}"
     else:
@@ -76,22 +104,28 @@ def shares(totals: dict) -> str:
     device = totals["device_sec"] or 0.0
     if not device:
         return "0 s"
-    parts = [f"{k.removesuffix('_sec')} {100 * (totals.get(k) or 0.0) / device:.0f}%"
-             for k in ("startup_sec", "compile_sec", "steps_sec", "unsplit_sec")]
+    parts = [
+        f"{k.removesuffix('_sec')} {100 * (totals.get(k) or 0.0) / device:.0f}%"
+        for k in ("startup_sec", "compile_sec", "steps_sec", "unsplit_sec")
+    ]
     return f"{device:.0f} device-s: " + ", ".join(parts)
 
 
 def markdown(args, results: list[dict]) -> str:
     metric_cv = [c["cv"] for r in results for c in r["configs"] if c["cv"] is not None]
-    lines = [f"Date {datetime.date.today()}, commit {git_commit()}, CPU {cpu_info()}.",
-             f"`benchmarks/confirmation.py --space {args.space} --studies {args.studies} --first-seed {args.first_seed} "
-             f"--trials {args.trials} "
-             f"--confirm {args.confirm} --repeats {args.repeats}` (in-sample: each study measures itself).", "",
-             "| study | raw winner | verdict | search: device time | confirmation: device time |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"Date {datetime.date.today()}, commit {git_commit()}, CPU {cpu_info()}.",
+        f"`benchmarks/confirmation.py --space {args.space} --studies {args.studies} --first-seed {args.first_seed} "
+        f"--trials {args.trials} "
+        f"--confirm {args.confirm} --repeats {args.repeats}` (in-sample: each study measures itself).",
+        "",
+        "| study | raw winner | verdict | search: device time | confirmation: device time |",
+        "|---|---|---|---|---|",
+    ]
     for r in results:
-        lines.append(f"| {r['study']} | {r['survival']} | {r['line']} | {shares(r['search'])} | "
-                     f"{shares(r['confirmation'])} |")
+        lines.append(
+            f"| {r['study']} | {r['survival']} | {r['line']} | {shares(r['search'])} | {shares(r['confirmation'])} |"
+        )
     lines += ["", "| study | trial | config | search run | n | mean | σ/mean |", "|---|---:|---|---:|---:|---:|---:|"]
     for r in results:
         for c in r["configs"]:
@@ -100,8 +134,11 @@ def markdown(args, results: list[dict]) -> str:
             mean = "" if c["mean"] is None else f"{c['mean']:.5g}"
             lines.append(f"| {r['study']} | {c['trial']} | {config} | {c['search']:.5g} | {c['n']} | {mean} | {cv} |")
     if metric_cv:
-        lines += ["", f"σ/mean over {len(metric_cv)} confirmed configs: median {100 * statistics.median(metric_cv):.1f}%, "
-                      f"max {100 * max(metric_cv):.1f}%."]
+        lines += [
+            "",
+            f"σ/mean over {len(metric_cv)} confirmed configs: median {100 * statistics.median(metric_cv):.1f}%, "
+            f"max {100 * max(metric_cv):.1f}%.",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -52,10 +52,11 @@ def _status_mib(key: str) -> float:
 
 def worker(variant: str, mode: str, n: int, v: int, d: int, repeats: int, chunk_size: int | None) -> dict:
     sys.path.insert(0, str(ROOT))
-    import numpy as np
     import mindspore as ms
+    import numpy as np
     from mindspore import Tensor
     from mindspore.common.api import _pynative_executor
+
     from core.model.loss import cross_entropy, linear_cross_entropy, naive_cross_entropy, rows_per_chunk
 
     matmul_nt = ms.ops.MatMul(transpose_b=True)
@@ -84,14 +85,14 @@ def worker(variant: str, mode: str, n: int, v: int, d: int, repeats: int, chunk_
 
     def run(h, w, y):
         loss, (gh, gw) = step(h, w, y)
-        loss = float(loss.asnumpy())                                            # waits for the whole step
+        loss = float(loss.asnumpy())  # waits for the whole step
         _pynative_executor.sync()
         return loss, gh, gw
 
     # Warm-up on a problem too small to leave anything in the memory pool that the measured step could reuse.
     run(*inputs(rows_per_chunk(n, v, chunk_size), TWIN_V, 1))
     h, w, y = inputs(n, v, 0)
-    float((h.sum() + w.sum()).asnumpy())                                        # inputs resident before baseline
+    float((h.sum() + w.sum()).asnumpy())  # inputs resident before baseline
     _pynative_executor.sync()
 
     with open("/proc/self/clear_refs", "w") as f:
@@ -104,8 +105,14 @@ def worker(variant: str, mode: str, n: int, v: int, d: int, repeats: int, chunk_
         times.append(time.perf_counter() - t0)
         del gh, gw
     peak = _status_mib("VmHWM") - base
-    return {"variant": variant, "mode": mode, "peak_mib": peak, "time_s": statistics.median(times[1:]),
-            "first_s": times[0], "loss": loss}
+    return {
+        "variant": variant,
+        "mode": mode,
+        "peak_mib": peak,
+        "time_s": statistics.median(times[1:]),
+        "first_s": times[0],
+        "loss": loss,
+    }
 
 
 def main() -> None:
@@ -128,9 +135,23 @@ def main() -> None:
         os._exit(0)
 
     def run_worker(variant, mode, v, chunk):
-        cmd = [sys.executable, __file__, "--worker", f"{variant}:{mode}", "--n", str(args.n), "--v", str(v),
-               "--d", str(args.d), "--repeats", str(args.repeats), "--chunk-size", str(chunk)]
-        with tempfile.TemporaryDirectory() as cwd:                              # MindSpore writes rank_0/ on failure
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            f"{variant}:{mode}",
+            "--n",
+            str(args.n),
+            "--v",
+            str(v),
+            "--d",
+            str(args.d),
+            "--repeats",
+            str(args.repeats),
+            "--chunk-size",
+            str(chunk),
+        ]
+        with tempfile.TemporaryDirectory() as cwd:  # MindSpore writes rank_0/ on failure
             proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
         lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
         if proc.returncode != 0 or not lines:
@@ -140,9 +161,10 @@ def main() -> None:
 
     sys.path.insert(0, str(ROOT))
     from core.model.loss import rows_per_chunk
+
     chunk = rows_per_chunk(args.n, args.v, args.chunk_size)
     modes, variants = args.modes.split(","), args.variants.split(",")
-    results = {}                                                                # (mode, variant) -> list of runs
+    results = {}  # (mode, variant) -> list of runs
     twins = {}
     for mode in modes:
         for variant in variants:
@@ -157,17 +179,30 @@ def main() -> None:
     rows = []
     for (mode, variant), runs in results.items():
         twin = twins.get((mode, variant))
-        rows.append({"mode": mode, "variant": variant, "peak_mib": max(r["peak_mib"] for r in runs),
-                     "graph_mib": twin["peak_mib"] if twin else float("nan"),
-                     "time_s": statistics.median(r["time_s"] for r in runs),
-                     "times": [r["time_s"] for r in runs], "loss": runs[0]["loss"]})
+        rows.append(
+            {
+                "mode": mode,
+                "variant": variant,
+                "peak_mib": max(r["peak_mib"] for r in runs),
+                "graph_mib": twin["peak_mib"] if twin else float("nan"),
+                "time_s": statistics.median(r["time_s"] for r in runs),
+                "times": [r["time_s"] for r in runs],
+                "loss": runs[0]["loss"],
+            }
+        )
 
-    print(f"\n### Fused cross-entropy: N={args.n} tokens, V={args.v}, D={args.d}, fp32, CPU "
-          f"({os.cpu_count()} cores), forward+backward w.r.t. hidden and W\n")
-    print(f"date {datetime.date.today().isoformat()}, commit {git_commit()}, {chunk} rows per chunk, "
-          f"time = median over {args.rounds} rounds of the median of {args.repeats} steps\n")
-    print("| mode | variant | peak rise (MiB) | vs naive | of which graph (MiB) | time (s) | vs naive | "
-          "time per round (s) | loss |")
+    print(
+        f"\n### Fused cross-entropy: N={args.n} tokens, V={args.v}, D={args.d}, fp32, CPU "
+        f"({os.cpu_count()} cores), forward+backward w.r.t. hidden and W\n"
+    )
+    print(
+        f"date {datetime.date.today().isoformat()}, commit {git_commit()}, {chunk} rows per chunk, "
+        f"time = median over {args.rounds} rounds of the median of {args.repeats} steps\n"
+    )
+    print(
+        "| mode | variant | peak rise (MiB) | vs naive | of which graph (MiB) | time (s) | vs naive | "
+        "time per round (s) | loss |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for mode in modes:
         ref = next((r for r in rows if r["mode"] == mode and r["variant"] == "naive"), None)
@@ -175,8 +210,10 @@ def main() -> None:
             mem_ratio = f"{r['peak_mib'] / ref['peak_mib']:.3f}" if ref and ref["peak_mib"] > 0 else "-"
             time_ratio = f"{r['time_s'] / ref['time_s']:.2f}" if ref else "-"
             per_round = ", ".join(f"{t:.2f}" for t in r["times"])
-            print(f"| {mode} | {r['variant']} | {r['peak_mib']:.0f} | {mem_ratio} | {r['graph_mib']:.0f} | "
-                  f"{r['time_s']:.3f} | {time_ratio} | {per_round} | {r['loss']:.6f} |")
+            print(
+                f"| {mode} | {r['variant']} | {r['peak_mib']:.0f} | {mem_ratio} | {r['graph_mib']:.0f} | "
+                f"{r['time_s']:.3f} | {time_ratio} | {per_round} | {r['loss']:.6f} |"
+            )
 
 
 if __name__ == "__main__":

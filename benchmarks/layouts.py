@@ -46,8 +46,11 @@ LAYOUTS = {  # name -> (overrides, held out of the memory fit)
 
 def run(overrides: list[str], out: Path) -> dict:
     # compile_cache=false: every layout compiles its graphs (their memory is part of the peak on CPU)
-    subprocess.run([sys.executable, "-m", "core.train", *overrides, "execution.compile_cache=false",
-                    f"trial.dir={out}"], cwd=ROOT, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "core.train", *overrides, "execution.compile_cache=false", f"trial.dir={out}"],
+        cwd=ROOT,
+        capture_output=True,
+    )
     s = json.loads((out / "trial_summary.json").read_text())
     if s["status"] != "ok":
         raise SystemExit(f"{overrides}: trial ended {s['status']}: {s['reason']}")
@@ -93,8 +96,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
-    base = ["training.global_batch_size=8", "training.seq_len=64", f"trial.max_steps={args.steps}",
-            "training.eval_batches=1"]
+    base = [
+        "training.global_batch_size=8",
+        "training.seq_len=64",
+        f"trial.max_steps={args.steps}",
+        "training.eval_batches=1",
+    ]
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
@@ -102,36 +109,43 @@ def main() -> None:
                 for i, (name, (overrides, _)) in enumerate(LAYOUTS.items()):
                     s = run([f"model={model}", *base, *overrides], Path(tmp) / f"{model}{i}_{r}")
                     results.setdefault((model, name), []).append(s)
-                    print(f"  {model} {name} #{r + 1}: {s['metrics']['step_time_ms_median']:.0f} ms",
-                          file=sys.stderr)
+                    print(f"  {model} {name} #{r + 1}: {s['metrics']['step_time_ms_median']:.0f} ms", file=sys.stderr)
         for model in args.models:
             for i, (name, (overrides, _)) in enumerate(LAYOUTS.items()):
                 s = run([f"model={model}", *base, *overrides, "training.profile=true"], Path(tmp) / f"{model}{i}_p")
                 results[(model, name, "profiled")] = s
-    print(f"\n### Layouts — {time.strftime('%Y-%m-%d')}, commit {git_commit()}, {args.rounds} alternating rounds of "
-          f"{args.steps} steps, AdamW, jit, global batch 8 x 64\n")
+    print(
+        f"\n### Layouts — {time.strftime('%Y-%m-%d')}, commit {git_commit()}, {args.rounds} alternating rounds of "
+        f"{args.steps} steps, AdamW, jit, global batch 8 x 64\n"
+    )
     for model in args.models:
         ref = results[(model, "1 process")]
         ref_ms = statistics.median(s["metrics"]["step_time_ms_median"] for s in ref)
         ref_state = state_bytes(ref[0])
         print(f"\n`model={model}`\n")
-        print("| layout | ranks | step (ms) | vs 1 process | tokens/s | time in collectives | peak MiB per rank | "
-              "state MiB per rank (vs 1 process) | estimate error |")
+        print(
+            "| layout | ranks | step (ms) | vs 1 process | tokens/s | time in collectives | peak MiB per rank | "
+            "state MiB per rank (vs 1 process) | estimate error |"
+        )
         print("|---|---:|---:|---:|---:|---:|---|---:|---:|")
         for name, (overrides, held_out) in LAYOUTS.items():
             runs = results[(model, name)]
             ms = statistics.median(s["metrics"]["step_time_ms_median"] for s in runs)
             tps = statistics.median(s["metrics"]["tokens_per_sec"] for s in runs)
-            peaks = [max(p or 0 for p in col) for col in zip(*(s["metrics"]["peak_memory_bytes_per_rank"]
-                                                                for s in runs))]
+            peaks = [
+                max(p or 0 for p in col)
+                for col in zip(*(s["metrics"]["peak_memory_bytes_per_rank"] for s in runs), strict=True)
+            ]
             est = estimate_memory_bytes(load_config([f"model={model}", *base, *overrides]))
             err = (est - max(peaks)) / max(peaks)
             st = state_bytes(runs[0])
             comm = results[(model, name, "profiled")]["metrics"]["comm_time_share"]
-            print(f"| {name} | {runs[0]['layout']['world_size']} | {ms:.0f} | {ms / ref_ms:.2f}x | {tps:.0f} | "
-                  f"{'-' if comm is None else f'{100 * comm:.0f}%'} | "
-                  f"{' / '.join(f'{p / MiB:.0f}' for p in peaks)} | {st / MiB:.1f} ({st / ref_state:.2f}) | "
-                  f"{100 * err:+.1f}%{' (held out)' if held_out else ''} |")
+            print(
+                f"| {name} | {runs[0]['layout']['world_size']} | {ms:.0f} | {ms / ref_ms:.2f}x | {tps:.0f} | "
+                f"{'-' if comm is None else f'{100 * comm:.0f}%'} | "
+                f"{' / '.join(f'{p / MiB:.0f}' for p in peaks)} | {st / MiB:.1f} ({st / ref_state:.2f}) | "
+                f"{100 * err:+.1f}%{' (held out)' if held_out else ''} |"
+            )
 
 
 if __name__ == "__main__":

@@ -47,8 +47,10 @@ MiB = 2**20
 # runs whose extra cost is fitted from residuals.
 SWEEP = [
     *[(f"tiny b{b}", ["model=tiny", f"training.global_batch_size={b}"]) for b in (1, 8, 16, 32, 64)],
-    *[(f"tiny seq128 b{b}", ["model=tiny", "training.seq_len=128", f"training.global_batch_size={b}"])
-      for b in (8, 32)],
+    *[
+        (f"tiny seq128 b{b}", ["model=tiny", "training.seq_len=128", f"training.global_batch_size={b}"])
+        for b in (8, 32)
+    ],
     *[(f"tiny 6 layers b{b}", ["model=tiny", "model.n_layers=6", f"training.global_batch_size={b}"]) for b in (1, 16)],
     *[(f"tiny d256 b{b}", ["model=tiny", "model.d_model=256", f"training.global_batch_size={b}"]) for b in (1, 16)],
     *[(f"tiny muon b{b}", ["model=tiny", "optim=muon", f"training.global_batch_size={b}"]) for b in (1, 8, 32)],
@@ -56,50 +58,83 @@ SWEEP = [
     ("small seq128 b8", ["model=small", "training.seq_len=128", "training.global_batch_size=8"]),
     *[(f"small muon b{b}", ["model=small", "optim=muon", f"training.global_batch_size={b}"]) for b in (1, 8)],
     *[(f"medium b{b}", ["model=medium", f"training.global_batch_size={b}"]) for b in (1, 4)],
-    *[(f"tiny recompute b{b}", ["model=tiny", "memory.recompute=full", f"training.global_batch_size={b}"])
-      for b in (8, 32)],
+    *[
+        (f"tiny recompute b{b}", ["model=tiny", "memory.recompute=full", f"training.global_batch_size={b}"])
+        for b in (8, 32)
+    ],
     ("small recompute b8", ["model=small", "memory.recompute=full", "training.global_batch_size=8"]),
-    *[(f"tiny dp2 b{b}", ["model=tiny", "parallel.dp_replicate=2", f"training.global_batch_size={b}"]) for b in (2, 16)],
+    *[
+        (f"tiny dp2 b{b}", ["model=tiny", "parallel.dp_replicate=2", f"training.global_batch_size={b}"])
+        for b in (2, 16)
+    ],
     ("small dp2 b16", ["model=small", "parallel.dp_replicate=2", "training.global_batch_size=16"]),
-    ("small dp2 accum4 b8", ["model=small", "parallel.dp_replicate=2", "training.micro_batch_size=1",
-                             "training.global_batch_size=8"]),
-    ("small dp2 recompute b8", ["model=small", "parallel.dp_replicate=2", "memory.recompute=full",
-                                "training.global_batch_size=8"]),
+    (
+        "small dp2 accum4 b8",
+        ["model=small", "parallel.dp_replicate=2", "training.micro_batch_size=1", "training.global_batch_size=8"],
+    ),
+    (
+        "small dp2 recompute b8",
+        ["model=small", "parallel.dp_replicate=2", "memory.recompute=full", "training.global_batch_size=8"],
+    ),
     ("tiny accum4 b8", ["model=tiny", "training.micro_batch_size=2", "training.global_batch_size=8"]),
     ("small accum4 b8", ["model=small", "training.micro_batch_size=2", "training.global_batch_size=8"]),
 ]
 # Mesh layouts (each rank's peak). Single-axis layouts (2 ranks, and FSDP on 4) are fitted; every combination of
 # axes is held out (the third element), to measure the estimate on layouts it was not fitted on.
 LAYOUT_SWEEP = [
-    *[(f"{m} {name} b{b}", [f"model={m}", *ov, f"training.global_batch_size={b}"], False)
-      for m, b in (("tiny", 16), ("small", 8), ("medium", 4))
-      for name, ov in (("dp_shard2", ["parallel.dp_shard=2"]), ("tp2", ["parallel.tp=2"]), ("cp2", ["parallel.cp=2"]))],
-    ("small dp_shard2 muon b8", ["model=small", "optim=muon", "parallel.dp_shard=2", "training.global_batch_size=8"],
-     False),
+    *[
+        (f"{m} {name} b{b}", [f"model={m}", *ov, f"training.global_batch_size={b}"], False)
+        for m, b in (("tiny", 16), ("small", 8), ("medium", 4))
+        for name, ov in (("dp_shard2", ["parallel.dp_shard=2"]), ("tp2", ["parallel.tp=2"]), ("cp2", ["parallel.cp=2"]))
+    ],
+    (
+        "small dp_shard2 muon b8",
+        ["model=small", "optim=muon", "parallel.dp_shard=2", "training.global_batch_size=8"],
+        False,
+    ),
     ("small tp2 muon b8", ["model=small", "optim=muon", "parallel.tp=2", "training.global_batch_size=8"], False),
     ("small dp_shard2 b16", ["model=small", "parallel.dp_shard=2", "training.global_batch_size=16"], False),
     ("small tp2 sp b8", ["model=small", "parallel.tp=2", "parallel.sp=true", "training.global_batch_size=8"], True),
-    ("small hsdp2x2 b8", ["model=small", "parallel.dp_replicate=2", "parallel.dp_shard=2",
-                          "training.global_batch_size=8"], True),
-    ("small tp2 dp_shard2 b8", ["model=small", "parallel.tp=2", "parallel.dp_shard=2",
-                                "training.global_batch_size=8"], True),
+    (
+        "small hsdp2x2 b8",
+        ["model=small", "parallel.dp_replicate=2", "parallel.dp_shard=2", "training.global_batch_size=8"],
+        True,
+    ),
+    (
+        "small tp2 dp_shard2 b8",
+        ["model=small", "parallel.tp=2", "parallel.dp_shard=2", "training.global_batch_size=8"],
+        True,
+    ),
     ("small cp2 tp2 b8", ["model=small", "parallel.cp=2", "parallel.tp=2", "training.global_batch_size=8"], True),
     ("small dp_shard4 b8", ["model=small", "parallel.dp_shard=4", "training.global_batch_size=8"], False),
-    ("medium tp2 dp_shard2 b4", ["model=medium", "parallel.tp=2", "parallel.dp_shard=2",
-                                 "training.global_batch_size=4"], True),
-    ("tiny cp2 tp2 muon b16", ["model=tiny", "optim=muon", "parallel.cp=2", "parallel.tp=2",
-                               "training.global_batch_size=16"], True),
-    ("medium tp2 sp muon b4", ["model=medium", "optim=muon", "parallel.tp=2", "parallel.sp=true",
-                               "training.global_batch_size=4"], True),
+    (
+        "medium tp2 dp_shard2 b4",
+        ["model=medium", "parallel.tp=2", "parallel.dp_shard=2", "training.global_batch_size=4"],
+        True,
+    ),
+    (
+        "tiny cp2 tp2 muon b16",
+        ["model=tiny", "optim=muon", "parallel.cp=2", "parallel.tp=2", "training.global_batch_size=16"],
+        True,
+    ),
+    (
+        "medium tp2 sp muon b4",
+        ["model=medium", "optim=muon", "parallel.tp=2", "parallel.sp=true", "training.global_batch_size=4"],
+        True,
+    ),
 ]
 # Fitted too: longer sequences, so that the fit sees attention's S x S terms grow, with and without recompute.
 SWEEP += [
     ("tiny seq256 b8", ["model=tiny", "training.seq_len=256", "training.global_batch_size=8"]),
-    ("tiny seq256 recompute b8", ["model=tiny", "training.seq_len=256", "memory.recompute=full",
-                                  "training.global_batch_size=8"]),
+    (
+        "tiny seq256 recompute b8",
+        ["model=tiny", "training.seq_len=256", "memory.recompute=full", "training.global_batch_size=8"],
+    ),
     ("small seq256 b4", ["model=small", "training.seq_len=256", "training.global_batch_size=4"]),
-    ("small seq256 recompute b4", ["model=small", "training.seq_len=256", "memory.recompute=full",
-                                   "training.global_batch_size=4"]),
+    (
+        "small seq256 recompute b4",
+        ["model=small", "training.seq_len=256", "memory.recompute=full", "training.global_batch_size=4"],
+    ),
 ]
 # Held out, never fitted: the estimate's error on configs it has not seen, spanning model size, sequence length,
 # micro-batch, recompute (full, partial, selective), SWAP, pipelines, MoE and a combined layout. Rows a mode
@@ -111,28 +146,51 @@ HELD_OUT_SWEEP = [
     ("small seq512 recompute b8", [*SMALL512, "memory.recompute=full"]),
     ("small seq512 selective b8", [*SMALL512, "memory.recompute=selective"]),
     ("small seq512 swap b8", [*SMALL512, "memory.swap=true"]),
-    ("small seq256 accum2 b8", ["model=small", "training.seq_len=256", "training.micro_batch_size=4",
-                                "training.global_batch_size=8"]),
+    (
+        "small seq256 accum2 b8",
+        ["model=small", "training.seq_len=256", "training.micro_batch_size=4", "training.global_batch_size=8"],
+    ),
     ("medium seq256 b4", ["model=medium", "training.seq_len=256", "training.global_batch_size=4"]),
-    ("medium seq256 recompute b4", ["model=medium", "training.seq_len=256", "memory.recompute=full",
-                                    "training.global_batch_size=4"]),
-    ("tiny 6 layers seq256 recompute 3 b16", [*TINY6, "memory.recompute=full", "memory.recompute_layers=3",
-                                              "training.global_batch_size=16"]),
+    (
+        "medium seq256 recompute b4",
+        ["model=medium", "training.seq_len=256", "memory.recompute=full", "training.global_batch_size=4"],
+    ),
+    (
+        "tiny 6 layers seq256 recompute 3 b16",
+        [*TINY6, "memory.recompute=full", "memory.recompute_layers=3", "training.global_batch_size=16"],
+    ),
     ("tiny 6 layers seq256 b8", [*TINY6, "training.global_batch_size=8"]),
     ("tiny 6 layers seq256 swap b8", [*TINY6, "memory.swap=true", "training.global_batch_size=8"]),
-    ("small pp2 1f1b b8", ["model=small", "parallel.pp=2", "training.micro_batch_size=2",
-                           "training.global_batch_size=8"]),
-    ("small pp2 gpipe recompute b8", ["model=small", "parallel.pp=2", "parallel.pp_schedule=gpipe",
-                                      "memory.recompute_stages=[full,none]", "training.micro_batch_size=2",
-                                      "training.global_batch_size=8"]),
+    (
+        "small pp2 1f1b b8",
+        ["model=small", "parallel.pp=2", "training.micro_batch_size=2", "training.global_batch_size=8"],
+    ),
+    (
+        "small pp2 gpipe recompute b8",
+        [
+            "model=small",
+            "parallel.pp=2",
+            "parallel.pp_schedule=gpipe",
+            "memory.recompute_stages=[full,none]",
+            "training.micro_batch_size=2",
+            "training.global_batch_size=8",
+        ],
+    ),
     ("moe-tiny b16", ["model=moe-tiny", "training.global_batch_size=16"]),
     ("moe-tiny shared1 b16", ["model=moe-tiny", "model.moe_shared_experts=1", "training.global_batch_size=16"]),
     ("moe-tiny ep2 b16", ["model=moe-tiny", "parallel.dp_shard=2", "parallel.ep=2", "training.global_batch_size=16"]),
-    ("small tp2 dp_shard2 recompute b8", ["model=small", "parallel.tp=2", "parallel.dp_shard=2",
-                                          "memory.recompute=full", "training.global_batch_size=8"]),
+    (
+        "small tp2 dp_shard2 recompute b8",
+        [
+            "model=small",
+            "parallel.tp=2",
+            "parallel.dp_shard=2",
+            "memory.recompute=full",
+            "training.global_batch_size=8",
+        ],
+    ),
 ]
-SWEEP = ([(name, ov, False) for name, ov in SWEEP] + LAYOUT_SWEEP
-         + [(name, ov, True) for name, ov in HELD_OUT_SWEEP])
+SWEEP = [(name, ov, False) for name, ov in SWEEP] + LAYOUT_SWEEP + [(name, ov, True) for name, ov in HELD_OUT_SWEEP]
 MODES = ("jit", "pynative")
 STEPS = 10
 
@@ -140,22 +198,29 @@ STEPS = 10
 def collect(args) -> None:
     """Run the sweep. The data file is rewritten after every run, so an interrupted collection resumes with
     `--resume`: runs already in the file with today's overrides are kept, not run again."""
+    import mindspore
     from provenance import git_commit
 
-    import mindspore
-
     modes = [m for m in MODES if not args.only or m == args.only]
-    wanted = [(i, name, ov, held) for i, (name, ov, held) in enumerate(SWEEP)
-              if not args.names or re.search(args.names, name)]
+    wanted = [
+        (i, name, ov, held) for i, (name, ov, held) in enumerate(SWEEP) if not args.names or re.search(args.names, name)
+    ]
     merge = (args.names or args.resume) and Path(args.data).exists()
     old = json.loads(Path(args.data).read_text())["rows"] if merge else []
     done = {(r["mode"], r["name"]): r["overrides"] for r in old} if args.resume else {}
     redo = {(mode, name) for mode in modes for _, name, _, _ in wanted}
     rows = [r for r in old if (r["mode"], r["name"]) not in redo or args.resume]
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               "unknown CPU")
-    meta = {"date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "device": args.device, "machine": cpu,
-            "mindspore": mindspore.__version__}
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+        "unknown CPU",
+    )
+    meta = {
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": git_commit(),
+        "device": args.device,
+        "machine": cpu,
+        "mindspore": mindspore.__version__,
+    }
     order = {(m, n): k for k, (m, n) in enumerate((m, n) for m in MODES for n, _, _ in SWEEP)}
 
     def write():
@@ -170,19 +235,30 @@ def collect(args) -> None:
                     continue
                 out = Path(tmp) / f"{mode}{i}"
                 # compile_cache=false: every row's peak includes compiling its graphs, as in a trial that compiles
-                subprocess.run([sys.executable, "-m", "core.train", *ov, "execution.compile_cache=false",
-                                f"trial.dir={out}"], cwd=ROOT, capture_output=True)
+                subprocess.run(
+                    [sys.executable, "-m", "core.train", *ov, "execution.compile_cache=false", f"trial.dir={out}"],
+                    cwd=ROOT,
+                    capture_output=True,
+                )
                 s = json.loads((out / "trial_summary.json").read_text())
-                if s["status"] == "invalid":   # a setting this mode refuses (core.config says why)
+                if s["status"] == "invalid":  # a setting this mode refuses (core.config says why)
                     print(f"{mode:8s} {name:26s} skipped: {s['reason'][:100]}", file=sys.stderr)
                     continue
                 if s["status"] != "ok":
                     raise SystemExit(f"{name} ({mode}): trial ended {s['status']}: {s['reason']}")
                 peak = s["metrics"]["peak_memory_bytes"]  # the largest rank's peak
                 rows[:] = [r for r in rows if (r["mode"], r["name"]) != (mode, name)]
-                rows.append({"name": name, "mode": mode, "overrides": ov, "peak_bytes": peak,
-                             "peak_bytes_per_rank": s["metrics"]["peak_memory_bytes_per_rank"],
-                             "held_out": held_out, "commit": git_commit()})
+                rows.append(
+                    {
+                        "name": name,
+                        "mode": mode,
+                        "overrides": ov,
+                        "peak_bytes": peak,
+                        "peak_bytes_per_rank": s["metrics"]["peak_memory_bytes_per_rank"],
+                        "held_out": held_out,
+                        "commit": git_commit(),
+                    }
+                )
                 write()
                 print(f"{mode:8s} {name:26s} {peak / MiB:7.0f} MiB", file=sys.stderr)
     write()
@@ -222,20 +298,26 @@ def fit_profile(rows: list[dict]):
     rows = [r for r in rows if not held_out(r)]
     plain = [r for r in rows if _plain(_terms(r))]
     cols = {  # name -> feature per row (bytes, or 1 for a constant)
-        "baseline": lambda t: 1.0, "per_layer": lambda t: t.layers, "state_copies": lambda t: t.states,
-        "activation_copies": lambda t: t.activations - t.scores, "score_copies": lambda t: t.scores,
+        "baseline": lambda t: 1.0,
+        "per_layer": lambda t: t.layers,
+        "state_copies": lambda t: t.states,
+        "activation_copies": lambda t: t.activations - t.scores,
+        "score_copies": lambda t: t.scores,
         "logits_copies": lambda t: t.logits,
-        "muon_graph": lambda t: 1.0 if t.muon_hidden else 0.0, "muon_copies": lambda t: t.muon_hidden,
+        "muon_graph": lambda t: 1.0 if t.muon_hidden else 0.0,
+        "muon_copies": lambda t: t.muon_hidden,
     }
     X = np.array([[f(_terms(r)) for f in cols.values()] for r in plain], dtype=float)
     y = np.array([r["peak_bytes"] for r in plain], dtype=float)
     coef, *_ = np.linalg.lstsq(X, y, rcond=None)
-    values = dict(zip(cols, coef))
+    values = dict(zip(cols, coef, strict=True))
     # A state term with copies c is held as c * states; the profile keeps (c - 1) as runtime overhead.
     # Selective recompute is not in the fit (PyNative only here, where it saved 5% of the peak against a textbook
     # ~40%): it counts as saving nothing, which over-predicts it a little rather than under.
-    prof = RuntimeProfile(**{k: (int(v) if k in ("baseline", "per_layer", "muon_graph") else float(v))
-                             for k, v in values.items()}, selective_saves=False)
+    prof = RuntimeProfile(
+        **{k: (int(v) if k in ("baseline", "per_layer", "muon_graph") else float(v)) for k, v in values.items()},
+        selective_saves=False,
+    )
 
     def residual(r, p):
         return r["peak_bytes"] - apply_profile(_terms(r), p).total
@@ -262,8 +344,15 @@ def fit_profile(rows: list[dict]):
         res = np.array([residual(r, prof) for r in dist])
         X = np.array([[1.0, _terms(r).ranks - 2, _terms(r).comm_params, _terms(r).gathered] for r in dist])
         (c0, c1, c2, c3), *_ = np.linalg.lstsq(X, res, rcond=None)
-        prof = RuntimeProfile(**{**asdict(prof), "distributed": int(c0), "distributed_per_rank": int(c1),
-                                 "distributed_param_copies": float(c2), "gathered_copies": float(c3)})
+        prof = RuntimeProfile(
+            **{
+                **asdict(prof),
+                "distributed": int(c0),
+                "distributed_per_rank": int(c1),
+                "distributed_param_copies": float(c2),
+                "gathered_copies": float(c3),
+            }
+        )
     return prof
 
 
@@ -273,36 +362,44 @@ def fit(args) -> None:
 
     data = json.loads(Path(args.data).read_text())
     meta, rows = data["meta"], data["rows"]
-    print(f"Data: `{Path(args.data).resolve().relative_to(ROOT)}`: {len(rows)} runs of {STEPS} steps, "
-          f"{meta['date']}, commit {meta['commit']}, {meta['machine']}, MindSpore {meta['mindspore']}, "
-          f"device {meta['device']}.\n")
+    print(
+        f"Data: `{Path(args.data).resolve().relative_to(ROOT)}`: {len(rows)} runs of {STEPS} steps, "
+        f"{meta['date']}, commit {meta['commit']}, {meta['machine']}, MindSpore {meta['mindspore']}, "
+        f"device {meta['device']}.\n"
+    )
     for mode in sorted({r["mode"] for r in rows}):
         prof = fit_profile([r for r in rows if r["mode"] == mode])
         shown = ", ".join(f"{f.name}={_fmt(getattr(prof, f.name))}" for f in fields(prof))
         print(f"fitted ({meta['device']}, {mode}): RuntimeProfile({shown})\n")
-    print("| mode | run | held out | measured MiB | core.memory estimate MiB | error |\n"
-          "|---|---|---|---:|---:|---:|")
+    print("| mode | run | held out | measured MiB | core.memory estimate MiB | error |\n|---|---|---|---:|---:|---:|")
     errors: dict = {}
     for r in rows:
         est = estimate_memory_bytes(load_config(r["overrides"]))
         err = (est - r["peak_bytes"]) / r["peak_bytes"]
         layout = _terms(r).ranks > 1
         errors.setdefault((r["mode"], held_out(r), layout), []).append(err)
-        print(f"| {r['mode']} | {r['name']} | {'yes' if held_out(r) else ''} | {r['peak_bytes'] / MiB:.0f} | "
-              f"{est / MiB:.0f} | {100 * err:+.1f}% |")
-    print("\nThe estimate shipped in core.memory: |error| (median, p95, worst), and how often it predicted less than "
-          "the measured peak (under-predicted: the error that costs a trial when a budget is near):\n\n"
-          "| mode | runs | n | median | p95 | worst | under-predicted | by > 5% |\n|---|---|---:|---:|---:|---:|---:|---:|")
+        print(
+            f"| {r['mode']} | {r['name']} | {'yes' if held_out(r) else ''} | {r['peak_bytes'] / MiB:.0f} | "
+            f"{est / MiB:.0f} | {100 * err:+.1f}% |"
+        )
+    print(
+        "\nThe estimate shipped in core.memory: |error| (median, p95, worst), and how often it predicted less than "
+        "the measured peak (under-predicted: the error that costs a trial when a budget is near):\n\n"
+        "| mode | runs | n | median | p95 | worst | under-predicted | by > 5% |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|"
+    )
     groups = dict(errors)
-    for (mode, held, _), errs in errors.items():   # and each mode's fitted and held-out runs together
+    for (mode, held, _), errs in errors.items():  # and each mode's fitted and held-out runs together
         groups.setdefault((mode, held, None), []).extend(errs)
-    order = {False: 0, True: 1, None: 2}   # single rank, multi-rank, all
+    order = {False: 0, True: 1, None: 2}  # single rank, multi-rank, all
     for (mode, held, layout), errs in sorted(groups.items(), key=lambda kv: (*kv[0][:2], order[kv[0][2]])):
         what = f"{'held out' if held else 'fitted'}, " + {True: "multi-rank", False: "single rank", None: "all"}[layout]
         e = np.array(errs)
         a = np.abs(e)
-        print(f"| {mode} | {what} | {len(a)} | {100 * np.median(a):.1f}% | {100 * np.percentile(a, 95):.1f}% | "
-              f"{100 * a.max():.1f}% | {np.mean(e < 0):.0%} | {np.mean(e < -0.05):.0%} |")
+        print(
+            f"| {mode} | {what} | {len(a)} | {100 * np.median(a):.1f}% | {100 * np.percentile(a, 95):.1f}% | "
+            f"{100 * a.max():.1f}% | {np.mean(e < 0):.0%} | {np.mean(e < -0.05):.0%} |"
+        )
 
 
 def _fmt(v) -> str:

@@ -45,8 +45,11 @@ PEERS = ("eager", "compile")
 # (the default before them), and the fastest search_spaces/compile.yaml config on model=small (RESULTS.md,
 # "Compile settings"): MindSpore's O1 graph optimisations with graph-kernel fusion. (The host-queue row of earlier
 # runs is in RESULTS.md: `execution.host_pipeline=true` was 2-3x slower on every model.)
-CORE_ROWS = {"core": [], "core, MindSpore's optimizer kernels": ["execution.cpu_kernels=false"],
-             "core O1+fusion": ["execution.jit_level=O1", "execution.graph_kernel_fusion=true"]}
+CORE_ROWS = {
+    "core": [],
+    "core, MindSpore's optimizer kernels": ["execution.cpu_kernels=false"],
+    "core O1+fusion": ["execution.jit_level=O1", "execution.graph_kernel_fusion=true"],
+}
 _FAILED: dict = {}  # peer rows that failed once (torch.compile here, say): not run again in later rounds
 
 
@@ -72,6 +75,7 @@ def torch_trial(argv: list[str]) -> None:
     cfg = load_config([a for a in argv if a.split("=", 1)[0] not in opts])
     t, o, out = cfg.training, cfg.optim, Path(cfg.trial.dir)
     from core.optim.lr_schedule import lr_at  # no MindSpore: this process follows the core's warmup and decay
+
     assert cfg.grad_accum_steps == 1, "the peer runs one micro-batch per step"
     torch.manual_seed(cfg.seed)
     # The core's single rank runs its kernels on every core this process may use (core.runtime.settings._cpu_share)
@@ -81,10 +85,13 @@ def torch_trial(argv: list[str]) -> None:
     params = list(model.parameters())  # a tied embedding once
     n_params = sum(p.numel() for p in params)
     assert n_params == int(opts["params"]), f"PyTorch model: {n_params} parameters, the core's {opts['params']}"
-    groups = [{"params": [p for p in params if p.ndim >= 2]},  # core.optim.adamw.decays: matrices decay,
-              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]  # vectors do not
-    optimizer = torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay,
-                                  fused=True)
+    groups = [
+        {"params": [p for p in params if p.ndim >= 2]},  # core.optim.adamw.decays: matrices decay,
+        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+    ]  # vectors do not
+    optimizer = torch.optim.AdamW(
+        groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay, fused=True
+    )
 
     def loss_fn(inputs, targets):
         return F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
@@ -111,11 +118,23 @@ def torch_trial(argv: list[str]) -> None:
         status, reason = "failed", f"{type(exc).__name__}: {(str(exc).strip() or '?').splitlines()[0][:300]}"
     median = statistics.median(times[1:] or times) if times else float("nan")  # core.trial: step 1 compiles
     out.mkdir(parents=True, exist_ok=True)
-    (out / "trial_summary.json").write_text(json.dumps({
-        "status": status, "reason": reason, "step_times_ms": [round(x * 1000, 1) for x in times],
-        "torch": f"{torch.__version__}, {torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()}",
-        "metrics": {"step_time_ms_median": median * 1000, "tokens_per_sec": t.global_batch_size * t.seq_len / median,
-                    "first_loss": losses[0] if losses else None, "final_loss": losses[-1] if losses else None}}))
+    (out / "trial_summary.json").write_text(
+        json.dumps(
+            {
+                "status": status,
+                "reason": reason,
+                "step_times_ms": [round(x * 1000, 1) for x in times],
+                "torch": f"{torch.__version__}, {torch.get_num_threads()} threads, "
+                f"{torch.backends.cpu.get_cpu_capability()}",
+                "metrics": {
+                    "step_time_ms_median": median * 1000,
+                    "tokens_per_sec": t.global_batch_size * t.seq_len / median,
+                    "first_loss": losses[0] if losses else None,
+                    "final_loss": losses[-1] if losses else None,
+                },
+            }
+        )
+    )
 
 
 def run_row(overrides: list[str], out: Path) -> dict:
@@ -126,11 +145,18 @@ def run_row(overrides: list[str], out: Path) -> dict:
     key, summary = tuple(overrides), out / "trial_summary.json"
     if key in _FAILED:
         return _FAILED[key]
-    p = subprocess.run([sys.executable, __file__, "_torch", *overrides, f"trial.dir={out}"], cwd=ROOT,
-                       capture_output=True, text=True)
-    s = json.loads(summary.read_text()) if summary.is_file() else {  # died before writing it (an assert, a crash)
-        "status": "failed", "reason": (p.stderr.strip() or "?").splitlines()[-1],
-        "metrics": {"step_time_ms_median": float("nan")}}
+    p = subprocess.run(
+        [sys.executable, __file__, "_torch", *overrides, f"trial.dir={out}"], cwd=ROOT, capture_output=True, text=True
+    )
+    s = (
+        json.loads(summary.read_text())
+        if summary.is_file()
+        else {  # died before writing it (an assert, a crash)
+            "status": "failed",
+            "reason": (p.stderr.strip() or "?").splitlines()[-1],
+            "metrics": {"step_time_ms_median": float("nan")},
+        }
+    )
     if s["status"] != "ok":
         _FAILED[key] = s
     return s
@@ -164,9 +190,11 @@ def main_steps(argv: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         results = run_rounds(rows, args.rounds, Path(tmp), runner=run_row)
     torch_info = next((s["torch"] for runs in results.values() for s in runs if "torch" in s), "?")
-    print(f"\n### PyTorch peer — {time.strftime('%Y-%m-%d %H:%M %Z')}, commit {git_commit()}, {cpu_info()}; "
-          f"PyTorch {torch_info}; {args.rounds} alternating rounds of {args.steps} steps, AdamW + clipping, "
-          f"global batch {t.global_batch_size} x {t.seq_len}, 1 rank\n")
+    print(
+        f"\n### PyTorch peer — {time.strftime('%Y-%m-%d %H:%M %Z')}, commit {git_commit()}, {cpu_info()}; "
+        f"PyTorch {torch_info}; {args.rounds} alternating rounds of {args.steps} steps, AdamW + clipping, "
+        f"global batch {t.global_batch_size} x {t.seq_len}, 1 rank\n"
+    )
     print("| model | row | step (ms) | per round (ms) | core / row | tokens/s | loss first → last (round 1) |")
     print("|---|---|---:|---|---:|---:|---|")
     ratios = {}
@@ -180,13 +208,17 @@ def main_steps(argv: list[str]) -> None:
             m = [s["metrics"] for s in runs]
             med[row] = statistics.median(x["step_time_ms_median"] for x in m)
             per_round = " / ".join(f"{x['step_time_ms_median']:.0f}" for x in m)
-            print(f"| {model} | {row} | {med[row]:.0f} | {per_round} | {med['core'] / med[row]:.2f}x | "
-                  f"{statistics.median(x['tokens_per_sec'] for x in m):.0f} | "
-                  f"{m[0]['first_loss']:.3f} → {m[0]['final_loss']:.3f} |")
+            print(
+                f"| {model} | {row} | {med[row]:.0f} | {per_round} | {med['core'] / med[row]:.2f}x | "
+                f"{statistics.median(x['tokens_per_sec'] for x in m):.0f} | "
+                f"{m[0]['first_loss']:.3f} → {m[0]['final_loss']:.3f} |"
+            )
         if "eager" in med:
             ratios[model] = " / ".join(f"{med[r] / med['eager']:.2f}x" for r in CORE_ROWS if r in med)
-    print(f"\nStep-time ratio core / PyTorch eager, 1 rank ({' / '.join(CORE_ROWS)}): "
-          + (", ".join(f"`model={m}` **{r}**" for m, r in ratios.items()) or "no eager row finished"))
+    print(
+        f"\nStep-time ratio core / PyTorch eager, 1 rank ({' / '.join(CORE_ROWS)}): "
+        + (", ".join(f"`model={m}` **{r}**" for m, r in ratios.items()) or "no eager row finished")
+    )
 
 
 # ---- fp32 matmul rates ---------------------------------------------------------------------------------------
@@ -204,16 +236,17 @@ def matmul_worker(argv: list[str]) -> None:
         info, wrap, mm = f"MindSpore {ms.__version__}", ms.Tensor, lambda a: (a @ a).asnumpy()  # asnumpy waits
     elif lib == "torch":
         torch = require_torch()
-        info = (f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads, "
-                f"{torch.backends.cpu.get_cpu_capability()}")
+        info = (
+            f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()}"
+        )
         wrap, mm = torch.from_numpy, lambda a: a @ a
     else:
         info, wrap, mm = f"NumPy {np.__version__}, OpenBLAS core {openblas_core()}", np.asarray, lambda a: a @ a
     rates = {}
     for n in sizes:
         a = wrap(np.random.default_rng(0).standard_normal((n, n), dtype=np.float32))
-        timeit.repeat(lambda: mm(a), number=1, repeat=25)  # oneDNN tunes over a kernel's first ~25 runs
-        rates[n] = 2 * n**3 / statistics.median(timeit.repeat(lambda: mm(a), number=1, repeat=10)) / 1e9
+        timeit.repeat(lambda a=a: mm(a), number=1, repeat=25)  # oneDNN tunes over a kernel's first ~25 runs
+        rates[n] = 2 * n**3 / statistics.median(timeit.repeat(lambda a=a: mm(a), number=1, repeat=10)) / 1e9
     print(json.dumps({"info": info, "rates": rates}))
 
 
@@ -238,22 +271,32 @@ def main_matmul(argv: list[str]) -> None:
     args = ap.parse_args(argv)
     require_torch()
     pinned = {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ}
-    rows = [("mindspore", "", os.environ), ("mindspore-queues", "host queues on", os.environ),
-            ("torch", "", os.environ),  # (library, environment note, environment)
-            ("numpy", " ".join(f"{k}={v}" for k, v in pinned.items()), os.environ)]
+    rows = [
+        ("mindspore", "", os.environ),
+        ("mindspore-queues", "host queues on", os.environ),
+        ("torch", "", os.environ),  # (library, environment note, environment)
+        ("numpy", " ".join(f"{k}={v}" for k, v in pinned.items()), os.environ),
+    ]
     if pinned:  # both unset together, for this one process only (tests and CI keep them)
         unpinned = {k: v for k, v in os.environ.items() if k not in pinned}
         rows.append(("numpy", f"{' and '.join(pinned)} unset", unpinned))
     results: dict = {}
     for _ in range(args.rounds):  # alternating, each a fresh process
         for i, (lib, note, env) in enumerate(rows):
-            p = subprocess.run([sys.executable, __file__, "_matmul", lib, *map(str, args.sizes)], env=env,
-                               capture_output=True, text=True, cwd=ROOT)
+            p = subprocess.run(
+                [sys.executable, __file__, "_matmul", lib, *map(str, args.sizes)],
+                env=env,
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+            )
             if p.returncode:
                 raise SystemExit(f"{lib} {note}: matmul run failed:\n{p.stderr[-3000:]}")
             results.setdefault(i, []).append(json.loads(p.stdout.strip().splitlines()[-1]))
-    print(f"\n### fp32 matmul — {time.strftime('%Y-%m-%d %H:%M %Z')}, commit {git_commit()}, {cpu_info()}; "
-          f"median of 10 runs after 25 warm-up runs, median over {args.rounds} alternating processes\n")
+    print(
+        f"\n### fp32 matmul — {time.strftime('%Y-%m-%d %H:%M %Z')}, commit {git_commit()}, {cpu_info()}; "
+        f"median of 10 runs after 25 warm-up runs, median over {args.rounds} alternating processes\n"
+    )
     print("| library | " + " | ".join(f"{n}² GFLOP/s" for n in args.sizes) + " |")
     print("|---|" + "---:|" * len(args.sizes))
     for i, runs in results.items():

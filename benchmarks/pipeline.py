@@ -46,15 +46,30 @@ def main() -> None:
     from core.memory import estimate_memory_bytes
 
     args = bench_args(__doc__, "small")
-    base = [f"model={args.model}", "training.global_batch_size=8", "training.seq_len=64",
-            f"trial.max_steps={args.steps}", "training.eval_batches=1"]
+    base = [
+        f"model={args.model}",
+        "training.global_batch_size=8",
+        "training.seq_len=64",
+        f"trial.max_steps={args.steps}",
+        "training.eval_batches=1",
+    ]
     with tempfile.TemporaryDirectory() as tmp:
-        results = run_rounds({name: [*base, f"training.micro_batch_size={micro}", *overrides]
-                              for name, (overrides, micro, _) in ROWS.items()}, args.rounds, Path(tmp))
-    print(f"\n### Pipelines — {time.strftime('%Y-%m-%d')}, commit {git_commit()}, model={args.model}, {args.rounds} "
-          f"alternating rounds of {args.steps} steps, AdamW, jit, global batch 8 x 64, pp=2\n")
-    print("| schedule | step (ms) | vs 1 process | tokens/s | bubble measured | bubble (p-1)/(vm+p-1) | "
-          "peak MiB per rank | estimate error (held out) |")
+        results = run_rounds(
+            {
+                name: [*base, f"training.micro_batch_size={micro}", *overrides]
+                for name, (overrides, micro, _) in ROWS.items()
+            },
+            args.rounds,
+            Path(tmp),
+        )
+    print(
+        f"\n### Pipelines — {time.strftime('%Y-%m-%d')}, commit {git_commit()}, model={args.model}, {args.rounds} "
+        f"alternating rounds of {args.steps} steps, AdamW, jit, global batch 8 x 64, pp=2\n"
+    )
+    print(
+        "| schedule | step (ms) | vs 1 process | tokens/s | bubble measured | bubble (p-1)/(vm+p-1) | "
+        "peak MiB per rank | estimate error (held out) |"
+    )
     print("|---|---:|---:|---:|---:|---:|---|---:|")
     for name, (overrides, micro, v) in ROWS.items():
         runs = results[name]
@@ -62,15 +77,20 @@ def main() -> None:
         ref = results[f"1 process, micro {micro}"]
         ref_ms = statistics.median(s["metrics"]["step_time_ms_median"] for s in ref)
         tps = statistics.median(s["metrics"]["tokens_per_sec"] for s in runs)
-        peaks = [max(p or 0 for p in col) for col in zip(*(s["metrics"]["peak_memory_bytes_per_rank"] for s in runs))]
+        peaks = [
+            max(p or 0 for p in col)
+            for col in zip(*(s["metrics"]["peak_memory_bytes_per_rank"] for s in runs), strict=True)
+        ]
         est = estimate_memory_bytes(load_config([*base, f"training.micro_batch_size={micro}", *overrides]))
         bubbles = [s["metrics"].get("pipeline_bubble") for s in runs]
         measured = statistics.median(bubbles) if None not in bubbles else None
         m, p = 8 // micro, 2 if overrides else 1
         theory = (p - 1) / (v * m + p - 1)
-        print(f"| {name} | {ms:.0f} | {ms / ref_ms:.2f}x | {tps:.0f} | "
-              f"{'-' if measured is None else f'{100 * measured:.0f}%'} | {100 * theory:.0f}% | "
-              f"{' / '.join(f'{q / MiB:.0f}' for q in peaks)} | {100 * (est - max(peaks)) / max(peaks):+.1f}% |")
+        print(
+            f"| {name} | {ms:.0f} | {ms / ref_ms:.2f}x | {tps:.0f} | "
+            f"{'-' if measured is None else f'{100 * measured:.0f}%'} | {100 * theory:.0f}% | "
+            f"{' / '.join(f'{q / MiB:.0f}' for q in peaks)} | {100 * (est - max(peaks)) / max(peaks):+.1f}% |"
+        )
 
 
 if __name__ == "__main__":

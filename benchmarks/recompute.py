@@ -3,12 +3,12 @@ Measure).
 
     .venv/bin/python benchmarks/recompute.py [--model small] [--micro-batch 8] [--steps 12] [--rounds 2]
 
-Each row is a real 1-process trial through the CLI (AdamW, one micro-batch of 8 sequences of 512 tokens per
-step, where activations dominate the peak; ``--micro-batch`` for a larger model). ``swap half`` moves the saved
-tensors of the first half of the blocks only (``memory.swap_layers``). Rows alternate within each round; medians
-over rounds. Reported: median step time and its ratio to ``none`` in the same mode, the peak resident memory
-(VmHWM) and its ratio to ``none``, and the memory estimate's error. Selective recompute and SWAP under jit are refused on CPU (core.config says why):
-their rows say so instead of running.
+Each row is a real 1-process trial through the CLI (AdamW, one micro-batch of 8 sequences of 512 tokens per step,
+where activations dominate the peak; ``--micro-batch`` for a larger model). ``swap half`` moves the saved tensors of
+the first half of the blocks only (``memory.swap_layers``). Rows alternate within each round; medians over rounds.
+Reported: median step time and its ratio to ``none`` in the same mode, the peak resident memory (VmHWM) and its ratio
+to ``none``, and the memory estimate's error. Selective recompute and SWAP under jit are refused on CPU (core.config
+says why): their rows say so instead of running.
 """
 
 from __future__ import annotations
@@ -34,8 +34,14 @@ def main() -> None:
 
     args = bench_args(__doc__, "small", micro_batch=8)
     b = args.micro_batch
-    base = [f"model={args.model}", f"training.global_batch_size={b}", f"training.micro_batch_size={b}",
-            "training.seq_len=512", f"trial.max_steps={args.steps}", "training.eval_batches=1"]
+    base = [
+        f"model={args.model}",
+        f"training.global_batch_size={b}",
+        f"training.micro_batch_size={b}",
+        "training.seq_len=512",
+        f"trial.max_steps={args.steps}",
+        "training.eval_batches=1",
+    ]
     half = load_config(base).model.n_layers // 2
     setting = {"swap": ["memory.swap=true"], "swap half": ["memory.swap=true", f"memory.swap_layers={half}"]}
     rows, refused = {}, {}
@@ -49,8 +55,10 @@ def main() -> None:
                 refused[(mode, r)] = exc
     with tempfile.TemporaryDirectory() as tmp:
         results = run_rounds({f"{m} {r}": o for (m, r), o in rows.items()}, args.rounds, Path(tmp))
-    print(f"\n**Recompute** — {time.strftime('%Y-%m-%d')}, commit {git_commit()}, model={args.model}, "
-          f"seq 512, micro-batch {b}, {args.rounds} round(s) of {args.steps} steps, AdamW, 1 process\n")
+    print(
+        f"\n**Recompute** — {time.strftime('%Y-%m-%d')}, commit {git_commit()}, model={args.model}, "
+        f"seq 512, micro-batch {b}, {args.rounds} round(s) of {args.steps} steps, AdamW, 1 process\n"
+    )
     print("| mode | recompute | step (ms) | vs none | peak MiB | vs none | estimate error |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for mode in ("jit", "pynative"):
@@ -65,8 +73,10 @@ def main() -> None:
             ms = statistics.median(s["metrics"]["step_time_ms_median"] for s in runs)
             peak = statistics.median(s["metrics"]["peak_memory_bytes"] for s in runs)
             err = (estimate_memory_bytes(load_config(rows[(mode, r)])) - peak) / peak
-            print(f"| {mode} | {r} | {ms:.0f} | {ms / ref_ms:.2f}x | {peak / MiB:.0f} | {peak / ref_peak:.2f}x | "
-                  f"{err:+.1%} |")
+            print(
+                f"| {mode} | {r} | {ms:.0f} | {ms / ref_ms:.2f}x | {peak / MiB:.0f} | {peak / ref_peak:.2f}x | "
+                f"{err:+.1%} |"
+            )
 
 
 if __name__ == "__main__":

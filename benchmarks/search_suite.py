@@ -30,8 +30,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import agent_efficiency as ae
-from autoresearch.records import config_key
 from provenance import cpu_info, git_commit
+
+from autoresearch.records import config_key
 
 ROOT = ae.ROOT
 # name -> (table file under benchmarks/data, role)
@@ -57,21 +58,30 @@ def run(tables: list[str], methods: list[str], seeds: list[int], jobs: int) -> t
         path = ROOT / "benchmarks" / "data" / TABLES[name][0]
         table = json.loads(path.read_text())
         best = ae.best_row(table)
-        meta[name] = {"path": str(path.relative_to(ROOT)), "role": TABLES[name][1], "configs": len(table["rows"]),
-                      "space": table["space"], "objective": table["objective"], "date": table["date"],
-                      "commit": table["git_commit"], "cpu": table["machine"]["cpu"],
-                      "statuses": dict(Counter(r["status"] for r in table["rows"])),
-                      "best": {"index": best["index"], "params": best["params"], "objective": best["objective"]}}
+        meta[name] = {
+            "path": str(path.relative_to(ROOT)),
+            "role": TABLES[name][1],
+            "configs": len(table["rows"]),
+            "space": table["space"],
+            "objective": table["objective"],
+            "date": table["date"],
+            "commit": table["git_commit"],
+            "cpu": table["machine"]["cpu"],
+            "statuses": dict(Counter(r["status"] for r in table["rows"])),
+            "best": {"index": best["index"], "params": best["params"], "objective": best["objective"]},
+        }
         for method in methods:
             for seed in seeds:
-                work_list.append((name, str(path), method, seed, len(table["rows"]),
-                                  config_key(best["params"]), work))
+                work_list.append((name, str(path), method, seed, len(table["rows"]), config_key(best["params"]), work))
     results = []
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         for r in pool.map(_replay, work_list):
             results.append(r)
-            print(f"{r['table']:8s} {r['method']:14s} seed {r['seed']:3d}: {r['runs']:3d} runs, ended {r['ended']:6s}"
-                  f" oom {r['oom']} nan {r['nan']} skipped {r['skipped']}", flush=True)
+            print(
+                f"{r['table']:8s} {r['method']:14s} seed {r['seed']:3d}: {r['runs']:3d} runs, ended {r['ended']:6s}"
+                f" oom {r['oom']} nan {r['nan']} skipped {r['skipped']}",
+                flush=True,
+            )
     return meta, results
 
 
@@ -90,41 +100,65 @@ def aggregate(per_table: dict[str, list[dict]], names: list[str], methods: list[
                 ratios.append(s[m]["median"] / s["random"]["median"])
                 runs, failed = runs + s[m]["runs"], failed + s[m]["failed"]
         if ratios:
-            out.append({"method": m, "geomean_ratio": _geomean(ratios), "worst_ratio": max(ratios),
-                        "waste": failed / runs if runs else 0.0, "tables": len(ratios)})
+            out.append(
+                {
+                    "method": m,
+                    "geomean_ratio": _geomean(ratios),
+                    "worst_ratio": max(ratios),
+                    "waste": failed / runs if runs else 0.0,
+                    "tables": len(ratios),
+                }
+            )
     return out
 
 
 def markdown(meta: dict, per_table: dict, args, elapsed: float) -> str:
     held = [n for n in meta if meta[n]["role"] == "held out"]
-    lines = [f"Date {datetime.date.today()}, commit {git_commit()}, CPU {cpu_info()}.",
-             f"`benchmarks/search_suite.py --seeds {args.seeds} --first-seed {args.first_seed} --tables "
-             f"{','.join(meta)} --methods {','.join(args.methods)}` ({elapsed:.0f} s). Seeds "
-             f"{args.first_seed}-{args.first_seed + args.seeds - 1}: unseen while choosing methods and constants.", "",
-             "| table | role | configs (statuses) | objective | best config | collected |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"Date {datetime.date.today()}, commit {git_commit()}, CPU {cpu_info()}.",
+        f"`benchmarks/search_suite.py --seeds {args.seeds} --first-seed {args.first_seed} --tables "
+        f"{','.join(meta)} --methods {','.join(args.methods)}` ({elapsed:.0f} s). Seeds "
+        f"{args.first_seed}-{args.first_seed + args.seeds - 1}: unseen while choosing methods and constants.",
+        "",
+        "| table | role | configs (statuses) | objective | best config | collected |",
+        "|---|---|---|---|---|---|",
+    ]
     for n, m in meta.items():
         best = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in m["best"]["params"].items())
         statuses = ", ".join(f"{k} {v}" for k, v in sorted(m["statuses"].items()))
-        lines.append(f"| {n} | {m['role']} | {m['configs']} ({statuses}) | {m['objective']['direction']} "
-                     f"{m['objective']['metric']} | #{m['best']['index']} {best} ({m['best']['objective']:.5g}) | "
-                     f"{m['date'][:10]}, {m['commit']} |")
-    lines += ["", "| table | method | runs to best: median (q1–q3) | vs random | reached | waste OOM+NaN | "
-              "skipped per replay |", "|---|---|---:|---:|---:|---:|---:|"]
+        lines.append(
+            f"| {n} | {m['role']} | {m['configs']} ({statuses}) | {m['objective']['direction']} "
+            f"{m['objective']['metric']} | #{m['best']['index']} {best} ({m['best']['objective']:.5g}) | "
+            f"{m['date'][:10]}, {m['commit']} |"
+        )
+    lines += [
+        "",
+        "| table | method | runs to best: median (q1–q3) | vs random | reached | waste OOM+NaN | skipped per replay |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for n, summary in per_table.items():
         rand = next((s["median"] for s in summary if s["method"] == "random"), None)
         for s in summary:
-            lines.append(f"| {n} | {s['method']} | {ae._fmt(s['median'])} ({ae._fmt(s['q1'])}–{ae._fmt(s['q3'])}) | "
-                         f"{ae._vs(s['median'], rand)} | {s['reached']}/{s['n']} | {100 * s['waste']:.1f}% | "
-                         f"{s['skipped']:.1f} |")
+            lines.append(
+                f"| {n} | {s['method']} | {ae._fmt(s['median'])} ({ae._fmt(s['q1'])}–{ae._fmt(s['q3'])}) | "
+                f"{ae._vs(s['median'], rand)} | {s['reached']}/{s['n']} | {100 * s['waste']:.1f}% | "
+                f"{s['skipped']:.1f} |"
+            )
     for label, names in (("held-out tables (" + ", ".join(held) + ")", held), ("all tables", list(meta))):
         agg = aggregate(per_table, names, args.methods)
         if not agg:
             continue
-        lines += ["", f"Aggregated over the {label}:", "",
-                  "| method | geometric mean of runs-to-best ratios vs random | worst table | pooled waste |",
-                  "|---|---:|---:|---:|"]
-        lines += [f"| {a['method']} | {a['geomean_ratio']:.2f}× | {a['worst_ratio']:.2f}× | {100 * a['waste']:.1f}% |"
-                  for a in agg]
+        lines += [
+            "",
+            f"Aggregated over the {label}:",
+            "",
+            "| method | geometric mean of runs-to-best ratios vs random | worst table | pooled waste |",
+            "|---|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {a['method']} | {a['geomean_ratio']:.2f}× | {a['worst_ratio']:.2f}× | {100 * a['waste']:.1f}% |"
+            for a in agg
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -147,8 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     per_table = {n: ae.summarize([r for r in results if r["table"] == n], meta[n]["configs"]) for n in meta}
     text = markdown(meta, per_table, args, time.monotonic() - start)
     Path(args.out).write_text(text)
-    Path(args.out).with_suffix(".json").write_text(json.dumps({"tables": meta, "summary": per_table,
-                                                               "replays": results}, indent=1) + "\n")
+    Path(args.out).with_suffix(".json").write_text(
+        json.dumps({"tables": meta, "summary": per_table, "replays": results}, indent=1) + "\n"
+    )
     print("\n" + text)
     return 0
 

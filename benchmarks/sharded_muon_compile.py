@@ -18,8 +18,15 @@ import time
 from provenance import cpu_info, git_commit
 
 # model=tiny's hidden matrices per block (wq, wk, wv, wo, w_gate, w_up, w_down) and their tensor-parallel split dim
-BLOCK = [((128, 128), 0), ((64, 128), 0), ((64, 128), 0), ((128, 128), 1), ((512, 128), 0), ((512, 128), 0),
-         ((128, 512), 1)]
+BLOCK = [
+    ((128, 128), 0),
+    ((64, 128), 0),
+    ((64, 128), 0),
+    ((128, 128), 1),
+    ((512, 128), 0),
+    ((512, 128), 0),
+    ((128, 512), 1),
+]
 
 
 def main() -> None:
@@ -55,8 +62,10 @@ def main() -> None:
         size, index = n, args.rank
 
     split = args.tp > 1
-    places = [Placement(shape, dim if split else None, args.tp if split else 1, 0, args.fsdp, 0)
-              for shape, dim in BLOCK * args.layers]
+    places = [
+        Placement(shape, dim if split else None, args.tp if split else 1, 0, args.fsdp, 0)
+        for shape, dim in BLOCK * args.layers
+    ]
     cell = sharded_muon.ShardedNewtonSchulz(places, Group, ns_steps=5)
     rng = np.random.default_rng(0)
     looks = ms.mutable(tuple(ms.Tensor(rng.standard_normal(p.stored_shape).astype(np.float32)) for p in places))
@@ -87,8 +96,10 @@ def main() -> None:
         graph(looks)[0].asnumpy()
         times.append(time.perf_counter() - t)
     print(f"commit {git_commit()}; {cpu_info()}")
-    print(f"tp={args.tp} fsdp={args.fsdp} rank={args.rank}, {len(places)} matrices: first call {first:.2f} s, "
-          f"then median {1000 * float(np.median(times)):.1f} ms; checksum {checksum!r}")
+    print(
+        f"tp={args.tp} fsdp={args.fsdp} rank={args.rank}, {len(places)} matrices: first call {first:.2f} s, "
+        f"then median {1000 * float(np.median(times)):.1f} ms; checksum {checksum!r}"
+    )
 
 
 if __name__ == "__main__":

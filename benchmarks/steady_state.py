@@ -39,7 +39,7 @@ CONFIGS = {  # name -> (overrides, held out of the choice of the measurement win
 
 def window(times: list[float], lo: int, hi: int) -> float | None:
     """Median of steps lo..hi (1-based, inclusive) of a trial's per-step times."""
-    part = times[lo - 1:hi]
+    part = times[lo - 1 : hi]
     return statistics.median(part) if part else None
 
 
@@ -58,16 +58,33 @@ def main() -> None:
                 short[n] = s["metrics"]["step_time_ms_median"]
             out = Path(tmp) / f"{i}_long"
             run([*overrides, f"trial.max_steps={args.steps}", "training.eval_batches=1"], out)
-            times = [r["step_time_ms"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
-                     if "step_time_ms" in r]
-            rows.append((name, held_out, window(times, 2, 10), window(times, 2, 20), window(times, 11, 20),
-                         short[10], short[20], window(times, 50, args.steps)))
+            times = [
+                r["step_time_ms"]
+                for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+                if "step_time_ms" in r
+            ]
+            rows.append(
+                (
+                    name,
+                    held_out,
+                    window(times, 2, 10),
+                    window(times, 2, 20),
+                    window(times, 11, 20),
+                    short[10],
+                    short[20],
+                    window(times, 50, args.steps),
+                )
+            )
             print(f"  {name}: {rows[-1][2:]}", file=sys.stderr)
-    print(f"\n**Steady state** — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {git_commit()}, "
-          f"{cpu_info()}; jit, AdamW unless named, global batch 8 x 64 unless named; one trial of {args.steps} "
-          "steps and one each of 10 and 20 steps per config\n")
-    print("| config | steps 2-10 (ms) | steps 2-20 | steps 11-20 | 10-step trial reports | 20-step trial reports | "
-          f"steady, steps 50-{args.steps} |")
+    print(
+        f"\n**Steady state** — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {git_commit()}, "
+        f"{cpu_info()}; jit, AdamW unless named, global batch 8 x 64 unless named; one trial of {args.steps} "
+        "steps and one each of 10 and 20 steps per config\n"
+    )
+    print(
+        "| config | steps 2-10 (ms) | steps 2-20 | steps 11-20 | 10-step trial reports | 20-step trial reports | "
+        f"steady, steps 50-{args.steps} |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
 
     def cell(v, ref):
@@ -75,8 +92,10 @@ def main() -> None:
 
     for name, held_out, w10, w20, late, t10, t20, steady in rows:
         label = f"{name}{' (held out)' if held_out else ''}"
-        print(f"| {label} | {cell(w10, steady)} | {cell(w20, steady)} | {cell(late, steady)} | {cell(t10, steady)} "
-              f"| {cell(t20, steady)} | {steady:.0f} |")
+        print(
+            f"| {label} | {cell(w10, steady)} | {cell(w20, steady)} | {cell(late, steady)} | {cell(t10, steady)} "
+            f"| {cell(t20, steady)} | {steady:.0f} |"
+        )
 
 
 if __name__ == "__main__":

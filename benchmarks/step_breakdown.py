@@ -55,8 +55,9 @@ def timed_step(trainer, step: int, sync) -> dict[str, float]:
         out[name] = out.get(name, 0.0) + now - last
         last = now
 
-    rows = trainer.train_data.batch(step, t.global_batch_size, t.seq_len, cfg.seed, rank=dims.index("batch"),
-                                    world_size=dims.size("batch"))
+    rows = trainer.train_data.batch(
+        step, t.global_batch_size, t.seq_len, cfg.seed, rank=dims.index("batch"), world_size=dims.size("batch")
+    )
     micro = list(sched._micro_batches(*trainer.par.local_tokens(rows)))
     mark("data")
     grads = None
@@ -90,8 +91,8 @@ def main() -> None:
     import mindspore as ms
 
     from core.config import load_config, to_dict
-    from core.training.step import AccumulationStep
     from core.runtime.profiling import StepProfiler
+    from core.training.step import AccumulationStep
     from core.training.trainer import Trainer
     from core.trial import TrialRecorder
 
@@ -120,16 +121,20 @@ def main() -> None:
 
     step = statistics.mean(r["step"] for r in rows)
     mean = {p: statistics.mean(r.get(p, 0.0) for r in rows) for p in PHASES}
-    print(f"\n**Step breakdown** — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {git_commit()}, "
-          f"{cpu_info()}; `{' '.join(overrides[:1] + args.overrides)}` (batch {cfg.training.global_batch_size} x "
-          f"{cfg.training.seq_len}, {cfg.optim.name}), means of {args.steps} steps after {args.warmup}\n")
+    print(
+        f"\n**Step breakdown** — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {git_commit()}, "
+        f"{cpu_info()}; `{' '.join(overrides[:1] + args.overrides)}` (batch {cfg.training.global_batch_size} x "
+        f"{cfg.training.seq_len}, {cfg.optim.name}), means of {args.steps} steps after {args.warmup}\n"
+    )
     print("| phase | ms | share |\n|---|---:|---:|")
     for p in PHASES:
         print(f"| {p} | {mean[p] * 1000:.1f} | {mean[p] / step:.0%} |")
     print(f"| **step** | **{step * 1000:.1f}** | |")
     total = sum(op_ms.values())
-    print(f"\nHottest op types under the profiler ({args.steps} steps, {wall_ms:.0f} ms wall; ops "
-          f"{total:.0f} ms = {total / wall_ms:.0%} of it):\n")
+    print(
+        f"\nHottest op types under the profiler ({args.steps} steps, {wall_ms:.0f} ms wall; ops "
+        f"{total:.0f} ms = {total / wall_ms:.0%} of it):\n"
+    )
     print("| op type | ms per step | share of wall |\n|---|---:|---:|")
     for op, ms_ in sorted(op_ms.items(), key=lambda kv: -kv[1])[:12]:
         print(f"| {op} | {ms_ / args.steps:.1f} | {ms_ / wall_ms:.1%} |")

@@ -47,7 +47,7 @@ class Block(nn.Module):
         v = self.wv(h).view(B, S, K, E).transpose(1, 2)
         if H != K:  # GQA: KV head j serves query heads j * H/K ... (H/K)(j+1) - 1, as in the core's attention
             k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)
-        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)      # (B, H, S, E)
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, S, E)
         x = x + self.wo(attn.transpose(1, 2).reshape(B, S, H * E))
         h = self.mlp_norm(x)
         return x + self.w_down(F.silu(self.w_gate(h)) * self.w_up(h))

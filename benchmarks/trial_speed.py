@@ -55,8 +55,13 @@ def run(overrides: list[str], steps: int, out: Path, cache: Path | None = None, 
     out.mkdir(parents=True)
     with open(out / "stdout.log", "wb") as log:
         start = warm.popen if warmed else subprocess.Popen  # (warm.popen: forked when a server runs)
-        proc = start([sys.executable, "-m", "core.train", *overrides, flag, f"trial.max_steps={steps}",
-                           f"trial.dir={out}"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = start(
+            [sys.executable, "-m", "core.train", *overrides, flag, f"trial.max_steps={steps}", f"trial.dir={out}"],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
         proc.wait()
     if warmed != isinstance(proc, warm.WarmProcess):
         raise SystemExit(f"{overrides}: meant to start {'warm' if warmed else 'cold'}, started the other way")
@@ -96,28 +101,40 @@ def main() -> None:
     def phase(name: str, key: str) -> float:
         return statistics.median(s["startup_phases_sec"][key] for s in results[name])
 
-    print(f"\n### Trial speed — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {git_commit()}, "
-          f"{cpu_info()}; {args.repeats} alternating repeats of {args.steps} steps"
-          + (f"; every variant with `{' '.join(args.overrides)}`" if args.overrides else "") + "\n")
-    print(f"MFU against the machine's fixed reference rate "
-          f"({results['small jit'][0]['metrics']['reference_flops_per_sec'] / 1e9:.0f} GFLOP/s, core.reference_rate)."
-          f" Start-up phases in seconds (launch: process up; imports: MindSpore and the trainer; cluster: joined; "
-          "build: model, optimizer, schedule; first step: its graphs compiled and run once).\n")
+    print(
+        f"\n### Trial speed — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {git_commit()}, "
+        f"{cpu_info()}; {args.repeats} alternating repeats of {args.steps} steps"
+        + (f"; every variant with `{' '.join(args.overrides)}`" if args.overrides else "")
+        + "\n"
+    )
+    print(
+        f"MFU against the machine's fixed reference rate "
+        f"({results['small jit'][0]['metrics']['reference_flops_per_sec'] / 1e9:.0f} GFLOP/s, core.reference_rate)."
+        f" Start-up phases in seconds (launch: process up; imports: MindSpore and the trainer; cluster: joined; "
+        "build: model, optimizer, schedule; first step: its graphs compiled and run once).\n"
+    )
     print("| variant | step median (ms) | tokens/s | MFU | start-up (s) | " + " | ".join(STARTUP_PHASES) + " |")
     print("|---|---:|---:|---:|---:|" + "---:|" * len(STARTUP_PHASES))
     for name in runs:
-        print(f"| {name} | {med(name, 'step_time_ms_median'):.0f} | {med(name, 'tokens_per_sec'):.0f} | "
-              f"{med(name, 'mfu'):.3f} | {med(name, 'startup_sec', metrics=False):.1f} | "
-              + " | ".join(f"{phase(name, p):.2f}" for p in STARTUP_PHASES) + " |")
+        print(
+            f"| {name} | {med(name, 'step_time_ms_median'):.0f} | {med(name, 'tokens_per_sec'):.0f} | "
+            f"{med(name, 'mfu'):.3f} | {med(name, 'startup_sec', metrics=False):.1f} | "
+            + " | ".join(f"{phase(name, p):.2f}" for p in STARTUP_PHASES)
+            + " |"
+        )
     speedup = med("small pynative", "step_time_ms_median") / med("small jit", "step_time_ms_median")
     startup = med("tiny 2 ranks (dp)", "startup_sec", False) / med("tiny 1 rank", "startup_sec", False)
-    print(f"\njit speed-up over PyNative (model=small): **{speedup:.2f}x**; "
-          f"start-up of 2 ranks vs 1: **{startup:.2f}x**")
+    print(
+        f"\njit speed-up over PyNative (model=small): **{speedup:.2f}x**; start-up of 2 ranks vs 1: **{startup:.2f}x**"
+    )
     for name in CACHED:
         ratio = med(f"{name}, graphs cached", "startup_sec", False) / med(name, "startup_sec", False)
         warmed = med(f"{name}, graphs cached, warm", "startup_sec", False) / med(name, "startup_sec", False)
-        print(f"start-up of {name} with its graphs from the compile cache: **{ratio:.2f}x** of compiling them; "
-              f"forked warm as well: **{warmed:.2f}x**")
+        print(
+            f"start-up of {name} with its graphs from the compile cache: **{ratio:.2f}x** of compiling them; "
+            f"forked warm as well: **{warmed:.2f}x**"
+        )
+
 
 if __name__ == "__main__":
     main()

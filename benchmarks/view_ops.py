@@ -17,7 +17,6 @@ import time
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor, mint, ops
-
 from provenance import cpu_info, git_commit
 
 from core.model.layers import apply_rope
@@ -38,10 +37,12 @@ def timed(fn, args, repeats: int, inner: int = 1) -> tuple[float, object]:
 
 def chained(step):
     """fn(x, *rest) applying ``step`` 10 times: one graph, ten launches of the pattern."""
+
     def fn(x, *rest):
         for _ in range(10):
             x = step(x, *rest)
         return x
+
     return fn
 
 
@@ -86,10 +87,13 @@ def rope_now(x, cos, sin):
 
 def with_grad(rope):
     """fn(x, cos, sin) -> (loss, dloss/dx) of loss = sum(rope(x) * x)."""
+
     def fn(x, cos, sin):
         def loss(x):
             return (rope(x, cos, sin) * x).sum()
+
         return ms.value_and_grad(loss)(x)
+
     return fn
 
 
@@ -114,8 +118,10 @@ def main() -> None:
         ("mint.split (views) + add + cat", chained(_split_views), (x,)),
         ("ops.split (kernel) + add + concat", chained(_split_kernel), (x,)),
     ]
-    print(f"\n**View ops** — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {git_commit()}, "
-          f"{cpu_info()}; float32 {tuple(args.shape)}, jit, means of {n} calls\n")
+    print(
+        f"\n**View ops** — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {git_commit()}, "
+        f"{cpu_info()}; float32 {tuple(args.shape)}, jit, means of {n} calls\n"
+    )
     print("| pattern | us per pattern |\n|---|---:|")
     for name, fn, inputs in rows:
         print(f"| {name} | {timed(fn, inputs, n, inner=10)[0]:.0f} |", flush=True)
@@ -125,7 +131,7 @@ def main() -> None:
     for name, rope in (("before", rope_before), ("now", rope_now)):
         us, outs[name] = timed(with_grad(rope), (x, cos, sin), n)
         print(f"| RoPE forward + backward, {name} | {us:.0f} |", flush=True)
-    same = all(np.array_equal(a.asnumpy(), b.asnumpy()) for a, b in zip(outs["before"], outs["now"]))
+    same = all(np.array_equal(a.asnumpy(), b.asnumpy()) for a, b in zip(outs["before"], outs["now"], strict=True))
     print(f"\nRoPE before and now, value and gradient bit-identical: {same}")
 
 

@@ -50,8 +50,9 @@ def _setup_logging(trial_dir: Path, to_file: bool) -> None:
     if to_file:
         trial_dir.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(trial_dir / "train.log"))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S",
-                        handlers=handlers, force=True)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", handlers=handlers, force=True
+    )
 
 
 def _work_in(trial_dir: Path, cfg: TrainConfig) -> TrainConfig:
@@ -87,8 +88,9 @@ def run_rank(cfg: TrainConfig, *, overrides: list[str], trial_dir: Path, started
     """Train on this rank and leave its summary; returns the exit code."""
     rank, world = rank_from_env()
     trial_dir = trial_dir.resolve()
-    rec = TrialRecorder(trial_dir=trial_dir, config=to_dict(cfg), overrides=overrides, started=started,
-                        rank=rank, world_size=world)
+    rec = TrialRecorder(
+        trial_dir=trial_dir, config=to_dict(cfg), overrides=overrides, started=started, rank=rank, world_size=world
+    )
     cfg = _work_in(trial_dir, cfg)
     limit = None
     if cfg.memory.limit_gb is not None and not apply_device_memory_limit(cfg.memory.limit_gb, cfg.device):

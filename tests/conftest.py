@@ -7,8 +7,8 @@ from core.runtime import native_env
 native_env.apply()  # the test process loads MindSpore's libraries as a trial does (core.train)
 # Imports MindSpore, whose import sets variables of its own (LD_LIBRARY_PATH, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION,
 # ...): here, before any test's environment snapshot, not inside the first test that happens to import it.
-from core.runtime.settings import HOST_BLOCKING_ENV
 from core.runtime.cache_dirs import CACHE_ENV, COMPILE_CACHE_ENV
+from core.runtime.settings import HOST_BLOCKING_ENV
 
 # The test process runs MindSpore as a trial on the CPU does (core.execution._host_pipeline: no spinning host
 # queues). MindSpore reads this at the first op it queues, once per process: set before any test module is even
@@ -40,8 +40,11 @@ def _environment_unchanged():
     that test's directory). Set up before the other fixtures, so it checks after monkeypatch has undone its own."""
     before = dict(os.environ)
     yield
-    changed = sorted(k for k in before.keys() | os.environ.keys()
-                     if before.get(k) != os.environ.get(k) and k != "PYTEST_CURRENT_TEST")  # pytest's own
+    changed = sorted(
+        k
+        for k in before.keys() | os.environ.keys()
+        if before.get(k) != os.environ.get(k) and k != "PYTEST_CURRENT_TEST"
+    )  # pytest's own
     assert not changed, f"the test left os.environ changed: {changed}; set variables with monkeypatch"
 
 

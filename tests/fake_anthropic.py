@@ -64,7 +64,7 @@ class FakeAnthropic:
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
-    def start(self) -> "FakeAnthropic":
+    def start(self) -> FakeAnthropic:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -89,7 +89,7 @@ class FakeAnthropic:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> "FakeAnthropic":
+    def __enter__(self) -> FakeAnthropic:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -110,8 +110,16 @@ class FakeAnthropic:
         with self._lock:
             self._script.append((reply, times))
 
-    def message(self, content: list[dict], *, stop_reason: str = "end_turn", input_tokens: int = 1200,
-                output_tokens: int = 80, model: str = "claude-fake", times: int | None = 1) -> None:
+    def message(
+        self,
+        content: list[dict],
+        *,
+        stop_reason: str = "end_turn",
+        input_tokens: int = 1200,
+        output_tokens: int = 80,
+        model: str = "claude-fake",
+        times: int | None = 1,
+    ) -> None:
         body = {
             "id": f"msg_{next(self._ids):04d}",
             "type": "message",
@@ -133,8 +141,15 @@ class FakeAnthropic:
         """An answer without any tool call."""
         self.message([{"type": "text", "text": text}], **kw)
 
-    def error(self, status: int, message: str = "scripted failure", *, retry_after_ms: str | None = "1",
-              times: int | None = 1, headers: dict[str, str] | None = None) -> None:
+    def error(
+        self,
+        status: int,
+        message: str = "scripted failure",
+        *,
+        retry_after_ms: str | None = "1",
+        times: int | None = 1,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         """An API error. retry-after-ms makes the SDK's retries immediate (plain retry-after 0 would fall back to
         its exponential backoff)."""
         body = {"type": "error", "error": {"type": _ERROR_TYPES.get(status, "api_error"), "message": message}}
@@ -153,8 +168,10 @@ class FakeAnthropic:
         with self._lock:
             if not self._script:
                 self.unscripted += 1
-                body = {"type": "error", "error": {"type": "invalid_request_error",
-                                                   "message": "fake: no reply scripted for this request"}}
+                body = {
+                    "type": "error",
+                    "error": {"type": "invalid_request_error", "message": "fake: no reply scripted for this request"},
+                }
                 return Reply(400, json.dumps(body).encode(), {"x-should-retry": "false"})
             reply, times = self._script[0]
             if times is not None:

@@ -30,8 +30,7 @@ import time
 from pathlib import Path
 
 MiB, GiB = 1024**2, 1024**3
-KNOWN_PREFIXES = ("model", "optim", "parallel.", "training.", "memory.", "trial.", "data.", "seed", "device",
-                  "fake.")
+KNOWN_PREFIXES = ("model", "optim", "parallel.", "training.", "memory.", "trial.", "data.", "seed", "device", "fake.")
 
 
 def parse(argv: list[str]) -> dict[str, str]:
@@ -69,20 +68,35 @@ def outcome(cfg: dict) -> tuple[int, str, dict]:
     limit = _num(cfg, "memory.limit_gb", 1.0) * GiB
     step_ms = (5.0 + 0.02 * mbs * seq / tp) * (1.33 if recompute else 1.0)
     loss = 3.0 + (math.log10(lr) + 2.5) ** 2
-    metrics = {"tokens_per_sec": mbs * seq / step_ms * 1000.0, "step_time_ms_median": step_ms, "mfu": None,
-               "first_loss": 6.0, "final_loss": loss, "min_loss": loss, "val_loss": loss + 0.05, "grad_norm_last": 1.0,
-               "peak_memory_bytes": peak, "peak_memory_bytes_per_rank": [peak] * int(tp),
-               "estimated_memory_bytes": estimate}
+    metrics = {
+        "tokens_per_sec": mbs * seq / step_ms * 1000.0,
+        "step_time_ms_median": step_ms,
+        "mfu": None,
+        "first_loss": 6.0,
+        "final_loss": loss,
+        "min_loss": loss,
+        "val_loss": loss + 0.05,
+        "grad_norm_last": 1.0,
+        "peak_memory_bytes": peak,
+        "peak_memory_bytes_per_rank": [peak] * int(tp),
+        "estimated_memory_bytes": estimate,
+    }
     if cfg.get("fake.error") == "true":
         return 1, "RuntimeError: fake failure", {}
     if cfg.get("fake.compile_error") == "true":
         return 11, "graph compilation failed (fake)", {}
     if peak > limit:
-        return 10, f"rank 0 peak {peak / MiB:.0f} MiB exceeded memory.limit_gb={limit / GiB:g}", {
-            **{k: None for k in metrics}, "peak_memory_bytes": peak, "estimated_memory_bytes": estimate}
+        return (
+            10,
+            f"rank 0 peak {peak / MiB:.0f} MiB exceeded memory.limit_gb={limit / GiB:g}",
+            {**{k: None for k in metrics}, "peak_memory_bytes": peak, "estimated_memory_bytes": estimate},
+        )
     if lr > 0.05:
-        return 12, "loss became NaN at step 3", {**{k: None for k in metrics}, "peak_memory_bytes": peak,
-                                                  "estimated_memory_bytes": estimate}
+        return (
+            12,
+            "loss became NaN at step 3",
+            {**{k: None for k in metrics}, "peak_memory_bytes": peak, "estimated_memory_bytes": estimate},
+        )
     return 0, "reached max_steps", metrics
 
 
@@ -109,27 +123,55 @@ def startup_phases(cfg: dict, code: int) -> dict | None:
     return {phase: round(share * slept, 6) for phase, share in PHASE_SHARES.items()}
 
 
-METRICS = ("tokens_per_sec", "step_time_ms_median", "mfu", "first_loss", "final_loss", "min_loss", "val_loss",
-           "grad_norm_last", "peak_memory_bytes", "peak_memory_bytes_per_rank", "estimated_memory_bytes")
+METRICS = (
+    "tokens_per_sec",
+    "step_time_ms_median",
+    "mfu",
+    "first_loss",
+    "final_loss",
+    "min_loss",
+    "val_loss",
+    "grad_norm_last",
+    "peak_memory_bytes",
+    "peak_memory_bytes_per_rank",
+    "estimated_memory_bytes",
+)
 
 
-def write_summary(trial_dir: Path, cfg: dict, argv: list[str], code: int, reason: str, metrics: dict,
-                  wall: float) -> None:
+def write_summary(
+    trial_dir: Path, cfg: dict, argv: list[str], code: int, reason: str, metrics: dict, wall: float
+) -> None:
     status = {0: "ok", 1: "error", 2: "invalid", 10: "oom", 11: "compile_error", 12: "nan", 13: "timeout"}[code]
     steps = int(_num(cfg, "trial.max_steps", 20)) if code == 0 else 3
     phases = startup_phases(cfg, code)
     summary = {
-        "schema": "mindspore-autoresearch/trial_summary/v1", "status": status, "exit_code": code,
-        "reason": reason, "error": None if code == 0 else {"type": status, "message": reason, "rank": 0},
-        "steps": steps, "max_steps": int(_num(cfg, "trial.max_steps", 20)), "tokens": steps * 256,
-        "wall_time_sec": wall, "startup_sec": round(sum(phases.values()), 6) if phases else 0.01,
+        "schema": "mindspore-autoresearch/trial_summary/v1",
+        "status": status,
+        "exit_code": code,
+        "reason": reason,
+        "error": None if code == 0 else {"type": status, "message": reason, "rank": 0},
+        "steps": steps,
+        "max_steps": int(_num(cfg, "trial.max_steps", 20)),
+        "tokens": steps * 256,
+        "wall_time_sec": wall,
+        "startup_sec": round(sum(phases.values()), 6) if phases else 0.01,
         "startup_phases_sec": phases,
         "metrics": {k: metrics.get(k) for k in METRICS},
-        "layout": {"world_size": int(_num(cfg, "parallel.tp", 1)), "dp_replicate": 1, "dp_shard": 1,
-                   "tp": int(_num(cfg, "parallel.tp", 1)), "pp": 1, "cp": 1, "ep": 1},
-        "config": cfg, "overrides": argv, "seed": int(_num(cfg, "seed", 0)),
+        "layout": {
+            "world_size": int(_num(cfg, "parallel.tp", 1)),
+            "dp_replicate": 1,
+            "dp_shard": 1,
+            "tp": int(_num(cfg, "parallel.tp", 1)),
+            "pp": 1,
+            "cp": 1,
+            "ep": 1,
+        },
+        "config": cfg,
+        "overrides": argv,
+        "seed": int(_num(cfg, "seed", 0)),
         "versions": {"mindspore": None, "python": sys.version.split()[0], "project": "fake"},
-        "started_at": "1970-01-01T00:00:00Z", "ended_at": "1970-01-01T00:00:01Z",
+        "started_at": "1970-01-01T00:00:00Z",
+        "ended_at": "1970-01-01T00:00:01Z",
     }
     tmp = trial_dir / "trial_summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=1))

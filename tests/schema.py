@@ -3,12 +3,40 @@
 from core.trial.contract import STARTUP_PHASES
 
 NUMBER = (int, float)
-TOP = {"schema": str, "status": str, "exit_code": int, "reason": str, "error": (dict, type(None)),
-       "steps": int, "max_steps": (int, type(None)), "tokens": int, "wall_time_sec": NUMBER,
-       "startup_sec": (*NUMBER, type(None)), "startup_phases_sec": (dict, type(None)), "metrics": dict, "layout": dict, "config": dict,
-       "overrides": list, "seed": (int, type(None)), "versions": dict, "started_at": str, "ended_at": str}
-METRICS = ("tokens_per_sec", "step_time_ms_median", "mfu", "first_loss", "final_loss", "min_loss", "val_loss", "grad_norm_last",
-           "peak_memory_bytes", "peak_memory_bytes_per_rank", "estimated_memory_bytes")
+TOP = {
+    "schema": str,
+    "status": str,
+    "exit_code": int,
+    "reason": str,
+    "error": (dict, type(None)),
+    "steps": int,
+    "max_steps": (int, type(None)),
+    "tokens": int,
+    "wall_time_sec": NUMBER,
+    "startup_sec": (*NUMBER, type(None)),
+    "startup_phases_sec": (dict, type(None)),
+    "metrics": dict,
+    "layout": dict,
+    "config": dict,
+    "overrides": list,
+    "seed": (int, type(None)),
+    "versions": dict,
+    "started_at": str,
+    "ended_at": str,
+}
+METRICS = (
+    "tokens_per_sec",
+    "step_time_ms_median",
+    "mfu",
+    "first_loss",
+    "final_loss",
+    "min_loss",
+    "val_loss",
+    "grad_norm_last",
+    "peak_memory_bytes",
+    "peak_memory_bytes_per_rank",
+    "estimated_memory_bytes",
+)
 LAYOUT = ("world_size", "dp_replicate", "dp_shard", "tp", "pp", "cp", "ep")
 CODES = {"ok": 0, "error": 1, "invalid": 2, "oom": 10, "compile_error": 11, "nan": 12, "timeout": 13}
 

@@ -67,8 +67,10 @@ def pick_trial(study: optuna.Study, number: int | None = None) -> FrozenTrial:
         if trial is None:
             statuses = Counter(status_of(t) for t in trials.values())
             seen = ", ".join(f"{n} {s}" for s, n in statuses.most_common()) or "no trials"
-            raise ExportError(f"study {study.study_name!r} has no feasible trial (none ran ok with an objective; "
-                              f"{seen}): run more trials, or pick one with --trial N")
+            raise ExportError(
+                f"study {study.study_name!r} has no feasible trial (none ran ok with an objective; "
+                f"{seen}): run more trials, or pick one with --trial N"
+            )
     elif number not in trials:
         span = f"trials 0..{max(trials)}" if trials else "no trials"
         raise ExportError(f"--trial {number}: study {study.study_name!r} has no such trial ({span})")
@@ -77,15 +79,17 @@ def pick_trial(study: optuna.Study, number: int | None = None) -> FrozenTrial:
     status = status_of(trial)
     if status != Status.OK:
         reason = trial.user_attrs.get(Attr.REASON) or "no reason recorded"
-        raise ExportError(f"trial {trial.number} did not run ok (status {status}: {reason}); only an ok trial's "
-                          "config is a result: pick another with --trial (python -m autoresearch.report lists them)")
+        raise ExportError(
+            f"trial {trial.number} did not run ok (status {status}: {reason}); only an ok trial's "
+            "config is a result: pick another with --trial (python -m autoresearch.report lists them)"
+        )
     return trial
 
 
 @dataclass
 class Resolved:
-    config: dict   # the core's resolved config, nested as in a trial summary
-    source: str    # where it came from, for the header
+    config: dict  # the core's resolved config, nested as in a trial summary
+    source: str  # where it came from, for the header
 
 
 def resolved_config(study: optuna.Study, trial: FrozenTrial) -> Resolved:
@@ -101,8 +105,9 @@ def resolved_config(study: optuna.Study, trial: FrozenTrial) -> Resolved:
             except ConfigError as exc:
                 problems.append(f"the config in {summary_path} is not the core's: {exc}")
         try:
-            return Resolved(to_dict(load_config(summary.get("overrides") or [])),
-                            f"{summary_path} (composed from its overrides)")
+            return Resolved(
+                to_dict(load_config(summary.get("overrides") or [])), f"{summary_path} (composed from its overrides)"
+            )
         except ConfigError as exc:
             problems.append(f"the overrides in {summary_path} do not compose: {exc}")
     else:
@@ -121,30 +126,34 @@ def resolved_config(study: optuna.Study, trial: FrozenTrial) -> Resolved:
 
 # --- output ------------------------------------------------------------------------------------------------------
 
+
 def value_text(v: Any) -> str:
     """A value as configs write it: null, true, 0.001, [1,2]."""
     return "[" + ",".join(value_text(x) for x in v) + "]" if isinstance(v, list) else scalar_text(v)
 
 
-def header(study: optuna.Study, trial: FrozenTrial, resolved: Resolved, title: str,
-           dropped: dict[str, tuple[Any, str]]) -> list[str]:
+def header(
+    study: optuna.Study, trial: FrozenTrial, resolved: Resolved, title: str, dropped: dict[str, tuple[Any, str]]
+) -> list[str]:
     metric = study.user_attrs.get(Attr.OBJECTIVE_METRIC, "objective")
     direction = study.direction.name.lower()
     objective = trial.user_attrs.get(Attr.OBJECTIVE, trial.value)
     measured = "not recorded" if objective is None else f"{objective:.6g}"
-    lines = [title,
-             f"exported by autoresearch.export from study {study.study_name!r}, trial {trial.number}: "
-             f"{metric} = {measured} ({direction})",
-             f"config: {resolved.source}",
-             f"standing: {standing(study, trial)}"]
+    lines = [
+        title,
+        f"exported by autoresearch.export from study {study.study_name!r}, trial {trial.number}: "
+        f"{metric} = {measured} ({direction})",
+        f"config: {resolved.source}",
+        f"standing: {standing(study, trial)}",
+    ]
     lines += [f"not exported: {key}={value_text(value)} — {reason}" for key, (value, reason) in dropped.items()]
     return ["# " + line for line in lines]
 
 
 @dataclass
 class Output:
-    text: str            # what goes to the file (or stdout)
-    header: list[str]    # the comment header; inside ``text`` except for overrides
+    text: str  # what goes to the file (or stdout)
+    header: list[str]  # the comment header; inside ``text`` except for overrides
 
 
 def export_trial(study: optuna.Study, trial: FrozenTrial, to: str) -> Output:
@@ -158,5 +167,3 @@ def export_trial(study: optuna.Study, trial: FrozenTrial, to: str) -> Output:
     head = header(study, trial, resolved, target.title, exported.dropped)
     body = toml_text(exported.doc) if to == "torchtitan" else yaml_text(exported.doc)
     return Output("\n".join(head) + "\n" + body, head)
-
-

@@ -16,9 +16,12 @@ from core.config import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m autoresearch.export", description=export.__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n\n".join(export.__doc__.split("\n\n")[1:]))
+    ap = argparse.ArgumentParser(
+        prog="python -m autoresearch.export",
+        description=export.__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(export.__doc__.split("\n\n")[1:]),
+    )
     ap.add_argument("study_dir", nargs="?", help="a study directory, trials/<study> (reads its study.db)")
     ap.add_argument("--storage", help="SQLAlchemy URL of the study storage instead of <study_dir>/study.db")
     ap.add_argument("--study", help="study name (default: the only study in the storage, or the dir's name)")

@@ -60,7 +60,9 @@ def to_overrides(config: dict) -> list[str]:
     for key, value in flat.items():
         text = format_value(value)
         if any(ch.isspace() for ch in text):
-            raise ExportError(f"{key}={text} holds whitespace, which `$(cat FILE)` would split; export another "
-                              "target or pass this key by hand")
+            raise ExportError(
+                f"{key}={text} holds whitespace, which `$(cat FILE)` would split; export another "
+                "target or pass this key by hand"
+            )
         lines.append(f"{'' if key in known else '++'}{key}={text}")
     return lines

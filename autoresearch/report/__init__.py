@@ -1,11 +1,11 @@
 """Reports of a study: the table, its ledger and confirmation, plots, an HTML page, and the agent's terminal.
 
-    table.py      study_table: one row per trial, best first; markdown, CSV or JSON; the ledger's text
-    explain.py    one trial explained: its config in short, its memory breakdown
-    plots.py      the PNGs (objective, params, best against device time, memory, parallel coordinates)
-    html.py       report.html: everything above on one page
-    console.py    the agent's terminal: a progress bar and a line per trial, then the verdict
-    __main__.py   ``python -m autoresearch.report``
+table.py      study_table: one row per trial, best first; markdown, CSV or JSON; the ledger's text
+explain.py    one trial explained: its config in short, its memory breakdown
+plots.py      the PNGs (objective, params, best against device time, memory, parallel coordinates)
+html.py       report.html: everything above on one page
+console.py    the agent's terminal: a progress bar and a line per trial, then the verdict
+__main__.py   ``python -m autoresearch.report``
 """
 
 from autoresearch.report.explain import params_label

@@ -23,15 +23,22 @@ from autoresearch.study.storage import load_study, trial_rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m autoresearch.report", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m autoresearch.report",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("study_dir", nargs="?", help="a study directory, trials/<study> (reads its study.db)")
     ap.add_argument("--storage", help="SQLAlchemy URL of the study storage instead of <study_dir>/study.db")
     ap.add_argument("--study", help="study name (default: the only study in the storage, or the dir's name)")
     ap.add_argument("--format", choices=["markdown", "csv", "json"], default="markdown")
     ap.add_argument("--plot", action="store_true", help="write PNG plots into the study dir (or --out)")
-    ap.add_argument("--html", action="store_true", help="write report.html (table, ledger, plots, each trial "
-                    "explained) and the PNGs into the study dir (or --out)")
+    ap.add_argument(
+        "--html",
+        action="store_true",
+        help="write report.html (table, ledger, plots, each trial "
+        "explained) and the PNGs into the study dir (or --out)",
+    )
     ap.add_argument("--out", help="directory for --plot and --html (default: the study dir, else trials/<study>)")
     args = ap.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)

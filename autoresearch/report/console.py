@@ -38,8 +38,14 @@ class Console(logging.Handler):
         sys.stdout.flush()
 
     def phase_started(self, phase: Phase) -> None:
-        self.bar = tqdm(total=phase.total, initial=min(phase.done(), phase.total), unit="trial", desc=phase.name,
-                        dynamic_ncols=True, disable=None if self.progress else True)  # None: only on a terminal
+        self.bar = tqdm(
+            total=phase.total,
+            initial=min(phase.done(), phase.total),
+            unit="trial",
+            desc=phase.name,
+            dynamic_ncols=True,
+            disable=None if self.progress else True,
+        )  # None: only on a terminal
 
     def trial_ended(self, phase: Phase, event: TrialEvent, best: FrozenTrial | None) -> None:
         self.bar.n = min(phase.done(), phase.total)
@@ -74,8 +80,10 @@ def print_outcome(session: Session, outcome: Outcome) -> None:
     print(f"\nstopped: {outcome.why}\n")
     print(render(df, "markdown"))
     print("\n" + ledger_text(rows))
-    print(f"\ntrials.csv: {session.study_dir / 'trials.csv'}; review with: python -m autoresearch.report "
-          f"{session.study_dir}")
+    print(
+        f"\ntrials.csv: {session.study_dir / 'trials.csv'}; review with: python -m autoresearch.report "
+        f"{session.study_dir}"
+    )
     print_verdict(session, study)
 
 
@@ -90,12 +98,14 @@ def print_verdict(session: Session, study: optuna.Study) -> None:
     v = confirm.verdict(study, opts.confirm, opts.repeats) if opts.confirm > 0 else None
     pick = best.params
     if v is not None:
-        print(f"\nconfirmation ({opts.repeats} runs per config; mean ± std of those runs, the search's own run left "
-              "out):")
+        print(
+            f"\nconfirmation ({opts.repeats} runs per config; mean ± std of those runs, the search's own run left out):"
+        )
         print(to_markdown(pd.DataFrame(confirm.table(v, metric))))
         pick = v.winner.params if v.winner is not None else pick
     for k, value in pick.items():
         print(f"  {k} = {value}")
     print("reproduce: " + shlex.join([*session.command, *session.space.overrides(pick)]))
-    print(v.line if v is not None else f"best (unconfirmed, --confirm 0): trial {best.number}, {metric}="
-          f"{best.value:.6g}")
+    print(
+        v.line if v is not None else f"best (unconfirmed, --confirm 0): trial {best.number}, {metric}={best.value:.6g}"
+    )

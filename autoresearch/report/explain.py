@@ -20,7 +20,7 @@ def short_names(keys) -> dict[str, str]:
     where two keys would share one."""
     keys = list(keys)
     last = [k.rsplit(".", 1)[-1] for k in keys]
-    return {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last)}
+    return {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last, strict=True)}
 
 
 def _value(v) -> str:

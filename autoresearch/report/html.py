@@ -26,8 +26,10 @@ from autoresearch.space import SpaceError, load_space
 from autoresearch.study.storage import trial_rows
 
 MiB = 1024**2
-UNKNOWN_PARTS = ("<p><small>unknown: the trial did not report it (no start-up phases, no steady step to subtract "
-                 "from the first, or no summary); never estimated (autoresearch.study.ledger)</small></p>")
+UNKNOWN_PARTS = (
+    "<p><small>unknown: the trial did not report it (no start-up phases, no steady step to subtract "
+    "from the first, or no summary); never estimated (autoresearch.study.ledger)</small></p>"
+)
 STYLE = """body{font-family:sans-serif;margin:1.5em;max-width:1400px}table{border-collapse:collapse;font-size:12px}
 td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#eee}pre{background:#f6f6f6;
 padding:6px;font-size:12px}.trial{border-top:1px solid #999;margin-top:1em}img{max-width:100%;margin:4px}"""
@@ -48,12 +50,17 @@ def _sec(value) -> str:
 def _time_table(led: dict | None) -> str:
     if led is None:
         return "<p>still running: no ledger yet</p>"
-    rows = [("ranks", led.get("ranks")), ("wall seconds", _sec(led.get("wall_sec"))),
-            ("device-seconds (ranks x wall)", _sec(led.get("device_sec"))),
-            ("start-up, device-s", _sec(led.get("startup_sec"))), ("compile, device-s", _sec(led.get("compile_sec"))),
-            ("steps, device-s", _sec(led.get("steps_sec"))), ("LLM calls", led.get("llm_calls")),
-            ("LLM tokens", led.get("llm_tokens")),
-            ("LLM dollars", "unknown" if led.get("llm_usd") is None else f"{led['llm_usd']:.4f}")]
+    rows = [
+        ("ranks", led.get("ranks")),
+        ("wall seconds", _sec(led.get("wall_sec"))),
+        ("device-seconds (ranks x wall)", _sec(led.get("device_sec"))),
+        ("start-up, device-s", _sec(led.get("startup_sec"))),
+        ("compile, device-s", _sec(led.get("compile_sec"))),
+        ("steps, device-s", _sec(led.get("steps_sec"))),
+        ("LLM calls", led.get("llm_calls")),
+        ("LLM tokens", led.get("llm_tokens")),
+        ("LLM dollars", "unknown" if led.get("llm_usd") is None else f"{led['llm_usd']:.4f}"),
+    ]
     body = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)
     return f"<table class='time'>{body}</table>" + (UNKNOWN_PARTS if "unknown" in body else "")
 
@@ -62,8 +69,10 @@ def _memory(row: TrialRow, space) -> str:
     peak, est = row.peak_memory_bytes, row.estimated_memory_bytes
     pred = row.predicted_memory_bytes
     ratio = f" (estimate / measured = {est / peak:.2f})" if peak and est else ""
-    head = (f"<p>measured peak {_mib(peak) or 'none'} MiB; estimate {_mib(est) or 'none'} MiB; "
-            f"calibrated prediction {_mib(pred) or 'none'} MiB{ratio}</p>")
+    head = (
+        f"<p>measured peak {_mib(peak) or 'none'} MiB; estimate {_mib(est) or 'none'} MiB; "
+        f"calibrated prediction {_mib(pred) or 'none'} MiB{ratio}</p>"
+    )
     text, note = breakdown_text(row, space)
     return head + (f"<pre>{_esc(text)}</pre>" if text else f"<p>no memory breakdown: {_esc(note)}</p>")
 
@@ -73,10 +82,12 @@ def trial_section(row: TrialRow, space=None) -> str:
     who = _esc(row.proposer or "unknown")
     why = f": {_esc(row.rationale)}" if row.rationale else ""
     objective = "" if row.objective is None else f", objective {row.objective:.6g}"
-    return (f"<div class='trial' id='trial-{row.number}'><h3>trial {row.number}: {_esc(row.status)}"
-            f"{objective}</h3><p><code>{_esc(params_label(row.params))}</code></p>"
-            f"<p>proposed by {who}{why}</p><p>reason: {_esc(row.reason or 'none given')}</p>"
-            f"<h4>time</h4>{_time_table(row.ledger)}<h4>memory</h4>{_memory(row, space)}</div>")
+    return (
+        f"<div class='trial' id='trial-{row.number}'><h3>trial {row.number}: {_esc(row.status)}"
+        f"{objective}</h3><p><code>{_esc(params_label(row.params))}</code></p>"
+        f"<p>proposed by {who}{why}</p><p>reason: {_esc(row.reason or 'none given')}</p>"
+        f"<h4>time</h4>{_time_table(row.ledger)}<h4>memory</h4>{_memory(row, space)}</div>"
+    )
 
 
 def _image(path: Path) -> str:
@@ -104,8 +115,9 @@ def write_report(study: optuna.Study, out_dir: str | Path, rows: list[TrialRow] 
     return [*pngs, path]
 
 
-def _page(study: optuna.Study, table: pd.DataFrame, rows: list[TrialRow], ledger: str, pngs: list[Path],
-          confirmation: str) -> str:
+def _page(
+    study: optuna.Study, table: pd.DataFrame, rows: list[TrialRow], ledger: str, pngs: list[Path], confirmation: str
+) -> str:
     space = _space(study)
     metric = study.user_attrs.get(Attr.OBJECTIVE_METRIC, "objective")
     parts = [
@@ -116,9 +128,13 @@ def _page(study: optuna.Study, table: pd.DataFrame, rows: list[TrialRow], ledger
         *([f"<h2>Confirmation</h2><pre>{_esc(confirmation)}</pre>"] if confirmation else []),
         f"<h2>Cost ledger</h2><pre>{_esc(ledger)}</pre>",
         "<h2>Trials (best first)</h2>",
-        table.to_html(index=False, table_id="trials", na_rep="", float_format=lambda v: f"{v:.6g}",
-                      border=0, escape=True),
-        "<h2>Plots</h2>", *(_image(p) for p in pngs),
-        "<h2>Each trial</h2>", *(trial_section(r, space) for r in rows),
-        "</body></html>"]
+        table.to_html(
+            index=False, table_id="trials", na_rep="", float_format=lambda v: f"{v:.6g}", border=0, escape=True
+        ),
+        "<h2>Plots</h2>",
+        *(_image(p) for p in pngs),
+        "<h2>Each trial</h2>",
+        *(trial_section(r, space) for r in rows),
+        "</body></html>",
+    ]
     return "\n".join(parts)

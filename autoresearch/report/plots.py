@@ -43,13 +43,19 @@ def write_plots(study: optuna.Study, out_dir: str | Path, rows: list[TrialRow] |
     df, params = study_table(study, rows), param_names(study, rows)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    return [*objective_plots(study, df, params, out_dir), best_vs_device_time(study, rows, out_dir),
-            memory_vs_peak(rows, out_dir), parallel_coordinates(study, df, params, out_dir)]
+    return [
+        *objective_plots(study, df, params, out_dir),
+        best_vs_device_time(study, rows, out_dir),
+        memory_vs_peak(rows, out_dir),
+        parallel_coordinates(study, df, params, out_dir),
+    ]
 
 
 def _goal(study: optuna.Study) -> tuple[str, bool]:
-    return (study.user_attrs.get(Attr.OBJECTIVE_METRIC, "objective"),
-            study.direction == optuna.study.StudyDirection.MAXIMIZE)
+    return (
+        study.user_attrs.get(Attr.OBJECTIVE_METRIC, "objective"),
+        study.direction == optuna.study.StudyDirection.MAXIMIZE,
+    )
 
 
 def _distributions(study: optuna.Study) -> dict:
@@ -86,8 +92,9 @@ def objective_plots(study: optuna.Study, df: pd.DataFrame, params: list[str], ou
             ax.annotate(str(row.status), (row.number, floor), color="C3", fontsize=7, rotation=90)
     ax.set_xlabel("trial")
     ax.set_ylabel(metric)
-    ax.set_title(f"{study.study_name}: {metric} per trial ({'max' if maximize else 'min'}imize; "
-                 f"{len(failed)} without objective)")
+    ax.set_title(
+        f"{study.study_name}: {metric} per trial ({'max' if maximize else 'min'}imize; {len(failed)} without objective)"
+    )
     ax.legend(loc="best")
     written.append(_save(fig, out_dir / "objective_by_trial.png"))
 
@@ -107,8 +114,13 @@ def objective_plots(study: optuna.Study, df: pd.DataFrame, params: list[str], ou
                 ax.set_xscale("log")
         ax.scatter(ok[name].map(position), ok["objective"], s=18, label="trial")
         if len(failed):  # where failures and skips sit along this param: the region to stay out of
-            ax.scatter(failed[name].dropna().map(position), [floor] * failed[name].notna().sum(), marker="x",
-                       color="C3", label="no objective (failed or skipped)")
+            ax.scatter(
+                failed[name].dropna().map(position),
+                [floor] * failed[name].notna().sum(),
+                marker="x",
+                color="C3",
+                label="no objective (failed or skipped)",
+            )
         ax.set_xlabel(name)
         ax.set_ylabel(metric)
         ax.set_title(f"{metric} against {name}")
@@ -159,14 +171,20 @@ def memory_vs_peak(rows: list[TrialRow], out_dir: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 5))
     measured = [r for r in rows if r.peak_memory_bytes]
     counts = []
-    for key, marker, label in (("estimated_memory_bytes", "o", "core estimate"),
-                               ("predicted_memory_bytes", "^", "agent's calibrated prediction")):
+    for key, marker, label in (
+        ("estimated_memory_bytes", "o", "core estimate"),
+        ("predicted_memory_bytes", "^", "agent's calibrated prediction"),
+    ):
         pairs = [(r.peak_memory_bytes / MiB, getattr(r, key) / MiB) for r in measured if getattr(r, key)]
         counts.append(f"{len(pairs)} {label.split()[-1]}")
         if pairs:
-            ax.scatter(*zip(*pairs), marker=marker, s=24, alpha=0.7, label=label)
-    values = [v / MiB for r in measured for v in (r.peak_memory_bytes, r.estimated_memory_bytes,
-                                                   r.predicted_memory_bytes) if v]
+            ax.scatter(*zip(*pairs, strict=True), marker=marker, s=24, alpha=0.7, label=label)
+    values = [
+        v / MiB
+        for r in measured
+        for v in (r.peak_memory_bytes, r.estimated_memory_bytes, r.predicted_memory_bytes)
+        if v
+    ]
     if values:
         lo, hi = min(values), max(values)
         ax.plot([lo, hi], [lo, hi], color="grey", linestyle="--", linewidth=1, label="estimate = measured")
@@ -189,8 +207,11 @@ def _axis_positions(study: optuna.Study, df: pd.DataFrame, params: list[str]) ->
         if _is_categorical(dist, col):
             labels = _choices(dist, col)
             step = 1.0 / max(1, len(labels) - 1)
-            positions.append(col.map(lambda v, labels=labels, step=step:
-                                     labels.index(str(v)) * step if str(v) in labels else math.nan))
+            positions.append(
+                col.map(
+                    lambda v, labels=labels, step=step: labels.index(str(v)) * step if str(v) in labels else math.nan
+                )
+            )
             ticks.append([(i * step, label) for i, label in enumerate(labels)])
             continue
         values = pd.to_numeric(col, errors="coerce").astype(float)
@@ -223,8 +244,9 @@ def parallel_coordinates(study: optuna.Study, df: pd.DataFrame, params: list[str
             ax.plot(xs, [*ys, norm(value)], color=cmap(norm(value)), alpha=0.8, linewidth=1.4)
         else:  # failed or skipped: no objective, drawn to below the objective axis in its status's colour
             ax.plot(xs, [*ys, -0.1], color=status_color[df["status"].iloc[i]], linestyle="--", alpha=0.6)
-    for x, axis_ticks in zip(xs, [*ticks, [(0.0, f"{norm.vmin:.4g}"), (1.0, f"{norm.vmax:.4g}"),
-                                            (-0.1, "none")]]):
+    for x, axis_ticks in zip(
+        xs, [*ticks, [(0.0, f"{norm.vmin:.4g}"), (1.0, f"{norm.vmax:.4g}"), (-0.1, "none")]], strict=True
+    ):
         ax.axvline(x, color="black", linewidth=0.8)
         for y, label in axis_ticks:
             ax.annotate(label, (x, y), xytext=(3, 0), textcoords="offset points", fontsize=7, va="center")
@@ -236,8 +258,14 @@ def parallel_coordinates(study: optuna.Study, df: pd.DataFrame, params: list[str
         ax.plot([], [], color=status_color[s], linestyle="--", label=s)
     fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=f"{metric} (ok trials)")
     if statuses:
-        ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.12), ncol=min(6, len(statuses)), fontsize=8,
-                  title="no objective", title_fontsize=8)
+        ax.legend(
+            loc="upper left",
+            bbox_to_anchor=(0.0, -0.12),
+            ncol=min(6, len(statuses)),
+            fontsize=8,
+            title="no objective",
+            title_fontsize=8,
+        )
     ax.set_title(f"{study.study_name}: the space, {len(df)} trials ({'max' if maximize else 'min'}imize {metric})")
     return _save(fig, out_dir / "parallel_coordinates.png")
 

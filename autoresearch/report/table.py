@@ -41,10 +41,20 @@ def study_table(study: optuna.Study, rows: list[TrialRow] | None = None) -> pd.D
     table = []
     for r in rows:
         peak, led = r.peak_memory_bytes, r.ledger or {}
-        table.append({"number": r.number, "status": str(r.status), "exit_code": r.exit_code, **r.params,
-                      "objective": r.objective, "peak_mem_mib": None if peak is None else round(peak / MiB, 1),
-                      "wall_time_sec": r.wall_time_sec, **{k: led.get(k) for k in LEDGER},
-                      "proposer": r.proposer, "reason": r.reason})
+        table.append(
+            {
+                "number": r.number,
+                "status": str(r.status),
+                "exit_code": r.exit_code,
+                **r.params,
+                "objective": r.objective,
+                "peak_mem_mib": None if peak is None else round(peak / MiB, 1),
+                "wall_time_sec": r.wall_time_sec,
+                **{k: led.get(k) for k in LEDGER},
+                "proposer": r.proposer,
+                "reason": r.reason,
+            }
+        )
     df = pd.DataFrame(table, columns=LEAD + param_names(study, rows) + TAIL)
     for column in ("exit_code", "ranks", "llm_tokens"):
         df[column] = df[column].astype("Int64")

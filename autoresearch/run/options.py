@@ -73,8 +73,10 @@ class AgentOptions:
         if self.workers < 1:
             return f"--workers must be at least 1 (got {self.workers})"
         if self.confirm < 0 or self.repeats < 1:
-            return (f"--confirm must be >= 0 and --repeats >= 1 (got {self.confirm}, {self.repeats}); --confirm 0 "
-                    "skips the confirmation")
+            return (
+                f"--confirm must be >= 0 and --repeats >= 1 (got {self.confirm}, {self.repeats}); --confirm 0 "
+                "skips the confirmation"
+            )
         if self.max_device_hours is not None and self.max_device_hours < 0:
             return f"--max-device-hours must be 0 or more (got {self.max_device_hours:g})"
         return None

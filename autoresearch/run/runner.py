@@ -15,8 +15,8 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from autoresearch.core_adapter import DEFAULT_COMMAND, read_result, watchdog_seconds
 from autoresearch.records import Status, TrialResult
@@ -60,8 +60,9 @@ def run_trial(
     with open(trial_dir / "stdout.log", "wb") as out, open(trial_dir / "stderr.log", "wb") as err:
         # A new session = a new process group: the watchdog can end the trial and every worker it started.
         # fork_server.popen: forked from the agent's warm server (MindSpore already imported) when one runs.
-        proc = fork_server.popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
-                          cwd=cwd)
+        proc = fork_server.popen(
+            argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True, env=env, cwd=cwd
+        )
         try:
             if on_start is not None:
                 on_start(proc.pid)
@@ -87,7 +88,11 @@ def run_trial(
     wall = time.monotonic() - start
     result = read_result(trial_dir, proc.returncode, objective_metric, wall)
     if killed:
-        result.status, result.reason = Status.TIMEOUT, (
-            f"killed by the agent's watchdog after {wall:.0f}s (budget + grace + margin = {limit:.0f}s); "
-            + result.reason)
+        result.status, result.reason = (
+            Status.TIMEOUT,
+            (
+                f"killed by the agent's watchdog after {wall:.0f}s (budget + grace + margin = {limit:.0f}s); "
+                + result.reason
+            ),
+        )
     return result

@@ -14,9 +14,10 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -107,8 +108,14 @@ class Outcome:
 
 
 class Session:
-    def __init__(self, opts: AgentOptions, proposer_name: str, *, listener: Listener | None = None,
-                 stop_when: Callable[[optuna.Study], str] | None = None):
+    def __init__(
+        self,
+        opts: AgentOptions,
+        proposer_name: str,
+        *,
+        listener: Listener | None = None,
+        stop_when: Callable[[optuna.Study], str] | None = None,
+    ):
         """``stop_when(study)``: a further reason to end the search ("" to go on), asked before the session's own
         (the benchmarks' replays stop when the best config has run)."""
         self.opts, self.listener, self.stop_when = opts, listener or Silent(), stop_when
@@ -123,8 +130,7 @@ class Session:
         self.sampler_name = sampler_for(proposer_name)
         self.gate = Gate(self.space, opts.estimator, learn=opts.learn)
         proposer = build_proposer(proposer_name, opts.model, opts.claude_fraction, opts.seed)
-        self.chooser = Chooser(self.space, self.gate, proposer=proposer, sampler_name=self.sampler_name,
-                               seed=opts.seed)
+        self.chooser = Chooser(self.space, self.gate, proposer=proposer, sampler_name=self.sampler_name, seed=opts.seed)
         self.errors_in_a_row = 0
         self.storage: optuna.storages.BaseStorage | None = None
 
@@ -135,19 +141,24 @@ class Session:
         machine, after which it is read from the cache. Trials measure it themselves if this fails."""
         if tuple(self.command) != DEFAULT_COMMAND:
             return  # another trial command (a test's fake trial): not the core's MFU
-        done = subprocess.run([*DEFAULT_COMMAND[:2], "core.reference_rate", "--device", device],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [*DEFAULT_COMMAND[:2], "core.reference_rate", "--device", device], capture_output=True, text=True
+        )
         last = ((done.stdout if done.returncode == 0 else done.stderr).strip().splitlines() or ["?"])[-1]
-        self.listener.note(f"reference rate: {last}" if done.returncode == 0 else
-                           f"reference rate not measured (exit {done.returncode}: {last}); each trial will try")
+        self.listener.note(
+            f"reference rate: {last}"
+            if done.returncode == 0
+            else f"reference rate not measured (exit {done.returncode}: {last}); each trial will try"
+        )
 
     def open(self) -> optuna.Study:
         url = st.storage_url(self.opts.storage or st.default_storage(self.opts.trials_dir, self.study_name))
         if self.opts.resume and self.study_name not in optuna.get_all_study_names(storage=url):
             raise SystemExit(f"--resume: no study {self.study_name!r} in {url}")
         n_startup = max(3, min(10, self.trials // 4))  # short studies should not spend half their budget at random
-        sampler = make_sampler(self.sampler_name, self.opts.seed, n_startup_trials=n_startup,
-                               concurrent=self.opts.workers > 1)
+        sampler = make_sampler(
+            self.sampler_name, self.opts.seed, n_startup_trials=n_startup, concurrent=self.opts.workers > 1
+        )
         self.storage = st.open_storage(url)
         study = st.open_study(self.space, self.study_name, self.storage, sampler)
         for note in reap_stale(study, self.storage):
@@ -172,10 +183,15 @@ class Session:
         k, repeats = self.opts.confirm, self.opts.repeats
         if code == 0 and k > 0 and repeats > 0 and st.best_trial(study) is not None:
             total = min(k, len(confirm.front_runners(study, k))) * repeats
-            self.listener.note(f"\nsearch stopped: {why}\nconfirming the {k} best configs, {repeats} runs each "
-                               f"(--confirm {k} --repeats {repeats})")
-            why, code = self._phase(_Confirmation(self, study, start), slots,
-                                    Phase("confirm", total, lambda: confirm.done_runs(study, k, repeats)))
+            self.listener.note(
+                f"\nsearch stopped: {why}\nconfirming the {k} best configs, {repeats} runs each "
+                f"(--confirm {k} --repeats {repeats})"
+            )
+            why, code = self._phase(
+                _Confirmation(self, study, start),
+                slots,
+                Phase("confirm", total, lambda: confirm.done_runs(study, k, repeats)),
+            )
         return Outcome(why, code, study, st.trial_rows(study))
 
     def _phase(self, work: _Work, slots: list[Slot], phase: Phase) -> tuple[str, int]:
@@ -218,10 +234,15 @@ class _Work:
         """Run one trial in its slot (a worker thread); raises ``Interrupted`` once ``stop`` is set."""
         s, trial = self.session, item.trial
         return run_trial(
-            [*s.space.overrides(item.params), *item.extra], item.trial_dir, command=[*slot.prefix, *s.command],
-            env={**os.environ, **slot.env} if slot.env else None, objective_metric=s.space.objective_metric,
+            [*s.space.overrides(item.params), *item.extra],
+            item.trial_dir,
+            command=[*slot.prefix, *s.command],
+            env={**os.environ, **slot.env} if slot.env else None,
+            objective_metric=s.space.objective_metric,
             on_start=lambda pid: trial.set_user_attr(Attr.TRIAL_PID, identity(pid)),
-            on_poll=lambda: trial.set_user_attr(Attr.HEARTBEAT, time.time()), stop=stop)
+            on_poll=lambda: trial.set_user_attr(Attr.HEARTBEAT, time.time()),
+            stop=stop,
+        )
 
     def done(self, item: Launch, result: TrialResult, slot: Slot) -> None:
         """Tell the study how a trial ended, learn from it, and report it."""
@@ -230,9 +251,19 @@ class _Work:
         s.gate.learn(trial.number, item.params, result.status, result.metrics)
         s.errors_in_a_row = s.errors_in_a_row + 1 if state == TrialState.FAIL else 0
         attrs = trial.user_attrs
-        self.report(TrialEvent(number=trial.number, status=result.status, params=item.params, reason=result.reason,
-                               objective=result.objective, wall_time=result.wall_time, slot=slot.label,
-                               confirmation_of=attrs.get(Attr.CONFIRMATION_OF), repeat=attrs.get(Attr.REPEAT)))
+        self.report(
+            TrialEvent(
+                number=trial.number,
+                status=result.status,
+                params=item.params,
+                reason=result.reason,
+                objective=result.objective,
+                wall_time=result.wall_time,
+                slot=slot.label,
+                confirmation_of=attrs.get(Attr.CONFIRMATION_OF),
+                repeat=attrs.get(Attr.REPEAT),
+            )
+        )
 
     def report(self, event: TrialEvent) -> None:
         self.session.listener.trial_ended(self.phase, event, st.best_trial(self.study))
@@ -244,8 +275,13 @@ class _Work:
     def abandon(self, running: list[Launch]) -> None:
         """After Ctrl-C: the config was not at fault, so it runs again later."""
         for item in running:
-            abandon(self.study, self.session.storage, self.study.get_trials(deepcopy=False)[item.trial.number],
-                    Status.INTERRUPTED, "the agent was interrupted (Ctrl-C or SIGTERM) while this trial ran")
+            abandon(
+                self.study,
+                self.session.storage,
+                self.study.get_trials(deepcopy=False)[item.trial.number],
+                Status.INTERRUPTED,
+                "the agent was interrupted (Ctrl-C or SIGTERM) while this trial ran",
+            )
 
 
 class _Search(_Work):
@@ -256,14 +292,20 @@ class _Search(_Work):
             return why
         done = st.finished_count(study)
         if done + running >= s.trials:
-            return f"the study holds {done} finished trials (--trials {s.trials})" + \
-                (f", {running} still running" if running else "")
+            return f"the study holds {done} finished trials (--trials {s.trials})" + (
+                f", {running} still running" if running else ""
+            )
         why = s.budget_reason(study, self.start)
         if not why and s.opts.patience:
             best = st.best_trial(study)
-            since = [t for t in study.get_trials(deepcopy=False)
-                     if t.state.is_finished() and st.status_of(t) in RAN and not st.is_confirmation(t)
-                     and (best is None or t.number > best.number)]
+            since = [
+                t
+                for t in study.get_trials(deepcopy=False)
+                if t.state.is_finished()
+                and st.status_of(t) in RAN
+                and not st.is_confirmation(t)
+                and (best is None or t.number > best.number)
+            ]
             if len(since) >= s.opts.patience:
                 return f"{len(since)} trials ran without improving the best (--patience {s.opts.patience})"
         return why

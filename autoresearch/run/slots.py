@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Slot:
     index: int
-    label: str                                  # shown in the trial's line, e.g. "cores 2-3"
-    prefix: tuple[str, ...] = ()                # put before the trial command
-    env: dict = field(default_factory=dict)     # added to the trial's environment
+    label: str  # shown in the trial's line, e.g. "cores 2-3"
+    prefix: tuple[str, ...] = ()  # put before the trial command
+    env: dict = field(default_factory=dict)  # added to the trial's environment
 
 
 def _available_cores() -> list[int]:
@@ -42,8 +42,7 @@ def _ranges(cores: list[int]) -> str:
     return ",".join(parts)
 
 
-def make_slots(workers: int, device: str = "CPU", world_size: int = 1,
-               cores: list[int] | None = None) -> list[Slot]:
+def make_slots(workers: int, device: str = "CPU", world_size: int = 1, cores: list[int] | None = None) -> list[Slot]:
     """K slots, or a SystemExit that says why K does not fit and what to do instead."""
     if workers < 1:
         raise SystemExit(f"--workers must be at least 1 (got {workers})")
@@ -53,19 +52,25 @@ def make_slots(workers: int, device: str = "CPU", world_size: int = 1,
         cores = _available_cores() if cores is None else cores
         per = len(cores) // workers
         if per < 1:
-            raise SystemExit(f"--workers {workers}: this agent may use {len(cores)} CPU core(s), fewer than one per "
-                             f"concurrent trial; use --workers {len(cores)} or fewer")
+            raise SystemExit(
+                f"--workers {workers}: this agent may use {len(cores)} CPU core(s), fewer than one per "
+                f"concurrent trial; use --workers {len(cores)} or fewer"
+            )
         taskset = shutil.which("taskset")
         if taskset is None:
-            raise SystemExit(f"--workers {workers} pins each trial to its own cores with taskset, which is not on "
-                             "PATH (util-linux); install it or use --workers 1")
+            raise SystemExit(
+                f"--workers {workers} pins each trial to its own cores with taskset, which is not on "
+                "PATH (util-linux); install it or use --workers 1"
+            )
         slots = []
         for i in range(workers):
-            mine = _ranges(cores[i * per:(i + 1) * per])
+            mine = _ranges(cores[i * per : (i + 1) * per])
             slots.append(Slot(i, f"cores {mine}", (taskset, "-c", mine)))
         return slots
     if device == "Ascend":
-        return [Slot(i, f"devices {ids}", env={"ASCEND_RT_VISIBLE_DEVICES": ids})
-                for i in range(workers)
-                for ids in [",".join(str(d) for d in range(i * world_size, (i + 1) * world_size))]]
+        return [
+            Slot(i, f"devices {ids}", env={"ASCEND_RT_VISIBLE_DEVICES": ids})
+            for i in range(workers)
+            for ids in [",".join(str(d) for d in range(i * world_size, (i + 1) * world_size))]
+        ]
     raise SystemExit(f"--workers {workers}: no way to give each trial its own {device} resources; use --workers 1")

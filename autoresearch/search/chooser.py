@@ -68,7 +68,7 @@ class Chooser:
         self.sampler_name = sampler_name
         self.seed = seed
         self.repeats_in_a_row = 0  # proposals that repeated a config or broke the space, since the last new one
-        self.repeat_kind = ""      # what the last of them did, for the label of the random config that follows
+        self.repeat_kind = ""  # what the last of them did, for the label of the random config that follows
         self._seen_usage = None
 
     @property
@@ -86,19 +86,23 @@ class Chooser:
             usage = self._new_usage(proposal)
             problems = self.space.check(proposal.params) if proposal is not None else []
             if problems:  # a proposer's output is data: it never runs unchecked
-                log.info("%s proposal ignored (%s); another chooser takes this trial", proposal.proposer,
-                         "; ".join(problems))
+                log.info(
+                    "%s proposal ignored (%s); another chooser takes this trial", proposal.proposer, "; ".join(problems)
+                )
             if proposal is not None and not problems:
-                study.enqueue_trial(self.space.coerce(proposal.params), user_attrs={
-                    Attr.PROPOSER: proposal.proposer, Attr.RATIONALE: proposal.rationale})
+                study.enqueue_trial(
+                    self.space.coerce(proposal.params),
+                    user_attrs={Attr.PROPOSER: proposal.proposer, Attr.RATIONALE: proposal.rationale},
+                )
                 waiting, declined = True, proposal.fallback_from
             elif usage is not None:  # Claude (the one LLM proposer) was asked, spent tokens, and declined
                 declined = "claude"
         if not waiting and self.repeats_in_a_row >= REPEATS_BEFORE_RANDOM:
             self._enqueue_unseen(study)
         trial = study.ask(self.space.distributions())
-        mark_running(trial, **({Attr.LLM_USAGE: usage} if usage else {}),
-                     **({Attr.FALLBACK_FROM: declined} if declined else {}))
+        mark_running(
+            trial, **({Attr.LLM_USAGE: usage} if usage else {}), **({Attr.FALLBACK_FROM: declined} if declined else {})
+        )
         if Attr.PROPOSER not in trial.user_attrs:
             trial.set_user_attr(Attr.PROPOSER, self.sampler_name)
         return trial
@@ -109,8 +113,9 @@ class Chooser:
         repeated = skipped is not None and skipped.status in (Status.DUPLICATE, Status.REJECTED)
         self.repeats_in_a_row = self.repeats_in_a_row + 1 if repeated else 0
         if repeated:
-            self.repeat_kind = ("repeated a config" if skipped.status == Status.DUPLICATE else
-                                "broke the space's constraints")
+            self.repeat_kind = (
+                "repeated a config" if skipped.status == Status.DUPLICATE else "broke the space's constraints"
+            )
 
     def _enqueue_unseen(self, study: optuna.Study) -> None:
         """Enqueue a random config that would run (not a duplicate, not dominated), or end the search."""
@@ -122,8 +127,10 @@ class Chooser:
             except ValueError:
                 break
             if self.gate.skip(study, params, recorded) is None:
-                study.enqueue_trial(self.space.coerce(params), user_attrs={
-                    Attr.PROPOSER: f"random ({self.sampler_name} {self.repeat_kind})"})
+                study.enqueue_trial(
+                    self.space.coerce(params),
+                    user_attrs={Attr.PROPOSER: f"random ({self.sampler_name} {self.repeat_kind})"},
+                )
                 return
         raise SearchExhausted("no config left that is new and not dominated by a known failure")
 

@@ -21,7 +21,6 @@ prediction the memory gate compares with ``memory.limit_gb``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from autoresearch.records import RAN, Status, config_key, diverged, positive_number, value_key
 from autoresearch.search.memory_model import MemoryModel, gib
@@ -46,15 +45,15 @@ class Outcome:
 
     params: dict
     status: str
-    metrics: Optional[dict] = None
-    trial: Optional[int] = None
+    metrics: dict | None = None
+    trial: int | None = None
 
     @property
     def label(self) -> str:
         return f"trial {self.trial}" if self.trial is not None else "an earlier trial"
 
     @property
-    def proves(self) -> Optional[str]:
+    def proves(self) -> str | None:
         """The failure kind this outcome is evidence of, for dominance: its status, or "nan" for a finite run
         whose loss diverged."""
         if self.status in _DOMINANCE:
@@ -88,14 +87,14 @@ class FeasibilityMemory:
             if positive_number(est) and positive_number(peak):
                 self.memory_model.add(est, peak)
 
-    def check(self, params: dict, estimated_bytes: float | None = None,
-              limit_bytes: float | None = None) -> Optional[str]:
+    def check(self, params: dict, estimated_bytes: float | None = None, limit_bytes: float | None = None) -> str | None:
         """A one-line reason to skip ``params`` without running it, or None to run it (see ``verdict``)."""
         found = self.verdict(params, estimated_bytes, limit_bytes)
         return found[1] if found else None
 
-    def verdict(self, params: dict, estimated_bytes: float | None = None,
-                limit_bytes: float | None = None) -> Optional[tuple[Optional[str], str]]:
+    def verdict(
+        self, params: dict, estimated_bytes: float | None = None, limit_bytes: float | None = None
+    ) -> tuple[str | None, str] | None:
         """(failure kind it predicts or None, one-line reason) to skip ``params``, or None to run it. Checked in
         order: an exact repeat, OOM dominance, NaN dominance, and (when both are given) the memory model's
         prediction for ``estimated_bytes`` against ``limit_bytes``."""
@@ -113,8 +112,10 @@ class FeasibilityMemory:
         if estimated_bytes is not None and limit_bytes is not None:
             predicted = self.memory_model.predict(estimated_bytes)
             if predicted > limit_bytes:
-                return Status.OOM, (f"predicted peak memory {gib(predicted)} exceeds the limit {gib(limit_bytes)} "
-                               f"({self.memory_model.describe()}); lower the micro-batch or enable recompute")
+                return Status.OOM, (
+                    f"predicted peak memory {gib(predicted)} exceeds the limit {gib(limit_bytes)} "
+                    f"({self.memory_model.describe()}); lower the micro-batch or enable recompute"
+                )
         return None
 
     def dominates(self, failed: dict, proposal: dict, kind: str) -> bool:
@@ -154,6 +155,7 @@ class FeasibilityMemory:
             shown = ", ".join(same[:4]) + (", ..." if len(same) > 4 else "")
             text += f" (same {shown})"
         text += f": {implication}"
+
         def valid(name, value):  # a way out must be a point the space allows (SWAP only in PyNative, ...)
             return not self.space.check({**o.params, name: value})
 
@@ -175,5 +177,3 @@ class FeasibilityMemory:
         """A few lines for people and for the LLM's prompt: outcomes by status and the memory model."""
         counts = ", ".join(f"{s} {n}" for s, n in self.counts().items()) or "no trials yet"
         return f"outcomes: {counts}\nmemory model: {self.memory_model.describe()}"
-
-

@@ -82,8 +82,9 @@ class Gate:
             found = self.memory.verdict(params, est, self.memory_limit_bytes(params))
             if found:
                 kind, reason = found  # a repeat of an error or invalid trial is no failure kind to learn
-                return Skip(Status.DUPLICATE if kind is None else Status.PRUNED, reason,
-                            kind if kind in FAILURE_KINDS else None)
+                return Skip(
+                    Status.DUPLICATE if kind is None else Status.PRUNED, reason, kind if kind in FAILURE_KINDS else None
+                )
         # Repeats of any recorded trial, pruned ones included (the memory only knows trials that ran).
         recorded = recorded_keys(study) if recorded is None else recorded
         t = recorded.get(config_key(self.space.coerce(params)))

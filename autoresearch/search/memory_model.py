@@ -46,7 +46,7 @@ class MemoryModel:
         sxx = sum((x - mx) ** 2 for x in xs)
         if sxx <= 1e-12 * mx * mx:
             return ratio
-        a = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+        a = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
         if a <= 0:
             return ratio
         return a, my - a * mx

@@ -58,8 +58,10 @@ class GaussianProcess:
         dim = x.shape[1]
         self._sq = _scaled_sq(x, x, np.ones(dim))  # (n, n, d) squared differences, unscaled
         bounds = [_LOG_LENGTH] * dim + [_LOG_SIGNAL, _LOG_NOISE]
-        starts = [np.r_[np.full(dim, math.log(0.5)), 0.0, math.log(1e-2)],
-                  np.r_[np.full(dim, math.log(2.0)), 0.0, math.log(1e-1)]]
+        starts = [
+            np.r_[np.full(dim, math.log(0.5)), 0.0, math.log(1e-2)],
+            np.r_[np.full(dim, math.log(2.0)), 0.0, math.log(1e-1)],
+        ]
         fits = [optimize.minimize(self._objective, s, jac=True, method="L-BFGS-B", bounds=bounds) for s in starts]
         theta = min(fits, key=lambda r: r.fun).x
         try:
@@ -71,9 +73,9 @@ class GaussianProcess:
     def _set(self, theta: np.ndarray) -> None:
         dim = self.x.shape[1]
         self.lengths, self.signal, self.noise = np.exp(theta[:dim]), math.exp(theta[dim]), math.exp(theta[dim + 1])
-        self._scaled = self._sq / self.lengths ** 2
+        self._scaled = self._sq / self.lengths**2
         self._dist = np.sqrt(5.0 * self._scaled.sum(-1))
-        self._k = self.signal * (1.0 + self._dist + self._dist ** 2 / 3.0) * np.exp(-self._dist)
+        self._k = self.signal * (1.0 + self._dist + self._dist**2 / 3.0) * np.exp(-self._dist)
         self._chol = np.linalg.cholesky(self._k + (self.noise + 1e-8) * np.eye(len(self.x)))
         self._alpha = np.linalg.solve(self._chol.T, np.linalg.solve(self._chol, self.y))
 

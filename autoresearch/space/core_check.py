@@ -34,9 +34,10 @@ from __future__ import annotations
 import difflib
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import NoneType
-from typing import TYPE_CHECKING, Any, Optional, Sequence, Union, get_args, get_origin
+from types import NoneType, UnionType
+from typing import TYPE_CHECKING, Any, Union, get_args, get_origin
 
 import numpy as np
 from pydantic import TypeAdapter, ValidationError
@@ -50,13 +51,13 @@ if TYPE_CHECKING:
     from autoresearch.space.space import SearchSpace
 
 CORE_COMMAND = "core.train"  # the trial_command of a space these checks apply to (autoresearch.space.space)
-TRIES = 48              # configs composed for a value before it is refused (a value that passes needs one or two)
-_NODE_BUDGET = 20_000   # assignments one depth-first search may try before it gives up on a value
-_GRID_FLOATS = 3        # points of a float range the search combines (its bounds and middle)
+TRIES = 48  # configs composed for a value before it is refused (a value that passes needs one or two)
+_NODE_BUDGET = 20_000  # assignments one depth-first search may try before it gives up on a value
+_GRID_FLOATS = 3  # points of a float range the search combines (its bounds and middle)
 _CMD_HINT = " (A space for another trial command, the agent's --command, says trial_command: other.)"
 
 
-def key_problem(key: str) -> Optional[str]:
+def key_problem(key: str) -> str | None:
     """Why ``key`` is not a key of the core's config (with the closest keys), or None."""
     schema = core_schema()
     if key in schema.groups or key in schema.fields:
@@ -67,24 +68,30 @@ def key_problem(key: str) -> Optional[str]:
     else:
         sections = sorted({k.split(".")[0] for k in schema.fields if "." in k})
         choices = sorted(g for g, options in schema.groups.items() if len(options) > 1)
-        hint = (f"keys are <section>.<field> (sections: {', '.join(sections)}) or a config group with options "
-                f"({', '.join(choices)})")
+        hint = (
+            f"keys are <section>.<field> (sections: {', '.join(sections)}) or a config group with options "
+            f"({', '.join(choices)})"
+        )
     return f"{key!r} is not a key of core.train's config (core/config/schema.py): {hint}{_CMD_HINT}"
 
 
-def value_problem(key: str, value: Any) -> Optional[str]:
+def value_problem(key: str, value: Any) -> str | None:
     """Why ``value`` cannot be ``key``'s whatever the rest of the config is (its type, or a group option), or None."""
     schema = core_schema()
     if key in schema.groups:
         options = schema.groups[key]
         if isinstance(value, str) and value in options:
             return None
-        return (f"{scalar_text(value)} is not an option of the config group {key}; choose one of "
-                f"{', '.join(options)} (the files in configs/{key}/)")
+        return (
+            f"{scalar_text(value)} is not an option of the config group {key}; choose one of "
+            f"{', '.join(options)} (the files in configs/{key}/)"
+        )
     annotation = schema.fields[key]
     if _takes_list(annotation) and value is not None:
-        return (f"core.config's {key} is a list, which a space cannot set (fixed values and choices are "
-                f"scalars); use null or leave it out (got {kind(value)})")
+        return (
+            f"core.config's {key} is a list, which a space cannot set (fixed values and choices are "
+            f"scalars); use null or leave it out (got {kind(value)})"
+        )
     try:
         _adapter(annotation).validate_python(value, strict=True)
     except ValidationError:
@@ -102,14 +109,16 @@ def _takes_list(annotation: Any) -> bool:
 
 
 def _type_text(annotation: Any) -> str:
-    if get_origin(annotation) is Union and NoneType in get_args(annotation):
+    if get_origin(annotation) in (Union, UnionType) and NoneType in get_args(annotation):
         inner = [a for a in get_args(annotation) if a is not NoneType]
         return f"{_type_text(inner[0])} or null"
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
-        annotation, str(annotation))
+        annotation, str(annotation)
+    )
 
 
 # ---------------------------------------------------------------------------------------------- the search
+
 
 def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
@@ -121,12 +130,12 @@ class _Search:
     last param is set); when the core refuses one, the next changes a param its message names (``training.mode``
     in "memory.swap: needs training.mode=pynative"), keeping the rest where the constraints allow."""
 
-    def __init__(self, space: "SearchSpace", rng: np.random.Generator):
+    def __init__(self, space: SearchSpace, rng: np.random.Generator):
         self.space, self.rng = space, rng
         self.domains = {n: p.grid_values(points_per_float=_GRID_FLOATS) for n, p in space.params.items()}
         self.defaults = _defaults(space)
 
-    def passing_config(self, name: str, value: Any) -> tuple[Optional[dict], list]:
+    def passing_config(self, name: str, value: Any) -> tuple[dict | None, list]:
         """A config with ``name=value`` that the core accepts, or None and the core's errors for the configs tried
         (none when the constraints allow no config with this value).
 
@@ -155,7 +164,7 @@ class _Search:
                 self.errors.append(error)
         return error
 
-    def _next(self, name: str, value: Any, config: dict, message: str) -> Optional[dict]:
+    def _next(self, name: str, value: Any, config: dict, message: str) -> dict | None:
         for changed, candidate in self._neighbours(name, value, config, message):
             if len(self.errors) >= TRIES:
                 return None
@@ -184,7 +193,7 @@ class _Search:
     def _shuffled(self, values: list) -> list:
         return [values[int(i)] for i in self.rng.permutation(len(values))]
 
-    def complete(self, pinned: dict, prefer: dict) -> Optional[dict]:
+    def complete(self, pinned: dict, prefer: dict) -> dict | None:
         """A config with the ``pinned`` values that satisfies the constraints, keeping ``prefer``'s values where
         it can; None when there is none (or the search ran out of its budget)."""
         order = [*pinned, *(n for n in self.space.params if n not in pinned)]
@@ -222,7 +231,7 @@ class _Search:
         return None if exhausted else False
 
 
-def _defaults(space: "SearchSpace") -> dict:
+def _defaults(space: SearchSpace) -> dict:
     """The core's default value of each param of ``space`` (with the space's fixed group choices), where the
     param's own values include it."""
     schema = core_schema()
@@ -250,7 +259,7 @@ def _holds(expr, env: dict) -> bool:
         return False  # as SearchSpace.satisfies: a constraint that cannot be evaluated does not hold
 
 
-def check_against_core(space: "SearchSpace") -> None:
+def check_against_core(space: SearchSpace) -> None:
     """Raise SpaceError at the first key or value of ``space`` that ``core.train`` refuses (see the module
     docstring for what "refuses" means); return quietly when there is none."""
     for key, value in space.fixed.items():
@@ -271,7 +280,7 @@ class _Refusal:
     """A value of a param that no config tried let through, and the core's errors for those configs."""
 
     name: str
-    where: str      # values[i] | low | high
+    where: str  # values[i] | low | high
     value: Any
     errors: list
 
@@ -283,7 +292,7 @@ class _Refusal:
         return self.errors[max(range(len(texts)), key=lambda i: (texts.count(texts[i]), -i))]
 
 
-def _search_values(space: "SearchSpace") -> tuple[list[dict], list[_Refusal]]:
+def _search_values(space: SearchSpace) -> tuple[list[dict], list[_Refusal]]:
     """The configs that passed, and the values no config tried let through, in file order. Stops at the first
     value refused for its own sake (the core's message is about its param) once some config has passed: that is
     the one to report."""
@@ -304,26 +313,33 @@ def _search_values(space: "SearchSpace") -> tuple[list[dict], list[_Refusal]]:
     return passed, refused
 
 
-def _check_rules(space: "SearchSpace") -> None:
+def _check_rules(space: SearchSpace) -> None:
     passed, refused = _search_values(space)
     if not refused:
         return
     if not passed and (error := config_error(space.fixed)) is not None:
-        raise space.error(f"fixed.{error.field}" if error.field in space.fixed else "fixed",
-                          f"core.train refuses the fixed values whatever the params are: {error}")
+        raise space.error(
+            f"fixed.{error.field}" if error.field in space.fixed else "fixed",
+            f"core.train refuses the fixed values whatever the params are: {error}",
+        )
     # When one param has no value the core accepts, every config fails and every value of the others is refused
     # too: blame a value the core's message is about.
     r = next((r for r in refused if r.error.field == r.name), refused[0])
     fix = f"remove {scalar_text(r.value)} from values" if r.where.startswith("values") else f"choose another {r.where}"
-    raise space.error(f"params.{r.name}.{r.where}",
-                      f"{r.name}={scalar_text(r.value)} is refused by core.train's config whatever the other params are "
-                      f"(in each of the {len(r.errors)} configs tried that the constraints allow): {r.error}; {fix}")
+    raise space.error(
+        f"params.{r.name}.{r.where}",
+        f"{r.name}={scalar_text(r.value)} is refused by core.train's config whatever the other params are "
+        f"(in each of the {len(r.errors)} configs tried that the constraints allow): {r.error}; {fix}",
+    )
 
 
-def check_trial_command(space: "SearchSpace", command: Sequence[str]) -> None:
+def check_trial_command(space: SearchSpace, command: Sequence[str]) -> None:
     """The agent's default command runs ``core.train``: a space that says its keys are another command's
     (``trial_command: other``) was not checked against the core, and its trials would exit 2."""
     if tuple(command) == DEFAULT_COMMAND and space.trial_command != CORE_COMMAND:
-        raise space.error("trial_command", f"is {space.trial_command}, but the agent runs its trials with "
-                                           "python -m core.train; pass the space's trial command with --command, "
-                                           "or set trial_command: core.train to check the space against the core")
+        raise space.error(
+            "trial_command",
+            f"is {space.trial_command}, but the agent runs its trials with "
+            "python -m core.train; pass the space's trial command with --command, "
+            "or set trial_command: core.train to check the space against the core",
+        )

@@ -27,8 +27,9 @@ import ast
 import math
 import operator
 import re
+from collections.abc import Callable
 from numbers import Real
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["ExprError", "Expr", "parse"]
 
@@ -38,36 +39,64 @@ class ExprError(ValueError):
 
 
 _BINARY: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
-    ast.Add: ("+", operator.add), ast.Sub: ("-", operator.sub), ast.Mult: ("*", operator.mul),
-    ast.Div: ("/", operator.truediv), ast.FloorDiv: ("//", operator.floordiv), ast.Mod: ("%", operator.mod),
+    ast.Add: ("+", operator.add),
+    ast.Sub: ("-", operator.sub),
+    ast.Mult: ("*", operator.mul),
+    ast.Div: ("/", operator.truediv),
+    ast.FloorDiv: ("//", operator.floordiv),
+    ast.Mod: ("%", operator.mod),
 }
 _COMPARE: dict[type, tuple[str, Callable[[Any, Any], bool]]] = {
-    ast.Eq: ("==", operator.eq), ast.NotEq: ("!=", operator.ne), ast.Lt: ("<", operator.lt),
-    ast.LtE: ("<=", operator.le), ast.Gt: (">", operator.gt), ast.GtE: (">=", operator.ge),
+    ast.Eq: ("==", operator.eq),
+    ast.NotEq: ("!=", operator.ne),
+    ast.Lt: ("<", operator.lt),
+    ast.LtE: ("<=", operator.le),
+    ast.Gt: (">", operator.gt),
+    ast.GtE: (">=", operator.ge),
 }
 _FUNCTIONS: dict[str, Callable[..., Any]] = {"min": min, "max": max}
 _BOOLEANS = {"true": True, "false": False}
 # Python operators and statements people are likely to try, with what to write instead.
 _REJECTED_NODES: dict[type, str] = {
-    ast.Pow: "'**' is not allowed", ast.BitAnd: "use 'and' instead of '&'", ast.BitOr: "use 'or' instead of '|'",
-    ast.BitXor: "'^' is not allowed", ast.Invert: "'~' is not allowed", ast.MatMult: "'@' is not allowed",
-    ast.LShift: "'<<' is not allowed", ast.RShift: "'>>' is not allowed",
-    ast.Is: "'is' is not allowed (use ==)", ast.IsNot: "'is not' is not allowed (use !=)",
-    ast.In: "'in' is not allowed", ast.NotIn: "'not in' is not allowed",
-    ast.Lambda: "'lambda' is not allowed", ast.IfExp: "'if' is not allowed (combine conditions with and/or)",
-    ast.Subscript: "subscripts are not allowed", ast.List: "lists are not allowed", ast.Tuple: "tuples are not allowed",
-    ast.Dict: "dicts are not allowed", ast.Set: "sets are not allowed", ast.JoinedStr: "f-strings are not allowed",
-    ast.NamedExpr: "':=' is not allowed", ast.Starred: "'*' unpacking is not allowed",
-    ast.ListComp: "comprehensions are not allowed", ast.SetComp: "comprehensions are not allowed",
-    ast.DictComp: "comprehensions are not allowed", ast.GeneratorExp: "comprehensions are not allowed",
-    ast.Await: "'await' is not allowed", ast.Yield: "'yield' is not allowed", ast.YieldFrom: "'yield' is not allowed",
+    ast.Pow: "'**' is not allowed",
+    ast.BitAnd: "use 'and' instead of '&'",
+    ast.BitOr: "use 'or' instead of '|'",
+    ast.BitXor: "'^' is not allowed",
+    ast.Invert: "'~' is not allowed",
+    ast.MatMult: "'@' is not allowed",
+    ast.LShift: "'<<' is not allowed",
+    ast.RShift: "'>>' is not allowed",
+    ast.Is: "'is' is not allowed (use ==)",
+    ast.IsNot: "'is not' is not allowed (use !=)",
+    ast.In: "'in' is not allowed",
+    ast.NotIn: "'not in' is not allowed",
+    ast.Lambda: "'lambda' is not allowed",
+    ast.IfExp: "'if' is not allowed (combine conditions with and/or)",
+    ast.Subscript: "subscripts are not allowed",
+    ast.List: "lists are not allowed",
+    ast.Tuple: "tuples are not allowed",
+    ast.Dict: "dicts are not allowed",
+    ast.Set: "sets are not allowed",
+    ast.JoinedStr: "f-strings are not allowed",
+    ast.NamedExpr: "':=' is not allowed",
+    ast.Starred: "'*' unpacking is not allowed",
+    ast.ListComp: "comprehensions are not allowed",
+    ast.SetComp: "comprehensions are not allowed",
+    ast.DictComp: "comprehensions are not allowed",
+    ast.GeneratorExp: "comprehensions are not allowed",
+    ast.Await: "'await' is not allowed",
+    ast.Yield: "'yield' is not allowed",
+    ast.YieldFrom: "'yield' is not allowed",
 }
 # What a syntax error at a character most likely means.
 _REJECTED_CHARS = {
-    "=": "assignment is not allowed (use == to compare)", "!": "use 'not' instead of '!'",
-    "&": "use 'and' instead of '&'", "|": "use 'or' instead of '|'",
+    "=": "assignment is not allowed (use == to compare)",
+    "!": "use 'not' instead of '!'",
+    "&": "use 'and' instead of '&'",
+    "|": "use 'or' instead of '|'",
     ":": "':' is not allowed (no lambdas, slices or dicts)",
-    "[": "subscripts and lists are not allowed", "{": "dicts and sets are not allowed",
+    "[": "subscripts and lists are not allowed",
+    "{": "dicts and sets are not allowed",
 }
 _NUMBER_TEXT = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _STRING_TEXT = re.compile(r"'[^'\"\\]*'|\"[^'\"\\]*\"")
@@ -135,8 +164,9 @@ class _Checker:
         elif isinstance(node, ast.Call):
             self.call(node)
         else:
-            raise self.fail(node, f"{type(node).__name__} is not allowed; only arithmetic, comparisons, "
-                                  "and/or/not and min/max")
+            raise self.fail(
+                node, f"{type(node).__name__} is not allowed; only arithmetic, comparisons, and/or/not and min/max"
+            )
 
     def operator(self, node: ast.AST, op: ast.AST, allowed: tuple) -> None:
         if not isinstance(op, allowed):
@@ -156,12 +186,14 @@ class _Checker:
         text, value = self.source(node), node.value
         if isinstance(value, str):
             if not _STRING_TEXT.fullmatch(text):
-                raise self.fail(node, f"{text} is not allowed: a string is a plain value in '...' or \"...\" with "
-                                      "no quotes, backslashes or prefixes inside")
+                raise self.fail(
+                    node,
+                    f"{text} is not allowed: a string is a plain value in '...' or \"...\" with "
+                    "no quotes, backslashes or prefixes inside",
+                )
         elif _is_number(value):
             if not _NUMBER_TEXT.fullmatch(text):
-                raise self.fail(node, f"malformed number {text!r}: write digits, a decimal point and an exponent "
-                                      "only")
+                raise self.fail(node, f"malformed number {text!r}: write digits, a decimal point and an exponent only")
         elif not isinstance(value, bool):
             raise self.fail(node, f"{text} is not allowed; only numbers, strings, true and false")
 
@@ -195,7 +227,7 @@ def _syntax_error(text: str, exc: SyntaxError, indent: int) -> ExprError:
     ch = text[at - 1]
     if ch in _REJECTED_CHARS:
         return ExprError(f"{_REJECTED_CHARS[ch]} (at column {col})")
-    word = re.match(r"\w+|\S", text[at - 1:]).group()
+    word = re.match(r"\w+|\S", text[at - 1 :]).group()
     return ExprError(f"expected an operator or the end, found {word!r} (at column {col})")
 
 
@@ -224,8 +256,9 @@ class Expr:
         root = self._root
         if isinstance(root, ast.Constant):
             return isinstance(root.value, bool)
-        return (isinstance(root, (ast.Compare, ast.BoolOp, ast.Name, ast.Attribute))
-                or (isinstance(root, ast.UnaryOp) and isinstance(root.op, ast.Not)))
+        return isinstance(root, (ast.Compare, ast.BoolOp, ast.Name, ast.Attribute)) or (
+            isinstance(root, ast.UnaryOp) and isinstance(root.op, ast.Not)
+        )
 
     def evaluate(self, env: dict) -> Any:
         """The value of the expression with names looked up in ``env``; raises ExprError (unknown name,
@@ -270,8 +303,9 @@ def _compile(node: ast.expr) -> Callable[[dict], Any]:
         values, want = [_compile(v) for v in node.values], isinstance(node.op, ast.Or)
         return lambda env: want if any(bool(v(env)) == want for v in values) else not want
     if isinstance(node, ast.Compare):
-        return _compile_compare([_COMPARE[type(op)] for op in node.ops],
-                                [_compile(n) for n in (node.left, *node.comparators)])
+        return _compile_compare(
+            [_COMPARE[type(op)] for op in node.ops], [_compile(n) for n in (node.left, *node.comparators)]
+        )
     if isinstance(node, ast.Call):
         name, args = _dotted(node.func), [_compile(a) for a in node.args]
         func = _FUNCTIONS[name]
@@ -289,6 +323,7 @@ def _compile_name(name: str) -> Callable[[dict], Any]:
             return env[name]
         except KeyError:
             raise ExprError(f"unknown name {name!r}") from None
+
     return lookup
 
 
@@ -300,13 +335,14 @@ def _compile_binary(op: str, fn: Callable, left: Callable, right: Callable) -> C
         if divides and b == 0:
             raise ExprError(f"division by zero in '{op}'")
         return fn(a, b)
+
     return binary
 
 
 def _compile_compare(ops: list, operands: list) -> Callable[[dict], bool]:
     def compare(env: dict) -> bool:
         left = operands[0](env)
-        for (op, fn), node in zip(ops, operands[1:]):
+        for (op, fn), node in zip(ops, operands[1:], strict=True):
             right = node(env)
             if op not in ("==", "!="):
                 _number(op, left), _number(op, right)  # ordering strings or None is almost surely a mistake
@@ -314,6 +350,7 @@ def _compile_compare(ops: list, operands: list) -> Callable[[dict], bool]:
                 return False
             left = right
         return True
+
     return compare
 
 

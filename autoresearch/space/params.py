@@ -15,8 +15,9 @@ space, which sets it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from numbers import Integral, Real
-from typing import Annotated, Any, Callable, ClassVar, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
@@ -44,12 +45,13 @@ def _is_number(v: Any) -> bool:
 
 def _annotation(value: Any) -> Any:
     if value is not None and not (isinstance(value, str) and value in ANNOTATIONS):
-        raise ValueError(f"must be up, down or none (got {kind(value)}); omit it to mean 'must be equal when "
-                         "comparing configs'")
+        raise ValueError(
+            f"must be up, down or none (got {kind(value)}); omit it to mean 'must be equal when comparing configs'"
+        )
     return value
 
 
-Annotation = Annotated[Optional[Any], AfterValidator(_annotation)]
+Annotation = Annotated[Any | None, AfterValidator(_annotation)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 Escape = Callable[[str, Any], bool]  # (param name, value) -> whether a way out there is a point the space allows
 
@@ -120,7 +122,7 @@ class ChoiceParam(_Param):
                 return i
         return -1
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Any) -> str | None:
         """Why ``value`` is not a valid value of this param, or None."""
         if self.index(value) < 0:
             return f"{self._shown(value)}: not one of {', '.join(scalar_text(v) for v in self.values)}"
@@ -147,7 +149,7 @@ class ChoiceParam(_Param):
                     pass
         raise ValueError(f"{self.name}: {value!r} is not one of {', '.join(scalar_text(v) for v in self.values)}")
 
-    def position(self, value: Any) -> Optional[float]:
+    def position(self, value: Any) -> float | None:
         """Where ``value`` sits along this param's axis: its index (a later value is "up"); None when absent."""
         i = self.index(value)
         return float(i) if i >= 0 else None
@@ -156,7 +158,7 @@ class ChoiceParam(_Param):
         """The values that leave the region a failure at ``failed`` dominates in ``direction``, e.g. "memory.recompute
         in [full]" (only values ``valid`` allows); "" when there is no room."""
         i = self.index(failed)
-        room = [v for v in (self.values[:i] if direction == "up" else self.values[i + 1:]) if valid(self.name, v)]
+        room = [v for v in (self.values[:i] if direction == "up" else self.values[i + 1 :]) if valid(self.name, v)]
         return f"{self.name} in [{', '.join(scalar_text(v) for v in room)}]" if room else ""
 
     def extremes(self) -> list[tuple[str, Any]]:
@@ -195,14 +197,17 @@ class _RangeParam(_Param):
 
     low: FiniteFloat
     high: FiniteFloat
-    step: Optional[FiniteFloat] = None
+    step: FiniteFloat | None = None
     log: bool = False
 
     @model_validator(mode="after")
     def _bounds(self):
         if self.low >= self.high:
-            raise FieldError("high", f"low must be below high (got low={self.low}, high={self.high}); use a choice "
-                                     "or a fixed value for a single value")
+            raise FieldError(
+                "high",
+                f"low must be below high (got low={self.low}, high={self.high}); use a choice "
+                "or a fixed value for a single value",
+            )
         if self.log and self.low <= 0:
             raise FieldError("low", f"a log-scale param needs low > 0 (got {self.low})")
         if self.step is not None:
@@ -217,10 +222,10 @@ class _RangeParam(_Param):
     def _check_step_with_log(self) -> None:
         raise NotImplementedError
 
-    def _type_problem(self, value: Any) -> Optional[str]:
+    def _type_problem(self, value: Any) -> str | None:
         raise NotImplementedError
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Any) -> str | None:
         """Why ``value`` is not a valid value of this param, or None."""
         shown = self._shown(value)
         wrong = self._type_problem(value)
@@ -255,7 +260,7 @@ class _RangeParam(_Param):
     def _parse(self, text: str) -> float:
         raise NotImplementedError
 
-    def position(self, value: Any) -> Optional[float]:
+    def position(self, value: Any) -> float | None:
         """Where ``value`` sits along this param's axis (the number itself); None when it is not a number."""
         return value_key(value)[1] if _is_number(value) else None
 
@@ -280,8 +285,9 @@ class _RangeParam(_Param):
 
     def encode(self, value: Any) -> list[float]:
         """One feature in [0, 1]: the value's place between the bounds (in log space for a log param)."""
-        lo, hi, x = (math.log(self.low), math.log(self.high), math.log(value)) if self.log else \
-            (self.low, self.high, value)
+        lo, hi, x = (
+            (math.log(self.low), math.log(self.high), math.log(value)) if self.log else (self.low, self.high, value)
+        )
         return [(x - lo) / (hi - lo)]
 
     def describe(self) -> str:
@@ -307,7 +313,7 @@ class IntParam(_RangeParam):
     def _unit_step(self) -> bool:
         return self.step == 1
 
-    def _type_problem(self, value: Any) -> Optional[str]:
+    def _type_problem(self, value: Any) -> str | None:
         return None if _is_int(value) else "must be an integer"
 
     def _parse(self, text: str) -> float:
@@ -338,8 +344,9 @@ class IntParam(_RangeParam):
         every = list(range(self.low, self.high + 1, self.step))
         if len(every) <= max_points_per_int:
             return every
-        return _dedupe(self.low + self.step * round((x - self.low) / self.step)
-                       for x in self._spread(max_points_per_int))
+        return _dedupe(
+            self.low + self.step * round((x - self.low) / self.step) for x in self._spread(max_points_per_int)
+        )
 
     def sample(self, rng: np.random.Generator) -> int:
         if self.log:
@@ -364,7 +371,7 @@ class FloatParam(_RangeParam):
         if self.log:
             raise FieldError("step", "log and step cannot be combined for a float param; drop one")
 
-    def _type_problem(self, value: Any) -> Optional[str]:
+    def _type_problem(self, value: Any) -> str | None:
         return None if _is_number(value) and math.isfinite(value) else "must be a finite number"
 
     def _parse(self, text: str) -> float:
@@ -404,15 +411,17 @@ def _spec_mapping(value: Any) -> Any:
     if isinstance(value, _Param):
         return value
     if not isinstance(value, dict):
-        raise ValueError(f"must be a mapping with a type (choice, int or float), got {kind(value)}; e.g. "
-                         "{type: choice, values: [1, 2]}")
+        raise ValueError(
+            f"must be a mapping with a type (choice, int or float), got {kind(value)}; e.g. "
+            "{type: choice, values: [1, 2]}"
+        )
     if "type" not in value:
         raise ValueError(f"needs a type: {', '.join(PARAM_TYPES)}")
     return value
 
 
 # A ``params`` entry of a space file, and a param of a SearchSpace: the model is chosen by its ``type``.
-Param = Annotated[Union[ChoiceParam, IntParam, FloatParam], Field(discriminator="type"), BeforeValidator(_spec_mapping)]
+Param = Annotated[ChoiceParam | IntParam | FloatParam, Field(discriminator="type"), BeforeValidator(_spec_mapping)]
 PARAM_KINDS = {"choice": ChoiceParam, "int": IntParam, "float": FloatParam}
 
 

@@ -1,9 +1,10 @@
 """The base of the space's declarative models (pydantic 2) and their errors in the project's words.
 
 A search space is validated by pydantic models (``autoresearch.space.params``: one param;
-``autoresearch.space.space``: the whole file). Pydantic reports errors as ``loc`` tuples and its own sentences; people editing a YAML file need the
-dotted key they wrote, what is wrong with the value they wrote, and what to write instead. ``first_problem``
-turns a ``ValidationError`` into that (key, reason) pair; the caller adds the file and the line.
+``autoresearch.space.space``: the whole file). Pydantic reports errors as ``loc`` tuples and its own sentences; people
+editing a YAML file need the dotted key they wrote, what is wrong with the value they wrote, and what to write
+instead. ``first_problem`` turns a ``ValidationError`` into that (key, reason) pair; the caller adds the file and the
+line.
 
 Validators that judge one field by another (``low < high``) raise ``FieldError`` naming the field to blame,
 since pydantic would otherwise blame the whole model.
@@ -11,7 +12,8 @@ since pydantic would otherwise blame the whole model.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -22,7 +24,7 @@ class SpaceError(ValueError):
     """A search space that cannot be used. ``file``, ``key`` (dotted, e.g. ``params.optim.lr.low``) and
     ``reason`` say where and why; ``line`` is the 1-based line in the file when known."""
 
-    def __init__(self, file: str, key: str, reason: str, line: Optional[int] = None):
+    def __init__(self, file: str, key: str, reason: str, line: int | None = None):
         self.file, self.key, self.reason, self.line = str(file), key, reason, line
         where = f" (line {line})" if line else ""
         super().__init__(f"{self.file}: {key}: {reason}{where}")
@@ -31,7 +33,7 @@ class SpaceError(ValueError):
 class Lines(dict):
     """Dotted key path ("params.optim.lr.low", "constraints[0]") -> its 1-based line in the file."""
 
-    def of(self, key: str) -> Optional[int]:
+    def of(self, key: str) -> int | None:
         """The line of ``key``, or of its closest enclosing key that has one."""
         while key:
             if key in self:
@@ -122,13 +124,15 @@ _REASONS = {
     "greater_than": lambda v, c: f"must be > {c['gt']} (got {v})",
     "greater_than_equal": lambda v, c: f"must be >= {c['ge']} (got {v})",
     "literal_error": lambda v, c: f"must be {_expected(c)} (got {kind(v)})",
-    "union_tag_invalid": lambda v, c: f"must be one of {_expected({'expected': c['expected_tags']})} "
-                                      f"(got {c['tag']!r})",
+    "union_tag_invalid": lambda v, c: (
+        f"must be one of {_expected({'expected': c['expected_tags']})} (got {c['tag']!r})"
+    ),
 }
 
 
-def first_problem(exc: ValidationError, order: Callable[[str], Any] | None = None,
-                  loc_filter: Callable[[list], list] | None = None) -> tuple[str, str]:
+def first_problem(
+    exc: ValidationError, order: Callable[[str], Any] | None = None, loc_filter: Callable[[list], list] | None = None
+) -> tuple[str, str]:
     """The (dotted key, reason) of the error to show first: the one ``order(key)`` ranks lowest (e.g. its line in
     the file), else pydantic's first. Keys read like the YAML: ``params.optim.lr.low``, ``constraints[0]``.
     ``loc_filter`` drops what pydantic adds to a location that the file does not have (a union's tag)."""

@@ -34,7 +34,7 @@ from __future__ import annotations
 import itertools
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, ValidationError, model_validator
@@ -45,8 +45,16 @@ from autoresearch.space.schema import FieldError, Lines, SpaceError, StrictModel
 from core.config import override, scalar_text
 
 # Keys of trial_summary.json "metrics" an objective may name.
-OBJECTIVE_METRICS = ("val_loss", "final_loss", "min_loss", "tokens_per_sec", "step_time_ms_median", "mfu",
-                     "peak_memory_bytes", "grad_norm_last")
+OBJECTIVE_METRICS = (
+    "val_loss",
+    "final_loss",
+    "min_loss",
+    "tokens_per_sec",
+    "step_time_ms_median",
+    "mfu",
+    "peak_memory_bytes",
+    "grad_norm_last",
+)
 # What runs the trials. core.train: keys and values are checked against the core's config when the file loads
 # (autoresearch.space.core_check); other: another trial command given to the agent with --command.
 CORE_COMMAND = "core.train"
@@ -80,8 +88,10 @@ def _metric(metric: str) -> str:
 
 def _study_name(name: str) -> str:
     if not _NAME.match(name):
-        raise ValueError(f"must be a non-empty string of letters, digits, '_', '.', '-' (got {name!r}); it names "
-                         "the study and its directory")
+        raise ValueError(
+            f"must be a non-empty string of letters, digits, '_', '.', '-' (got {name!r}); it names "
+            "the study and its directory"
+        )
     return name
 
 
@@ -107,9 +117,9 @@ class Objective(StrictModel):
 class Budget(StrictModel):
     """Defaults for the agent's stop conditions; each optional."""
 
-    trials: Optional[Annotated[int, Field(gt=0)]] = None
-    hours: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None
-    dollars: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    trials: Annotated[int, Field(gt=0)] | None = None
+    hours: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    dollars: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
 
 
 def _without_union_tag(loc: list) -> list:
@@ -134,15 +144,15 @@ class SearchSpace(StrictModel):
     constraints: Annotated[list[str], _none_as([])] = []
     budget: Annotated[Budget, _none_as({})] = Budget()
     _exprs: list[Expr] = PrivateAttr(default_factory=list)  # the parsed constraints, in order
-    _path: Optional[str] = PrivateAttr(default=None)
-    _lines: Optional[Lines] = PrivateAttr(default=None)
+    _path: str | None = PrivateAttr(default=None)
+    _lines: Lines | None = PrivateAttr(default=None)
 
     @classmethod
     def _error_from(cls, exc: ValidationError, data: dict) -> Exception:
         return _space_error(exc, f"<space {data.get('name')}>", None)
 
     @classmethod
-    def from_data(cls, data: Any, *, path: Optional[Path] = None, lines: Optional[Lines] = None) -> SearchSpace:
+    def from_data(cls, data: Any, *, path: Path | None = None, lines: Lines | None = None) -> SearchSpace:
         """The space a file's data describe; a problem is a SpaceError at the file's line."""
         file = str(path) if path is not None else "<space>"
         try:
@@ -167,8 +177,11 @@ class SearchSpace(StrictModel):
                 raise FieldError(key, f"{text!r} does not parse: {exc}") from None
             unknown = sorted(expr.names - known)
             if unknown:
-                raise FieldError(key, f"{text!r} uses unknown name(s) {', '.join(unknown)}; constraints may use "
-                                      "params, fixed keys and world_size")
+                raise FieldError(
+                    key,
+                    f"{text!r} uses unknown name(s) {', '.join(unknown)}; constraints may use "
+                    "params, fixed keys and world_size",
+                )
             if not expr.is_boolean:
                 raise FieldError(key, f"{text!r} is not a condition; write a comparison such as a <= b")
             self._exprs.append(expr)
@@ -179,11 +192,11 @@ class SearchSpace(StrictModel):
     # ---- what it is -----------------------------------------------------------------------------------------
 
     @property
-    def path(self) -> Optional[str]:
+    def path(self) -> str | None:
         return self._path
 
     @property
-    def lines(self) -> Optional[Lines]:
+    def lines(self) -> Lines | None:
         return self._lines
 
     @property
@@ -233,11 +246,12 @@ class SearchSpace(StrictModel):
         if not isinstance(params, dict):
             return [f"a proposal must be a mapping of param -> value, got {type(params).__name__}"]
         reasons = [f"missing param {k}" for k in self.params if k not in params]
-        reasons += [f"unknown param {k} (the space has: {', '.join(self.params)})" for k in params
-                    if k not in self.params]
+        reasons += [
+            f"unknown param {k} (the space has: {', '.join(self.params)})" for k in params if k not in self.params
+        ]
         reasons += [r for k, v in params.items() if k in self.params and (r := self.params[k].problem(v))]
         if reasons:
-            return reasons          # constraints over broken values would only repeat the same news
+            return reasons  # constraints over broken values would only repeat the same news
         env = self.env(params)
         for expr in self._exprs:
             try:
@@ -285,28 +299,38 @@ class SearchSpace(StrictModel):
             point = {name: p.sample(rng) for name, p in self.params.items()}
             if self.satisfies(point):
                 return point
-        raise ValueError(f"space {self.name}: no point satisfied the constraints in {max_tries} random tries; "
-                         "they may be unsatisfiable")
+        raise ValueError(
+            f"space {self.name}: no point satisfied the constraints in {max_tries} random tries; "
+            "they may be unsatisfiable"
+        )
 
     # ---- text ----------------------------------------------------------------------------------------------
 
     def json_schema(self) -> dict:
         """Input schema for an LLM tool that proposes one trial: every param plus a ``rationale``."""
         properties = {name: p.json_schema() for name, p in self.params.items()}
-        properties["rationale"] = {"type": "string",
-                                   "description": "One or two sentences: why this config is worth a trial now, "
-                                                  "given the results so far."}
+        properties["rationale"] = {
+            "type": "string",
+            "description": "One or two sentences: why this config is worth a trial now, given the results so far.",
+        }
         description = self.description.strip()
         if self.constraints:
             description += (" " if description else "") + "Constraints (all must hold): " + "; ".join(self.constraints)
-        return {"type": "object", "description": description, "properties": properties,
-                "required": [*self.params, "rationale"], "additionalProperties": False}
+        return {
+            "type": "object",
+            "description": description,
+            "properties": properties,
+            "required": [*self.params, "rationale"],
+            "additionalProperties": False,
+        }
 
     def describe(self) -> str:
         """A compact description for people and for the LLM's prompt."""
         goal = f"{self.direction} {self.objective_metric}"
-        lines = [f"space {self.name}: {self.description.strip()}" if self.description.strip() else
-                 f"space {self.name}", f"objective: {goal}; world_size: {self.world_size}"]
+        lines = [
+            f"space {self.name}: {self.description.strip()}" if self.description.strip() else f"space {self.name}",
+            f"objective: {goal}; world_size: {self.world_size}",
+        ]
         if self.fixed:
             lines.append("fixed: " + ", ".join(f"{k}={scalar_text(v)}" for k, v in self.fixed.items()))
         lines.append("params:")
@@ -315,14 +339,17 @@ class SearchSpace(StrictModel):
             lines.append("constraints:")
             lines += [f"  - {c}" for c in self.constraints]
         b = self.budget
-        budget = [f"{b.trials} trials" if b.trials else "", f"{b.hours:g} h" if b.hours else "",
-                  f"${b.dollars:.2f} LLM" if b.dollars is not None else ""]
+        budget = [
+            f"{b.trials} trials" if b.trials else "",
+            f"{b.hours:g} h" if b.hours else "",
+            f"${b.dollars:.2f} LLM" if b.dollars is not None else "",
+        ]
         if any(budget):
             lines.append("budget: " + ", ".join(x for x in budget if x))
         return "\n".join(lines)
 
 
-def _space_error(exc: ValidationError, file: str, lines: Optional[Lines]) -> SpaceError:
+def _space_error(exc: ValidationError, file: str, lines: Lines | None) -> SpaceError:
     """The topmost problem of a space (by line, when the space came from a file) as a SpaceError."""
     lines = lines if lines is not None else Lines()
     key, reason = first_problem(exc, order=lines.of, loc_filter=_without_union_tag)

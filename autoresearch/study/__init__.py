@@ -24,7 +24,20 @@ from autoresearch.study.storage import (
 )
 
 __all__ = [
-    "abandon", "best_trial", "confirm", "finished_count", "is_confirmation", "ledger", "load_study", "mark_running",
-    "open_storage", "open_study", "reap_stale", "status_of", "storage_url", "tell_result", "tell_skipped",
+    "abandon",
+    "best_trial",
+    "confirm",
+    "finished_count",
+    "is_confirmation",
+    "ledger",
+    "load_study",
+    "mark_running",
+    "open_storage",
+    "open_study",
+    "reap_stale",
+    "status_of",
+    "storage_url",
+    "tell_result",
+    "tell_skipped",
     "trial_rows",
 ]

@@ -43,8 +43,11 @@ def varies_with_seed(metric: str) -> bool:
 
 def front_runners(study: optuna.Study, k: int) -> list[FrozenTrial]:
     """The search's best trial of each of its ``k`` best distinct configs, best first."""
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if st.feasible(t) and not st.is_confirmation(t)]
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if st.feasible(t) and not st.is_confirmation(t)
+    ]
     done.sort(key=lambda t: (-t.value if study.direction.name == "MAXIMIZE" else t.value, t.number))
     out, seen = [], set()
     for t in done:
@@ -85,9 +88,15 @@ def next_run(study: optuna.Study, k: int, repeats: int) -> tuple[FrozenTrial, in
 
 
 def enqueue(study: optuna.Study, origin: FrozenTrial, repeat: int) -> None:
-    study.enqueue_trial(dict(origin.params), user_attrs={
-        Attr.PROPOSER: "confirm", Attr.CONFIRMATION_OF: origin.number, Attr.REPEAT: repeat,
-        Attr.RATIONALE: f"confirmation run {repeat + 1} of trial {origin.number}'s config"})
+    study.enqueue_trial(
+        dict(origin.params),
+        user_attrs={
+            Attr.PROPOSER: "confirm",
+            Attr.CONFIRMATION_OF: origin.number,
+            Attr.REPEAT: repeat,
+            Attr.RATIONALE: f"confirmation run {repeat + 1} of trial {origin.number}'s config",
+        },
+    )
 
 
 def seed_override(study: optuna.Study, fixed: dict, params: dict, repeat: int) -> list[str]:
@@ -178,22 +187,32 @@ def _judge(v: Verdict) -> str:
         return "no confirmation run reached the objective: no winner can be named"
     best = ranked[0]
     if len(ranked) == 1:
-        return (f"only trial {best.trial}'s config was confirmed ({_pm(best)}); nothing to compare it with: "
-                "no winner is named")
+        return (
+            f"only trial {best.trial}'s config was confirmed ({_pm(best)}); nothing to compare it with: "
+            "no winner is named"
+        )
     second = ranked[1]
     if best.std is None or second.std is None:
-        return (f"trials {best.trial} and {second.trial} need at least 2 confirmation runs each for a noise "
-                "estimate: no winner is named")
+        return (
+            f"trials {best.trial} and {second.trial} need at least 2 confirmation runs each for a noise "
+            "estimate: no winner is named"
+        )
     sign = 1.0 if v.maximize else -1.0
     v.lead, v.lead_sigma, v.needed_sigmas = _lead(best, second, sign)
-    shown = (f"lead {v.lead:.4g} = {v.lead / v.lead_sigma:.2f}σ" if v.lead_sigma > 0 else f"lead {v.lead:.4g}, σ = 0") \
-        + f"; {best.n}+{second.n} runs need > {v.needed_sigmas:.2f}σ"
+    shown = (
+        f"lead {v.lead:.4g} = {v.lead / v.lead_sigma:.2f}σ" if v.lead_sigma > 0 else f"lead {v.lead:.4g}, σ = 0"
+    ) + f"; {best.n}+{second.n} runs need > {v.needed_sigmas:.2f}σ"
     if _decisive(v.lead, v.lead_sigma, v.needed_sigmas):
         v.winner = best
-        return f"winner: trial {best.trial}'s config ({_pm(best)}), ahead of trial {second.trial}'s ({_pm(second)}): {shown}"
+        return (
+            f"winner: trial {best.trial}'s config ({_pm(best)}), ahead of trial {second.trial}'s "
+            f"({_pm(second)}): {shown}"
+        )
     v.tied = [best.trial] + [c.trial for c in ranked[1:] if c.std is not None and not _decisive(*_lead(best, c, sign))]
-    return (f"tied within noise: trials {', '.join(map(str, v.tied))} (trial {best.trial} over trial {second.trial}: "
-            f"{shown}); no winner is named")
+    return (
+        f"tied within noise: trials {', '.join(map(str, v.tied))} (trial {best.trial} over trial {second.trial}: "
+        f"{shown}); no winner is named"
+    )
 
 
 def _lead(best: Confirmed, other: Confirmed, sign: float) -> tuple[float, float, float]:
@@ -219,7 +238,16 @@ def _pm(c: Confirmed) -> str:
 
 def table(v: Verdict, metric: str) -> list[dict]:
     """One row per front-runner, for the report: mean ± σ of its confirmation runs beside its search run."""
-    return [{"trial": c.trial, **c.params, "search_" + metric: c.search_value, "n": c.n,
-             "mean": c.mean, "std": c.std, "cv": (c.std / abs(c.mean)) if c.std is not None and c.mean else None,
-             "failed_runs": ", ".join(c.failures)} for c in v.configs]
-
+    return [
+        {
+            "trial": c.trial,
+            **c.params,
+            "search_" + metric: c.search_value,
+            "n": c.n,
+            "mean": c.mean,
+            "std": c.std,
+            "cv": (c.std / abs(c.mean)) if c.std is not None and c.mean else None,
+            "failed_runs": ", ".join(c.failures),
+        }
+        for c in v.configs
+    ]

@@ -38,8 +38,11 @@ def llm_part(usage: dict | None) -> dict:
     if not usage:
         return {"llm_calls": 0, "llm_tokens": 0, "llm_usd": 0.0}
     tokens = [usage.get(k) for k in ("input_tokens", "output_tokens") if usage.get(k) is not None]
-    return {"llm_calls": usage.get("calls"), "llm_tokens": int(sum(tokens)) if tokens else None,
-            "llm_usd": number_or_none(usage.get("cost_usd"))}
+    return {
+        "llm_calls": usage.get("calls"),
+        "llm_tokens": int(sum(tokens)) if tokens else None,
+        "llm_usd": number_or_none(usage.get("cost_usd")),
+    }
 
 
 def time_split(summary: dict | None, wall_sec: float) -> dict:
@@ -58,8 +61,9 @@ def time_split(summary: dict | None, wall_sec: float) -> dict:
     return {"startup_sec": startup, "compile_sec": compile_, "steps_sec": steps}
 
 
-def trial_ledger(summary: dict | None, wall_sec: float | None, llm_usage: dict | None = None,
-                 default_ranks: int | None = None) -> dict:
+def trial_ledger(
+    summary: dict | None, wall_sec: float | None, llm_usage: dict | None = None, default_ranks: int | None = None
+) -> dict:
     """The ledger of a trial that ran: ``summary`` is its trial_summary.json (None when it left none),
     ``wall_sec`` the runner's wall time (None when unknown: the summary's own wall time is used then)."""
     layout = (summary or {}).get("layout") or {}
@@ -67,8 +71,13 @@ def trial_ledger(summary: dict | None, wall_sec: float | None, llm_usage: dict |
     wall = number_or_none(wall_sec)
     if wall is None:
         wall = number_or_none((summary or {}).get("wall_time_sec"))
-    out = {"ranks": ranks, "wall_sec": None if wall is None else round(wall, 3), "device_sec": None,
-           **dict.fromkeys(PARTS), **llm_part(llm_usage)}
+    out = {
+        "ranks": ranks,
+        "wall_sec": None if wall is None else round(wall, 3),
+        "device_sec": None,
+        **dict.fromkeys(PARTS),
+        **llm_part(llm_usage),
+    }
     if ranks is None or wall is None:
         return out
     out["device_sec"] = round(ranks * wall, 3)
@@ -106,17 +115,25 @@ def study_totals(rows: list[TrialRow]) -> dict:
     """
     done = [(r.ledger, r.status) for r in rows if r.ledger is not None]
     ran = [led for led, s in done if s not in SKIPPED]
-    out = {"trials": len(done), "ran": len(ran), "skipped": len(done) - len(ran),
-           "unknown_trials": sum(led.get("device_sec") is None for led in ran)}
+    out = {
+        "trials": len(done),
+        "ran": len(ran),
+        "skipped": len(done) - len(ran),
+        "unknown_trials": sum(led.get("device_sec") is None for led in ran),
+    }
     out["device_sec"] = sum(led["device_sec"] for led in ran if led.get("device_sec") is not None)
     for part in PARTS:
         out[part] = sum(led[part] for led in ran if led.get(part) is not None)
-    out["unsplit_sec"] = sum(led["device_sec"] - sum(led.get(p) or 0.0 for p in PARTS) for led in ran
-                             if led.get("device_sec") is not None and any(led.get(p) is None for p in PARTS))
+    out["unsplit_sec"] = sum(
+        led["device_sec"] - sum(led.get(p) or 0.0 for p in PARTS)
+        for led in ran
+        if led.get("device_sec") is not None and any(led.get(p) is None for p in PARTS)
+    )
     for key in ("llm_calls", "llm_tokens", "llm_usd"):
         out[key] = sum(led[key] for led, _ in done if led.get(key) is not None)
-    out["llm_unpriced_trials"] = sum(led.get("llm_calls") not in (0, None) and led.get("llm_usd") is None
-                                     for led, _ in done)
+    out["llm_unpriced_trials"] = sum(
+        led.get("llm_calls") not in (0, None) and led.get("llm_usd") is None for led, _ in done
+    )
     return out
 
 
@@ -131,11 +148,13 @@ def format_totals(t: dict) -> str:
     def share(seconds: float) -> str:
         return f"{_duration(seconds)} ({100 * seconds / dev:.0f}%)" if dev else _duration(seconds)
 
-    lines = [f"ledger: {t['trials']} trials, {t['ran']} ran, {t['skipped']} skipped without running (0 device-s)",
-             f"  device time {dev / 3600:.4g} h = {dev:.1f} device-s (ranks x wall time)"
-             + (f"; {t['unknown_trials']} trial(s) ran for an unknown time" if t["unknown_trials"] else ""),
-             f"  start-up {share(t['startup_sec'])}, compile {share(t['compile_sec'])}, "
-             f"steps {share(t['steps_sec'])}, unsplit {share(t['unsplit_sec'])}",
-             f"  LLM: {t['llm_calls']} calls, {t['llm_tokens']} tokens, ${t['llm_usd']:.4f}"
-             + (f" (+ {t['llm_unpriced_trials']} trial(s) at an unknown price)" if t["llm_unpriced_trials"] else "")]
+    lines = [
+        f"ledger: {t['trials']} trials, {t['ran']} ran, {t['skipped']} skipped without running (0 device-s)",
+        f"  device time {dev / 3600:.4g} h = {dev:.1f} device-s (ranks x wall time)"
+        + (f"; {t['unknown_trials']} trial(s) ran for an unknown time" if t["unknown_trials"] else ""),
+        f"  start-up {share(t['startup_sec'])}, compile {share(t['compile_sec'])}, "
+        f"steps {share(t['steps_sec'])}, unsplit {share(t['unsplit_sec'])}",
+        f"  LLM: {t['llm_calls']} calls, {t['llm_tokens']} tokens, ${t['llm_usd']:.4f}"
+        + (f" (+ {t['llm_unpriced_trials']} trial(s) at an unknown price)" if t["llm_unpriced_trials"] else ""),
+    ]
     return "\n".join(lines)

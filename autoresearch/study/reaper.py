@@ -90,8 +90,9 @@ def reap_stale(study: optuna.Study, storage: optuna.storages.BaseStorage, now: f
     return notes
 
 
-def abandon(study: optuna.Study, storage: optuna.storages.BaseStorage, t: FrozenTrial, status: Status,
-            reason: str) -> str:
+def abandon(
+    study: optuna.Study, storage: optuna.storages.BaseStorage, t: FrozenTrial, status: Status, reason: str
+) -> str:
     """FAIL a trial that did not end on its own (the agent died or was stopped) and queue its config again,
     once: a config that keeps killing its agent is not retried forever. Returns what happens to the config."""
     set_trial_attrs(study, storage, t.number, **{Attr.STATUS: status, Attr.REASON: reason})
@@ -100,16 +101,20 @@ def abandon(study: optuna.Study, storage: optuna.storages.BaseStorage, t: Frozen
         return ""
     if is_confirmation(t):  # the confirmation phase counts what is missing and runs it again by itself
         return "; the confirmation phase will run it again"
-    study.enqueue_trial(t.params, user_attrs={
-        Attr.PROPOSER: t.user_attrs.get(Attr.PROPOSER, "sampler"), Attr.RETRY_OF: t.number,
-        Attr.RATIONALE: f"rerun of trial {t.number} ({status})"})
+    study.enqueue_trial(
+        t.params,
+        user_attrs={
+            Attr.PROPOSER: t.user_attrs.get(Attr.PROPOSER, "sampler"),
+            Attr.RETRY_OF: t.number,
+            Attr.RATIONALE: f"rerun of trial {t.number} ({status})",
+        },
+    )
     return "; its config is queued to run again"
 
 
 def set_trial_attrs(study: optuna.Study, storage: optuna.storages.BaseStorage, number: int, **attrs: Any) -> None:
     """Annotate trial ``number`` of ``study`` through the storage's public API: a trial another agent asked for has
     no ``Trial`` handle here."""
-    trial_id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name),
-                                                               number)
+    trial_id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name), number)
     for key, value in attrs.items():
         storage.set_trial_user_attr(trial_id, key, value)

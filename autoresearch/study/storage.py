@@ -79,21 +79,31 @@ def open_storage(url: str, attempts: int = 5) -> optuna.storages.RDBStorage:
     return optuna.storages.RDBStorage(url)
 
 
-def open_study(space, study_name: str, storage: optuna.storages.BaseStorage,
-               sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+def open_study(
+    space, study_name: str, storage: optuna.storages.BaseStorage, sampler: optuna.samplers.BaseSampler
+) -> optuna.Study:
     """Create the study or load it to resume; refuse to mix two spaces or directions in one study."""
-    study = optuna.create_study(study_name=study_name, storage=storage, sampler=sampler,
-                                direction=space.direction, load_if_exists=True)
+    study = optuna.create_study(
+        study_name=study_name, storage=storage, sampler=sampler, direction=space.direction, load_if_exists=True
+    )
     known = study.user_attrs.get(Attr.SPACE)
     if known is not None and known != space.name:
-        raise SystemExit(f"study {study_name!r} holds trials of space {known!r}, not {space.name!r}; "
-                         "pick another --study")
+        raise SystemExit(
+            f"study {study_name!r} holds trials of space {known!r}, not {space.name!r}; pick another --study"
+        )
     if study.direction.name.lower() != space.direction:
-        raise SystemExit(f"study {study_name!r} {study.direction.name.lower()}s; space {space.name!r} "
-                         f"{space.direction}s its objective")
-    for key, value in ((Attr.SPACE, space.name), (Attr.OBJECTIVE_METRIC, space.objective_metric),
-                       (Attr.DIRECTION, space.direction), (Attr.PARAM_NAMES, list(space.params)),
-                       (Attr.SPACE_PATH, str(space.path)), (Attr.WORLD_SIZE, space.world_size)):
+        raise SystemExit(
+            f"study {study_name!r} {study.direction.name.lower()}s; space {space.name!r} "
+            f"{space.direction}s its objective"
+        )
+    for key, value in (
+        (Attr.SPACE, space.name),
+        (Attr.OBJECTIVE_METRIC, space.objective_metric),
+        (Attr.DIRECTION, space.direction),
+        (Attr.PARAM_NAMES, list(space.params)),
+        (Attr.SPACE_PATH, str(space.path)),
+        (Attr.WORLD_SIZE, space.world_size),
+    ):
         study.set_user_attr(key, value)
     return study
 
@@ -131,16 +141,22 @@ def is_confirmation(t: FrozenTrial | Trial) -> bool:
 
 
 def feasible(t: FrozenTrial) -> bool:
-    return t.state == TrialState.COMPLETE and all(v <= 0.0 for v in t.constraints.values()) \
+    return (
+        t.state == TrialState.COMPLETE
+        and all(v <= 0.0 for v in t.constraints.values())
         and t.user_attrs.get(Attr.OBJECTIVE) is not None
+    )
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
     """The search's best feasible trial, or None: unlike ``study.best_trial`` it never raises. Confirmation
     runs are left out: a repeat that happened to run fast is not a better config (``confirm.verdict`` says which
     config won)."""
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if feasible(t) and not is_confirmation(t)]
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if feasible(t) and not is_confirmation(t)
+    ]
     if not done:
         return None
     pick = max if study.direction.name == "MAXIMIZE" else min
@@ -158,6 +174,7 @@ def worst_value(study: optuna.Study) -> float:
 
 # --- telling outcomes ---
 
+
 def _constraints(trial: Trial, violated: str | None) -> None:
     for key in CONSTRAINT_KEYS:
         trial.set_constraint(key, 1.0 if key == violated else 0.0)
@@ -170,12 +187,19 @@ def tell_result(study: optuna.Study, trial: Trial, result: TrialResult) -> Trial
     reason = result.reason
     if result.status == Status.OK and result.objective is None:
         reason = f"objective metric {study.user_attrs.get(Attr.OBJECTIVE_METRIC)!r} missing in the summary; {reason}"
-    cost = ledger.trial_ledger(result.summary, result.wall_time, trial.user_attrs.get(Attr.LLM_USAGE),
-                               study.user_attrs.get(Attr.WORLD_SIZE))
-    for key, value in ((Attr.STATUS, result.status), (Attr.EXIT_CODE, result.exit_code), (Attr.REASON, reason),
-                       (Attr.OBJECTIVE, result.objective), (Attr.METRICS, metrics),
-                       (Attr.WALL_TIME, round(result.wall_time, 3)), (Attr.TRIAL_DIR, str(result.trial_dir)),
-                       (Attr.LEDGER, cost)):
+    cost = ledger.trial_ledger(
+        result.summary, result.wall_time, trial.user_attrs.get(Attr.LLM_USAGE), study.user_attrs.get(Attr.WORLD_SIZE)
+    )
+    for key, value in (
+        (Attr.STATUS, result.status),
+        (Attr.EXIT_CODE, result.exit_code),
+        (Attr.REASON, reason),
+        (Attr.OBJECTIVE, result.objective),
+        (Attr.METRICS, metrics),
+        (Attr.WALL_TIME, round(result.wall_time, 3)),
+        (Attr.TRIAL_DIR, str(result.trial_dir)),
+        (Attr.LEDGER, cost),
+    ):
         trial.set_user_attr(key, value)
     if result.status == Status.OK and result.objective is not None:
         _constraints(trial, None)
@@ -200,9 +224,13 @@ def tell_skipped(study: optuna.Study, trial: Trial, skip: Skip) -> None:
 
 # --- counting ---
 
+
 def counts_toward_budget(t: FrozenTrial) -> bool:
-    return t.state in (TrialState.COMPLETE, TrialState.PRUNED) \
-        and status_of(t) not in (Status.REJECTED, Status.DUPLICATE) and not is_confirmation(t)
+    return (
+        t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        and status_of(t) not in (Status.REJECTED, Status.DUPLICATE)
+        and not is_confirmation(t)
+    )
 
 
 def finished_count(study: optuna.Study) -> int:
@@ -234,14 +262,25 @@ def trial_rows(study: optuna.Study) -> list[TrialRow]:
         if t.state == TrialState.WAITING:
             continue
         a, metrics = t.user_attrs, t.user_attrs.get(Attr.METRICS) or {}
-        rows.append(TrialRow(
-            number=t.number, state=t.state.name, status=status_of(t), exit_code=a.get(Attr.EXIT_CODE),
-            objective=a.get(Attr.OBJECTIVE), params=dict(t.params),
-            peak_memory_bytes=metrics.get("peak_memory_bytes"),
-            predicted_memory_bytes=a.get(Attr.PREDICTED_MEMORY),
-            estimated_memory_bytes=metrics.get("estimated_memory_bytes") or a.get(Attr.ESTIMATED_MEMORY),
-            wall_time_sec=a.get(Attr.WALL_TIME), proposer=a.get(Attr.PROPOSER), failure_kind=a.get(Attr.FAILURE_KIND),
-            reason=a.get(Attr.REASON, ""), rationale=a.get(Attr.RATIONALE, ""), trial_dir=a.get(Attr.TRIAL_DIR),
-            confirmation_of=a.get(Attr.CONFIRMATION_OF),
-            ledger=ledger.of_trial(a, t.state.is_finished(), ranks)))
+        rows.append(
+            TrialRow(
+                number=t.number,
+                state=t.state.name,
+                status=status_of(t),
+                exit_code=a.get(Attr.EXIT_CODE),
+                objective=a.get(Attr.OBJECTIVE),
+                params=dict(t.params),
+                peak_memory_bytes=metrics.get("peak_memory_bytes"),
+                predicted_memory_bytes=a.get(Attr.PREDICTED_MEMORY),
+                estimated_memory_bytes=metrics.get("estimated_memory_bytes") or a.get(Attr.ESTIMATED_MEMORY),
+                wall_time_sec=a.get(Attr.WALL_TIME),
+                proposer=a.get(Attr.PROPOSER),
+                failure_kind=a.get(Attr.FAILURE_KIND),
+                reason=a.get(Attr.REASON, ""),
+                rationale=a.get(Attr.RATIONALE, ""),
+                trial_dir=a.get(Attr.TRIAL_DIR),
+                confirmation_of=a.get(Attr.CONFIRMATION_OF),
+                ledger=ledger.of_trial(a, t.state.is_finished(), ranks),
+            )
+        )
     return rows

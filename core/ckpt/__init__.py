@@ -12,10 +12,19 @@ Names are imported on first use (``lazy_loader``): only the manager loads MindSp
 
 import lazy_loader
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "manager": ["CheckpointManager"],
-    "reader": ["load", "read_meta"],
-    "sharded": ["consolidate", "is_sharded", "publish", "write_shard"],
-    "store": ["FILENAME", "CheckpointError", "latest_checkpoint", "list_checkpoints", "save_checkpoint",
-              "step_dir_name"],
-})
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "manager": ["CheckpointManager"],
+        "reader": ["load", "read_meta"],
+        "sharded": ["consolidate", "is_sharded", "publish", "write_shard"],
+        "store": [
+            "FILENAME",
+            "CheckpointError",
+            "latest_checkpoint",
+            "list_checkpoints",
+            "save_checkpoint",
+            "step_dir_name",
+        ],
+    },
+)

@@ -11,8 +11,10 @@ from core.ckpt.store import save_checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m core.sharded_checkpoint",
-                                     description="Consolidate a sharded checkpoint into the 1-process layout.")
+    parser = argparse.ArgumentParser(
+        prog="python -m core.sharded_checkpoint",
+        description="Consolidate a sharded checkpoint into the 1-process layout.",
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("consolidate", help="SRC (a sharded step_XXXXXXXX directory) -> DST/step_XXXXXXXX")
     c.add_argument("src")

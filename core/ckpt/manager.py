@@ -8,8 +8,8 @@ own shards from them).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from mindspore import Tensor, ops
 
@@ -45,9 +45,15 @@ class CheckpointManager:
         """A full checkpoint from one process; from several, each rank of the first replica writes its shards
         (``core.ckpt.sharded``), which consolidate into the full one."""
         dims, world = self.par.dims, self.par.dims.world_size
-        meta = {"step": step, "data_position": step, "seed": self.cfg.seed, "tokens": tokens,
-                "rng": {"data": "numpy default_rng([seed, step])", "init": "numpy default_rng([seed, name])"},
-                "config": to_dict(self.cfg), "layout": dims.describe()}
+        meta = {
+            "step": step,
+            "data_position": step,
+            "seed": self.cfg.seed,
+            "tokens": tokens,
+            "rng": {"data": "numpy default_rng([seed, step])", "init": "numpy default_rng([seed, name])"},
+            "config": to_dict(self.cfg),
+            "layout": dims.describe(),
+        }
         keep = self.cfg.checkpoint.keep
         if dims.coords()["dp_replicate"] == 0:  # replicas hold identical shards
             tensors = self._tensors()
@@ -66,8 +72,13 @@ class CheckpointManager:
     def _tensors(self) -> dict:
         mirrors = self.par.mirrors  # copies of another stage's weights, saved there
         tensors = {f"model.{p.name}": p.asnumpy() for p in self.params if p.name not in mirrors}
-        tensors.update({f"optim.{k}": v for k, v in self.optimizer.state_dict().items()
-                        if not any(k.endswith(f".{m}") for m in mirrors)})
+        tensors.update(
+            {
+                f"optim.{k}": v
+                for k, v in self.optimizer.state_dict().items()
+                if not any(k.endswith(f".{m}") for m in mirrors)
+            }
+        )
         return tensors
 
     def resume(self, trial_dir: Path) -> tuple[int, int]:
@@ -85,11 +96,16 @@ class CheckpointManager:
         for p in self.params:
             key = f"model.{p.name}"
             if key not in tensors or tuple(tensors[key].shape) != tuple(placements[p.name].full_shape):
-                raise ConfigError("checkpoint.resume", f"{path} does not match this model at {p.name}; resume "
-                                                       "with the model config it was written with")
+                raise ConfigError(
+                    "checkpoint.resume",
+                    f"{path} does not match this model at {p.name}; resume with the model config it was written with",
+                )
             ops.assign(p, Tensor(placements[p.name].shard(tensors[key])))  # not set_data: compiled graphs keep p
-        state = {k[len("optim."):]: sharded.placement_of(k, placements, v.shape).shard(v)
-                 for k, v in tensors.items() if k.startswith("optim.")}
+        state = {
+            k[len("optim.") :]: sharded.placement_of(k, placements, v.shape).shard(v)
+            for k, v in tensors.items()
+            if k.startswith("optim.")
+        }
         self.optimizer.load_state_dict(state)
         log.info("resumed from %s at step %d (written by %s)", path, meta["step"], meta.get("layout", "?"))
         return int(meta["step"]), int(meta.get("tokens", 0))

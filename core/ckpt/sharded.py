@@ -46,14 +46,17 @@ def staging_dir(root: str | Path, step: int) -> Path:
     return Path(root) / f"{ck.TMP_PREFIX}{ck.step_dir_name(step)}-sharded"
 
 
-def write_shard(root: str | Path, step: int, rank: int, tensors: dict[str, np.ndarray],
-                placements: dict[str, Placement]) -> Path:
+def write_shard(
+    root: str | Path, step: int, rank: int, tensors: dict[str, np.ndarray], placements: dict[str, Placement]
+) -> Path:
     """Write this rank's tensors into the step's staging directory (every writing rank calls this)."""
     stage = staging_dir(root, step)
     stage.mkdir(parents=True, exist_ok=True)
     arrays = {k: np.asarray(v, order="C") for k, v in tensors.items()}
-    header = {_PLACEMENTS_KEY: json.dumps({k: placements[k].to_json() for k in arrays}),
-              ck.CRC_KEY: str(ck.crc(arrays))}
+    header = {
+        _PLACEMENTS_KEY: json.dumps({k: placements[k].to_json() for k in arrays}),
+        ck.CRC_KEY: str(ck.crc(arrays)),
+    }
     final = stage / shard_file(rank)
     with atomic_path(final) as tmp:
         save_file(arrays, str(tmp), metadata=header)
@@ -67,8 +70,11 @@ def publish(root: str | Path, step: int, writers: list[int], meta: dict, keep: i
     missing = [r for r in writers if not (stage / shard_file(r)).is_file()]
     if missing:
         raise ck.CheckpointError(f"{stage}: shards of ranks {missing} were not written")
-    index = {"schema": SCHEMA, "files": {str(r): shard_file(r) for r in writers},
-             "meta": json.loads(json.dumps({**meta, "step": step}, default=ck.json_default))}
+    index = {
+        "schema": SCHEMA,
+        "files": {str(r): shard_file(r) for r in writers},
+        "meta": json.loads(json.dumps({**meta, "step": step}, default=ck.json_default)),
+    }
     (stage / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True))
     fsync_dir(stage)
     if final.exists():
@@ -103,7 +109,7 @@ def consolidate(path: str | Path, verify: bool = True) -> tuple[dict[str, np.nda
     index = read_index(path)
     pieces: dict[str, dict[tuple[int, int, int], np.ndarray]] = {}
     placements: dict[str, Placement] = {}
-    for rank, name in sorted(index["files"].items(), key=lambda kv: int(kv[0])):
+    for _, name in sorted(index["files"].items(), key=lambda kv: int(kv[0])):
         file = path / name
         try:
             with safe_open(str(file), framework="np") as f:

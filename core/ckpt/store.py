@@ -28,7 +28,7 @@ import shutil
 import socket
 import uuid
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
@@ -70,7 +70,7 @@ def crc(tensors: dict[str, np.ndarray]) -> int:
     crc = 0
     for name in sorted(tensors):
         crc = binascii.crc32(name.encode("utf-8"), crc)
-        crc = binascii.crc32(np.asarray(tensors[name], order="C"), crc)   # hashes the buffer, no copy
+        crc = binascii.crc32(np.asarray(tensors[name], order="C"), crc)  # hashes the buffer, no copy
     return crc
 
 
@@ -79,8 +79,9 @@ def _tmp_tag() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def save_checkpoint(dir: str | Path, step: int, tensors: dict[str, np.ndarray], meta: dict,
-                    keep: Optional[int] = None) -> Path:
+def save_checkpoint(
+    dir: str | Path, step: int, tensors: dict[str, np.ndarray], meta: dict, keep: int | None = None
+) -> Path:
     """Write ``<dir>/step_<step:08d>/model_optim.safetensors`` atomically and return the step directory.
 
     ``meta`` must be JSON-serialisable (NumPy scalars/arrays become numbers/lists); ``meta["step"]`` is set to
@@ -100,9 +101,10 @@ def save_checkpoint(dir: str | Path, step: int, tensors: dict[str, np.ndarray], 
         if name in _RESERVED:
             raise ValueError(f"tensor name {name!r} is reserved for the safetensors header; rename it")
         if not isinstance(value, np.ndarray):
-            raise TypeError(f"tensor {name!r} must be a numpy.ndarray (got {type(value).__name__}); "
-                            "convert with .asnumpy()")
-        arrays[name] = np.asarray(value, order="C")   # raw C-order buffers (ascontiguousarray would make 0-d 1-d)
+            raise TypeError(
+                f"tensor {name!r} must be a numpy.ndarray (got {type(value).__name__}); convert with .asnumpy()"
+            )
+        arrays[name] = np.asarray(value, order="C")  # raw C-order buffers (ascontiguousarray would make 0-d 1-d)
     header = {
         SCHEMA_KEY: SCHEMA,
         META_KEY: json.dumps({**meta, "step": step}, default=json_default, sort_keys=True),
@@ -116,7 +118,7 @@ def save_checkpoint(dir: str | Path, step: int, tensors: dict[str, np.ndarray], 
     tmp.mkdir()
     try:
         save_file(arrays, str(tmp / FILENAME), metadata=header)
-        with open(tmp / FILENAME, "rb") as f:       # flush data before the rename makes it visible
+        with open(tmp / FILENAME, "rb") as f:  # flush data before the rename makes it visible
             os.fsync(f.fileno())
         fsync_dir(tmp)
         if final.exists():
@@ -157,7 +159,7 @@ def _remove_dead_temporaries(root: Path) -> None:
         except ProcessLookupError:
             shutil.rmtree(entry, ignore_errors=True)
         except PermissionError:
-            pass                                    # alive, owned by someone else
+            pass  # alive, owned by someone else
 
 
 def list_checkpoints(dir: str | Path) -> list[Path]:
@@ -173,7 +175,7 @@ def list_checkpoints(dir: str | Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
-def latest_checkpoint(dir: str | Path) -> Optional[Path]:
+def latest_checkpoint(dir: str | Path) -> Path | None:
     """The newest complete checkpoint directory under ``dir``, or None."""
     found = list_checkpoints(dir)
     return found[-1] if found else None
@@ -183,8 +185,9 @@ def _file_of(path: str | Path) -> Path:
     path = Path(path)
     file = path / FILENAME if path.is_dir() else path
     if not file.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path} (expected a step_XXXXXXXX directory holding {FILENAME}, "
-                                "or the file itself)")
+        raise FileNotFoundError(
+            f"no checkpoint at {path} (expected a step_XXXXXXXX directory holding {FILENAME}, or the file itself)"
+        )
     return file
 
 

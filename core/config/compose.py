@@ -49,8 +49,9 @@ def _unknown_override(exc: Exception) -> ConfigError:
     missing = re.search(r"Could not find '(\w+)/([^']+)'", text)
     if missing:
         group, option = missing.groups()
-        return ConfigError(group, f"no option {option!r} in configs/{group}/; choose one of "
-                                  f"{', '.join(group_options(group))}")
+        return ConfigError(
+            group, f"no option {option!r} in configs/{group}/; choose one of {', '.join(group_options(group))}"
+        )
     m = re.search(r"override '([^']+)'", text) or re.search(r"Key '([^']+)'", text)
     key = m.group(1) if m else "overrides"
     cause = exc.__cause__ or exc.__context__

@@ -11,7 +11,9 @@ import ast
 import dataclasses
 import functools
 import inspect
+import itertools
 import textwrap
+import types
 import typing
 
 from core.config.compose import group_options, load_config, to_dict
@@ -34,7 +36,7 @@ def field_docs(cls: type) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = tree.body[0].body
     docs = {}
-    for node, after in zip(body, body[1:]):
+    for node, after in itertools.pairwise(body):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and _is_docstring(after):
             docs[node.target.id] = " ".join(after.value.value.split())
     return docs
@@ -47,7 +49,7 @@ def _is_docstring(node: ast.stmt) -> bool:
 def type_text(annotation: typing.Any) -> str:
     """A field's type as the help shows it: int, float?, list[str]? (``?``: may be null)."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) is typing.Union and len(args) == 1:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
         return type_text(args[0]) + "?"
     return getattr(annotation, "__name__", None) if typing.get_origin(annotation) is None else str(annotation)
 
@@ -60,8 +62,9 @@ def key_lines(values: dict, width: int = 100) -> list[str]:
         lines += ["", *textwrap.wrap(f"{section}: {_plain(inspect.getdoc(cls))}", width)]
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
-            lines += _entry(f"{section}.{f.name}", hints[f.name], values[section][f.name],
-                            field_docs(cls).get(f.name, ""), width)
+            lines += _entry(
+                f"{section}.{f.name}", hints[f.name], values[section][f.name], field_docs(cls).get(f.name, ""), width
+            )
     lines += ["", "top level:"]
     hints = typing.get_type_hints(TrainConfig)
     for name in ("seed", "device"):
@@ -83,19 +86,23 @@ def usage(overrides: list[str] | tuple[str, ...] = ()) -> str:
     (e.g. ``--help model=small`` shows that preset's)."""
     groups = "  ".join(f"{g}={'|'.join(group_options(g))}" for g in SECTIONS if len(group_options(g)) > 1)
     values = to_dict(load_config(overrides))
-    return "\n".join([
-        "usage: python -m core.train [key=value | group=option ...]",
-        "",
-        "Runs one bounded trial: it stops at trial.max_steps or trial.max_wall_time_sec, writes",
-        "trial_summary.json into trial.dir and exits with a code that says how it ended.",
-        f"Exit codes: {EXIT_CODES}.",
-        "",
-        f"Config groups (presets in configs/<group>/): {groups}",
-        "The parallel degrees dp_replicate * dp_shard * tp * pp * cp are the ranks this command starts.",
-        "",
-        "Examples:",
-        EXAMPLES,
-        "",
-        f"Keys (section.field (type; ? = may be null) = value{' with ' + ' '.join(overrides) if overrides else ''}):",
-        *key_lines(values),
-    ])
+    return "\n".join(
+        [
+            "usage: python -m core.train [key=value | group=option ...]",
+            "",
+            "Runs one bounded trial: it stops at trial.max_steps or trial.max_wall_time_sec, writes",
+            "trial_summary.json into trial.dir and exits with a code that says how it ended.",
+            f"Exit codes: {EXIT_CODES}.",
+            "",
+            f"Config groups (presets in configs/<group>/): {groups}",
+            "The parallel degrees dp_replicate * dp_shard * tp * pp * cp are the ranks this command starts.",
+            "",
+            "Examples:",
+            EXAMPLES,
+            "",
+            "Keys (section.field (type; ? = may be null) = value"
+            + (f" with {' '.join(overrides)}" if overrides else "")
+            + "):",
+            *key_lines(values),
+        ]
+    )

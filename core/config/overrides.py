@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 # Hydra reads these words as non-strings; a string with one of these values must be quoted.
 _HYDRA_WORDS = {"true", "false", "null", "nan", "inf", "-inf", "+inf"}

@@ -38,76 +38,114 @@ def positive(section: str, obj: Any, *names: str) -> None:
 
 def sequence_fits_rope_table(cfg: TrainConfig) -> None:
     t, m = cfg.training, cfg.model
-    require(t.seq_len <= m.max_seq_len, "training.seq_len",
-            f"{t.seq_len} exceeds model.max_seq_len={m.max_seq_len}; lower it or raise model.max_seq_len")
+    require(
+        t.seq_len <= m.max_seq_len,
+        "training.seq_len",
+        f"{t.seq_len} exceeds model.max_seq_len={m.max_seq_len}; lower it or raise model.max_seq_len",
+    )
 
 
 def fused_kernels_run_on_the_host(cfg: TrainConfig) -> None:
-    require(not (cfg.execution.cpu_kernels and cfg.device != "CPU"), "execution.cpu_kernels",
-            f"the fused kernels run on the host CPU, not on {cfg.device}; set it to null or false")
+    require(
+        not (cfg.execution.cpu_kernels and cfg.device != "CPU"),
+        "execution.cpu_kernels",
+        f"the fused kernels run on the host CPU, not on {cfg.device}; set it to null or false",
+    )
 
 
 def tp_divides_the_model(cfg: TrainConfig) -> None:
     m, p = cfg.model, cfg.parallel
     for name in ("n_heads", "n_kv_heads", "vocab_size", "ffn_hidden"):
         value = getattr(m, name)
-        require(value % p.tp == 0, "parallel.tp",
-                f"{p.tp} does not divide model.{name}={value}; choose a tp that divides n_heads, n_kv_heads, "
-                "vocab_size and ffn_hidden")
+        require(
+            value % p.tp == 0,
+            "parallel.tp",
+            f"{p.tp} does not divide model.{name}={value}; choose a tp that divides n_heads, n_kv_heads, "
+            "vocab_size and ffn_hidden",
+        )
 
 
 def cp_splits_the_sequence(cfg: TrainConfig) -> None:
     t, p = cfg.training, cfg.parallel
     if p.cp > 1:
-        require(t.seq_len % (2 * p.cp) == 0, "parallel.cp",
-                f"training.seq_len={t.seq_len} must split into 2*cp = {2 * p.cp} equal chunks (each rank holds a "
-                "chunk and its mirror, for causal load balance); choose cp or seq_len accordingly")
+        require(
+            t.seq_len % (2 * p.cp) == 0,
+            "parallel.cp",
+            f"training.seq_len={t.seq_len} must split into 2*cp = {2 * p.cp} equal chunks (each rank holds a "
+            "chunk and its mirror, for causal load balance); choose cp or seq_len accordingly",
+        )
 
 
 def sp_splits_the_local_sequence(cfg: TrainConfig) -> None:
     t, p = cfg.training, cfg.parallel
     if p.sp:
         local = t.seq_len // p.cp
-        require(local % p.tp == 0, "parallel.sp",
-                f"each rank's sequence ({t.seq_len} / cp = {local}) must split into tp={p.tp} equal parts; "
-                "choose seq_len, cp and tp accordingly or set parallel.sp=false")
+        require(
+            local % p.tp == 0,
+            "parallel.sp",
+            f"each rank's sequence ({t.seq_len} / cp = {local}) must split into tp={p.tp} equal parts; "
+            "choose seq_len, cp and tp accordingly or set parallel.sp=false",
+        )
 
 
 def stages_split_the_layers(cfg: TrainConfig) -> None:
     m, p = cfg.model, cfg.parallel
     stages = p.stages
     if p.pp_layers is not None:
-        require(len(p.pp_layers) == stages and sum(p.pp_layers) == m.n_layers and min(p.pp_layers) >= 1,
-                "parallel.pp_layers", f"{list(p.pp_layers)} must give each of pp * pp_virtual = {stages} stages at "
-                f"least one layer, model.n_layers={m.n_layers} in all")
-        require(p.pp_offset == 0, "parallel.pp_offset",
-                "applies to the even split; with parallel.pp_layers set it to 0 and write the split you want")
+        require(
+            len(p.pp_layers) == stages and sum(p.pp_layers) == m.n_layers and min(p.pp_layers) >= 1,
+            "parallel.pp_layers",
+            f"{list(p.pp_layers)} must give each of pp * pp_virtual = {stages} stages at "
+            f"least one layer, model.n_layers={m.n_layers} in all",
+        )
+        require(
+            p.pp_offset == 0,
+            "parallel.pp_offset",
+            "applies to the even split; with parallel.pp_layers set it to 0 and write the split you want",
+        )
         return
-    require(m.n_layers % stages == 0, "parallel.pp",
-            f"pp * pp_virtual = {stages} stages do not divide model.n_layers={m.n_layers}; choose degrees "
-            "that divide it, or give the layers per stage in parallel.pp_layers (e.g. [1,2])")
+    require(
+        m.n_layers % stages == 0,
+        "parallel.pp",
+        f"pp * pp_virtual = {stages} stages do not divide model.n_layers={m.n_layers}; choose degrees "
+        "that divide it, or give the layers per stage in parallel.pp_layers (e.g. [1,2])",
+    )
     require(stages > 1 or p.pp_offset == 0, "parallel.pp_offset", "needs a pipeline (parallel.pp > 1)")
     split = p.stage_split(m.n_layers)
-    require(min(split) >= 1, "parallel.pp_offset",
-            f"{p.pp_offset} leaves a stage without layers (split {split}); keep |pp_offset| below "
-            f"{m.n_layers // stages}")
+    require(
+        min(split) >= 1,
+        "parallel.pp_offset",
+        f"{p.pp_offset} leaves a stage without layers (split {split}); keep |pp_offset| below {m.n_layers // stages}",
+    )
 
 
 def experts_fit_the_layout(cfg: TrainConfig) -> None:
     m, p = cfg.model, cfg.parallel
-    require(p.ep == 1 or m.n_experts > 0, "parallel.ep",
-            f"expert parallelism (ep={p.ep}) splits an MoE model's experts; choose model=moe-tiny or moe-small, "
-            "or set parallel.ep=1")
+    require(
+        p.ep == 1 or m.n_experts > 0,
+        "parallel.ep",
+        f"expert parallelism (ep={p.ep}) splits an MoE model's experts; choose model=moe-tiny or moe-small, "
+        "or set parallel.ep=1",
+    )
     if not m.n_experts:
         return
-    require(m.expert_width % p.tp == 0, "parallel.tp",
-            f"{p.tp} does not divide each expert's width (model.moe_ffn_hidden or ffn_hidden = {m.expert_width}); "
-            "choose a tp that divides it")
-    require(p.ep == p.dp_shard, "parallel.ep",
-            f"experts are split over the FSDP ranks (they are not FSDP-sharded themselves): set parallel.ep = "
-            f"parallel.dp_shard = {p.dp_shard}")
-    require(m.n_experts % p.ep == 0, "parallel.ep",
-            f"{p.ep} ranks do not split model.n_experts={m.n_experts} evenly; choose an ep that divides it")
+    require(
+        m.expert_width % p.tp == 0,
+        "parallel.tp",
+        f"{p.tp} does not divide each expert's width (model.moe_ffn_hidden or ffn_hidden = {m.expert_width}); "
+        "choose a tp that divides it",
+    )
+    require(
+        p.ep == p.dp_shard,
+        "parallel.ep",
+        f"experts are split over the FSDP ranks (they are not FSDP-sharded themselves): set parallel.ep = "
+        f"parallel.dp_shard = {p.dp_shard}",
+    )
+    require(
+        m.n_experts % p.ep == 0,
+        "parallel.ep",
+        f"{p.ep} ranks do not split model.n_experts={m.n_experts} evenly; choose an ep that divides it",
+    )
 
 
 # ---- memory ------------------------------------------------------------------------------------------------------
@@ -115,16 +153,22 @@ def experts_fit_the_layout(cfg: TrainConfig) -> None:
 
 def recompute_stages_match_the_pipeline(cfg: TrainConfig) -> None:
     stages, given = cfg.parallel.stages, cfg.memory.recompute_stages
-    require(given is None or len(given) == stages, "memory.recompute_stages",
-            f"needs one setting per pipeline stage (pp * pp_virtual = {stages}), got {given}")
+    require(
+        given is None or len(given) == stages,
+        "memory.recompute_stages",
+        f"needs one setting per pipeline stage (pp * pp_virtual = {stages}), got {given}",
+    )
 
 
 def selective_recompute_saves_memory(cfg: TrainConfig) -> None:
     settings = set(cfg.memory.recompute_stages or [cfg.memory.recompute])
-    require(not ("selective" in settings and selective_costs_memory(cfg.device, cfg.training.mode)),
-            "memory.recompute", "selective recompute raises the peak under training.mode=jit on CPU (the "
-            "recomputation is compiled on top of the saved graph: benchmarks/RESULTS.md, 'Recompute'); use "
-            "memory.recompute=full, which runs as compiled segments there, or training.mode=pynative")
+    require(
+        not ("selective" in settings and selective_costs_memory(cfg.device, cfg.training.mode)),
+        "memory.recompute",
+        "selective recompute raises the peak under training.mode=jit on CPU (the "
+        "recomputation is compiled on top of the saved graph: benchmarks/RESULTS.md, 'Recompute'); use "
+        "memory.recompute=full, which runs as compiled segments there, or training.mode=pynative",
+    )
 
 
 def selective_costs_memory(device: str, mode: str) -> bool:
@@ -137,20 +181,29 @@ def selective_costs_memory(device: str, mode: str) -> bool:
 def swap_runs_where_built(cfg: TrainConfig) -> None:
     if not cfg.memory.swap:
         return
-    require(cfg.training.mode == "pynative", "memory.swap",
-            "needs training.mode=pynative: under jit the compiled graph owns the tensors it saves and no hook can "
-            "move them (core.memory.swap); or set memory.swap=false")
+    require(
+        cfg.training.mode == "pynative",
+        "memory.swap",
+        "needs training.mode=pynative: under jit the compiled graph owns the tensors it saves and no hook can "
+        "move them (core.memory.swap); or set memory.swap=false",
+    )
     settings = set(cfg.memory.recompute_stages or [cfg.memory.recompute])
-    require(cfg.parallel.pp == 1 and settings == {"none"}, "memory.swap",
-            "runs without a pipeline and without recompute (the combinations are not built); set parallel.pp=1 "
-            "and memory.recompute=none, or memory.swap=false")
+    require(
+        cfg.parallel.pp == 1 and settings == {"none"},
+        "memory.swap",
+        "runs without a pipeline and without recompute (the combinations are not built); set parallel.pp=1 "
+        "and memory.recompute=none, or memory.swap=false",
+    )
 
 
 def layer_counts_fit_the_model(cfg: TrainConfig) -> None:
     for name in ("recompute_layers", "swap_layers"):
         r = getattr(cfg.memory, name)
-        require(r is None or r <= cfg.model.n_layers, f"memory.{name}",
-                f"{r} exceeds model.n_layers={cfg.model.n_layers}; lower it, or set it to null for every block")
+        require(
+            r is None or r <= cfg.model.n_layers,
+            f"memory.{name}",
+            f"{r} exceeds model.n_layers={cfg.model.n_layers}; lower it, or set it to null for every block",
+        )
 
 
 # ---- the batch and the budget ---------------------------------------------------------------------------------
@@ -158,37 +211,59 @@ def layer_counts_fit_the_model(cfg: TrainConfig) -> None:
 
 def batch_splits_over_data_parallel(cfg: TrainConfig) -> None:
     t, dp = cfg.training, cfg.parallel.dp
-    require(t.global_batch_size % dp == 0, "training.global_batch_size",
-            f"{t.global_batch_size} must be a multiple of the data-parallel degree {dp} "
-            "(parallel.dp_replicate * parallel.dp_shard)")
+    require(
+        t.global_batch_size % dp == 0,
+        "training.global_batch_size",
+        f"{t.global_batch_size} must be a multiple of the data-parallel degree {dp} "
+        "(parallel.dp_replicate * parallel.dp_shard)",
+    )
 
 
 def batch_splits_into_micro_batches(cfg: TrainConfig) -> None:
     t, dp = cfg.training, cfg.parallel.dp
     per_step = t.micro_batch_size * dp
-    require(t.global_batch_size % per_step == 0, "training.global_batch_size",
-            f"{t.global_batch_size} must be a multiple of micro_batch_size * data-parallel degree "
-            f"= {t.micro_batch_size} * {dp} = {per_step}")
+    require(
+        t.global_batch_size % per_step == 0,
+        "training.global_batch_size",
+        f"{t.global_batch_size} must be a multiple of micro_batch_size * data-parallel degree "
+        f"= {t.micro_batch_size} * {dp} = {per_step}",
+    )
 
 
 def interleaving_fills_every_rank(cfg: TrainConfig) -> None:
     p, m = cfg.parallel, cfg.grad_accum_steps
-    require(p.pp_schedule != "interleaved" or p.pp == 1 or m % p.pp == 0, "parallel.pp_schedule",
-            f"interleaved needs the micro-batches per step ({m} = global_batch_size / (micro_batch_size * dp)) to "
-            f"be a multiple of pp={p.pp}; change training.micro_batch_size or the batch, or use 1f1b")
+    require(
+        p.pp_schedule != "interleaved" or p.pp == 1 or m % p.pp == 0,
+        "parallel.pp_schedule",
+        f"interleaved needs the micro-batches per step ({m} = global_batch_size / (micro_batch_size * dp)) to "
+        f"be a multiple of pp={p.pp}; change training.micro_batch_size or the batch, or use 1f1b",
+    )
 
 
 def checkpoints_fit_the_budget(cfg: TrainConfig) -> None:
     interval, steps = cfg.checkpoint.interval, cfg.trial.max_steps
-    require(interval == 0 or steps is None or interval <= steps, "checkpoint.interval",
-            "is longer than trial.max_steps, so no checkpoint would be written; lower it or set 0")
+    require(
+        interval == 0 or steps is None or interval <= steps,
+        "checkpoint.interval",
+        "is longer than trial.max_steps, so no checkpoint would be written; lower it or set 0",
+    )
 
 
 # In order: a rule may rely on the ones before it (the micro-batch rules on the data-parallel split).
 CROSS_SECTION_RULES = (
-    fused_kernels_run_on_the_host, sequence_fits_rope_table, tp_divides_the_model, cp_splits_the_sequence,
-    sp_splits_the_local_sequence, stages_split_the_layers, experts_fit_the_layout,
-    recompute_stages_match_the_pipeline, selective_recompute_saves_memory, swap_runs_where_built,
-    layer_counts_fit_the_model, batch_splits_over_data_parallel, batch_splits_into_micro_batches,
-    interleaving_fills_every_rank, checkpoints_fit_the_budget,
+    fused_kernels_run_on_the_host,
+    sequence_fits_rope_table,
+    tp_divides_the_model,
+    cp_splits_the_sequence,
+    sp_splits_the_local_sequence,
+    stages_split_the_layers,
+    experts_fit_the_layout,
+    recompute_stages_match_the_pipeline,
+    selective_recompute_saves_memory,
+    swap_runs_where_built,
+    layer_counts_fit_the_model,
+    batch_splits_over_data_parallel,
+    batch_splits_into_micro_batches,
+    interleaving_fills_every_rank,
+    checkpoints_fit_the_budget,
 )

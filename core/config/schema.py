@@ -13,7 +13,6 @@ A field's docstring (the string under it) is its documentation: ``python -m core
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Optional
 
 from core.config.rules import CROSS_SECTION_RULES, positive, require
 
@@ -59,7 +58,7 @@ class ModelConfig:
     """Experts each token is routed to."""
     moe_router: str = "softmax"
     """Router scores: softmax (Mixtral) or sigmoid (DeepSeek-V3); the top k are renormalised."""
-    moe_capacity_factor: Optional[float] = None
+    moe_capacity_factor: float | None = None
     """Slots per expert as a multiple of its fair share of the tokens; null: dropless routing."""
     moe_aux_loss_weight: float = 0.01
     """Weight of the load-balance loss (Switch Transformer)."""
@@ -67,30 +66,63 @@ class ModelConfig:
     """Experts every token uses (DeepSeek-MoE), run as one MLP of that many widths."""
     moe_dense_layers: int = 0
     """The first blocks that keep a dense MLP."""
-    moe_ffn_hidden: Optional[int] = None
+    moe_ffn_hidden: int | None = None
     """Each expert's width; null: ``ffn_hidden``."""
 
     def __post_init__(self):
-        positive("model", self, "vocab_size", "n_layers", "d_model", "n_heads", "n_kv_heads", "ffn_hidden",
-                 "max_seq_len", "rope_theta", "norm_eps", "init_std")
-        require(self.d_model % self.n_heads == 0, "model.d_model",
-                f"must be divisible by model.n_heads={self.n_heads} (got {self.d_model})")
-        require((self.d_model // self.n_heads) % 2 == 0, "model.d_model",
-                "head dim (d_model / n_heads) must be even for RoPE")
-        require(self.n_heads % self.n_kv_heads == 0, "model.n_kv_heads",
-                f"must divide model.n_heads={self.n_heads} (got {self.n_kv_heads})")
+        positive(
+            "model",
+            self,
+            "vocab_size",
+            "n_layers",
+            "d_model",
+            "n_heads",
+            "n_kv_heads",
+            "ffn_hidden",
+            "max_seq_len",
+            "rope_theta",
+            "norm_eps",
+            "init_std",
+        )
+        require(
+            self.d_model % self.n_heads == 0,
+            "model.d_model",
+            f"must be divisible by model.n_heads={self.n_heads} (got {self.d_model})",
+        )
+        require(
+            (self.d_model // self.n_heads) % 2 == 0,
+            "model.d_model",
+            "head dim (d_model / n_heads) must be even for RoPE",
+        )
+        require(
+            self.n_heads % self.n_kv_heads == 0,
+            "model.n_kv_heads",
+            f"must divide model.n_heads={self.n_heads} (got {self.n_kv_heads})",
+        )
         require(self.n_experts >= 0, "model.n_experts", f"must be >= 0 (got {self.n_experts})")
         if self.n_experts:
-            require(1 <= self.moe_top_k <= self.n_experts, "model.moe_top_k",
-                    f"must be between 1 and model.n_experts={self.n_experts} (got {self.moe_top_k})")
-            require(self.moe_router in ("softmax", "sigmoid"), "model.moe_router",
-                    f"must be softmax or sigmoid (got {self.moe_router!r})")
-            require(self.moe_capacity_factor is None or self.moe_capacity_factor > 0, "model.moe_capacity_factor",
-                    f"must be > 0, or null for dropless routing (got {self.moe_capacity_factor})")
+            require(
+                1 <= self.moe_top_k <= self.n_experts,
+                "model.moe_top_k",
+                f"must be between 1 and model.n_experts={self.n_experts} (got {self.moe_top_k})",
+            )
+            require(
+                self.moe_router in ("softmax", "sigmoid"),
+                "model.moe_router",
+                f"must be softmax or sigmoid (got {self.moe_router!r})",
+            )
+            require(
+                self.moe_capacity_factor is None or self.moe_capacity_factor > 0,
+                "model.moe_capacity_factor",
+                f"must be > 0, or null for dropless routing (got {self.moe_capacity_factor})",
+            )
             require(self.moe_aux_loss_weight >= 0, "model.moe_aux_loss_weight", "must be >= 0")
             require(self.moe_shared_experts >= 0, "model.moe_shared_experts", "must be >= 0")
-            require(0 <= self.moe_dense_layers < self.n_layers, "model.moe_dense_layers",
-                    f"must leave at least one MoE block of model.n_layers={self.n_layers}")
+            require(
+                0 <= self.moe_dense_layers < self.n_layers,
+                "model.moe_dense_layers",
+                f"must leave at least one MoE block of model.n_layers={self.n_layers}",
+            )
             require(self.moe_ffn_hidden is None or self.moe_ffn_hidden > 0, "model.moe_ffn_hidden", "must be > 0")
 
     def is_moe_layer(self, i: int) -> bool:
@@ -140,8 +172,11 @@ class OptimConfig:
 
     def __post_init__(self):
         require(self.name in ("adamw", "muon"), "optim.name", f"must be adamw or muon (got {self.name!r})")
-        require(self.schedule in ("cosine", "linear", "wsd", "constant"), "optim.schedule",
-                f"must be cosine, linear, wsd or constant (got {self.schedule!r})")
+        require(
+            self.schedule in ("cosine", "linear", "wsd", "constant"),
+            "optim.schedule",
+            f"must be cosine, linear, wsd or constant (got {self.schedule!r})",
+        )
         positive("optim", self, "lr", "eps", "ns_steps")
         require(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
         require(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
@@ -180,7 +215,7 @@ class ParallelConfig:
     """Pipeline schedule: gpipe, 1f1b or interleaved."""
     pp_virtual: int = 1
     """Stages per rank (the interleaved schedule)."""
-    pp_layers: Optional[list[int]] = None
+    pp_layers: list[int] | None = None
     """Layers per stage, pp * pp_virtual of them (e.g. [1,3]); null: an even split, moved by ``pp_offset``."""
     pp_offset: int = 0
     """Layers moved from the last stage to the first on an even split (negative: the other way; MindFormers'
@@ -188,15 +223,27 @@ class ParallelConfig:
 
     def __post_init__(self):
         positive("parallel", self, "dp_replicate", "dp_shard", "tp", "pp", "cp", "ep", "pp_virtual")
-        require(self.pp_schedule in PP_SCHEDULES, "parallel.pp_schedule",
-                f"must be {', '.join(PP_SCHEDULES[:-1])} or {PP_SCHEDULES[-1]} (got {self.pp_schedule!r})")
-        require(self.pp_virtual == 1 or self.pp_schedule == "interleaved", "parallel.pp_virtual",
-                f"{self.pp_virtual} stages per rank need parallel.pp_schedule=interleaved; or set pp_virtual=1")
-        require(not self.sp or self.tp > 1, "parallel.sp",
-                "sequence parallelism splits the tensor-parallel group's work; it needs parallel.tp > 1")
-        require(self.ep == 1 or (self.dp_shard * self.cp * self.tp) % self.ep == 0, "parallel.ep",
-                f"{self.ep} must divide dp_shard * cp * tp = {self.dp_shard * self.cp * self.tp} (experts borrow "
-                "those ranks)")
+        require(
+            self.pp_schedule in PP_SCHEDULES,
+            "parallel.pp_schedule",
+            f"must be {', '.join(PP_SCHEDULES[:-1])} or {PP_SCHEDULES[-1]} (got {self.pp_schedule!r})",
+        )
+        require(
+            self.pp_virtual == 1 or self.pp_schedule == "interleaved",
+            "parallel.pp_virtual",
+            f"{self.pp_virtual} stages per rank need parallel.pp_schedule=interleaved; or set pp_virtual=1",
+        )
+        require(
+            not self.sp or self.tp > 1,
+            "parallel.sp",
+            "sequence parallelism splits the tensor-parallel group's work; it needs parallel.tp > 1",
+        )
+        require(
+            self.ep == 1 or (self.dp_shard * self.cp * self.tp) % self.ep == 0,
+            "parallel.ep",
+            f"{self.ep} must divide dp_shard * cp * tp = {self.dp_shard * self.cp * self.tp} (experts borrow "
+            "those ranks)",
+        )
 
     @property
     def world_size(self) -> int:
@@ -229,45 +276,65 @@ class MemoryConfig:
     recompute: str = "none"
     """none, selective (norms, SwiGLU, attention's softmax) or full (whole blocks); ``core.memory.recompute``
     says how each runs under jit and in PyNative."""
-    recompute_layers: Optional[int] = None
+    recompute_layers: int | None = None
     """Recompute the first this many blocks (of each pipeline stage); null: every block."""
-    recompute_stages: Optional[list[str]] = None
+    recompute_stages: list[str] | None = None
     """One recompute setting per pipeline stage (pp * pp_virtual), overriding ``recompute``."""
     swap: bool = False
     """Move saved activations to a slower tier until backward reads them (``core.memory.swap``; PyNative)."""
-    swap_layers: Optional[int] = None
+    swap_layers: int | None = None
     """Swap the first this many blocks (they wait longest); null: every block, and the tensors outside blocks
     too when ``swap_ops`` is null as well."""
-    swap_ops: Optional[list[str]] = None
+    swap_ops: list[str] | None = None
     """Parts of a swapped block: attention, mlp, norm; null: all."""
     swap_prefetch: int = 0
     """Backward: when a block's tensors are first read, load the next this many blocks' in a background thread;
     0: each tensor when read (on CPU a prefetched block costs a block's memory and hides nothing)."""
-    limit_gb: Optional[float] = None
+    limit_gb: float | None = None
     """Per-rank memory budget in GiB; passing it ends the trial with exit 10 (oom). null: no budget."""
 
     def __post_init__(self):
-        require(self.recompute in RECOMPUTE, "memory.recompute",
-                f"must be one of {', '.join(RECOMPUTE)} (got {self.recompute!r})")
+        require(
+            self.recompute in RECOMPUTE,
+            "memory.recompute",
+            f"must be one of {', '.join(RECOMPUTE)} (got {self.recompute!r})",
+        )
         for value in self.recompute_stages or []:
-            require(value in RECOMPUTE, "memory.recompute_stages",
-                    f"must be one of {', '.join(RECOMPUTE)} (got {value!r})")
-        require(self.recompute_layers is None or self.recompute_layers >= 1, "memory.recompute_layers",
-                f"must be >= 1, or null for every block (got {self.recompute_layers})")
+            require(
+                value in RECOMPUTE, "memory.recompute_stages", f"must be one of {', '.join(RECOMPUTE)} (got {value!r})"
+            )
+        require(
+            self.recompute_layers is None or self.recompute_layers >= 1,
+            "memory.recompute_layers",
+            f"must be >= 1, or null for every block (got {self.recompute_layers})",
+        )
         require(self.limit_gb is None or self.limit_gb > 0, "memory.limit_gb", "must be > 0 or null")
-        require(self.swap_layers is None or self.swap_layers >= 1, "memory.swap_layers",
-                f"must be >= 1, or null for every block (got {self.swap_layers})")
+        require(
+            self.swap_layers is None or self.swap_layers >= 1,
+            "memory.swap_layers",
+            f"must be >= 1, or null for every block (got {self.swap_layers})",
+        )
         for value in self.swap_ops or []:
-            require(value in SWAP_OPS, "memory.swap_ops",
-                    f"must name parts of a block among {', '.join(SWAP_OPS)}, or be null for all (got {value!r})")
-        require(self.swap_ops is None or len(self.swap_ops) > 0, "memory.swap_ops",
-                f"must name at least one of {', '.join(SWAP_OPS)}, or be null for all (got [])")
-        require(self.swap_prefetch >= 0, "memory.swap_prefetch",
-                f"must be >= 0 (0: no prefetch; got {self.swap_prefetch})")
+            require(
+                value in SWAP_OPS,
+                "memory.swap_ops",
+                f"must name parts of a block among {', '.join(SWAP_OPS)}, or be null for all (got {value!r})",
+            )
+        require(
+            self.swap_ops is None or len(self.swap_ops) > 0,
+            "memory.swap_ops",
+            f"must name at least one of {', '.join(SWAP_OPS)}, or be null for all (got [])",
+        )
+        require(
+            self.swap_prefetch >= 0, "memory.swap_prefetch", f"must be >= 0 (0: no prefetch; got {self.swap_prefetch})"
+        )
         defaults = {f.name: f.default for f in fields(MemoryConfig)}
         for name in ("swap_layers", "swap_ops", "swap_prefetch"):  # settings of swap, meaningless without it
-            require(self.swap or getattr(self, name) == defaults[name], f"memory.{name}",
-                    "chooses what activation SWAP moves; set memory.swap=true, or leave it at its default")
+            require(
+                self.swap or getattr(self, name) == defaults[name],
+                f"memory.{name}",
+                "chooses what activation SWAP moves; set memory.swap=true, or leave it at its default",
+            )
 
     def recompute_of(self, stage: int) -> str:
         """The recompute setting of pipeline stage ``stage`` (of the whole model without a pipeline)."""
@@ -278,18 +345,24 @@ class MemoryConfig:
 class DataConfig:
     """The token files a trial reads (``core.data``)."""
 
-    train_path: Optional[str] = None
+    train_path: str | None = None
     """Token file (``.bin``, from ``python -m core.data prepare``); null: the embedded corpus."""
-    val_path: Optional[str] = None
+    val_path: str | None = None
     """Held-out token file; null with ``train_path`` null: the embedded corpus's validation split."""
-    token_dtype: Optional[str] = None
+    token_dtype: str | None = None
     """uint16 or uint32, only for raw files without a ``.json`` sidecar."""
 
     def __post_init__(self):
-        require(self.token_dtype in (None, "uint16", "uint32"), "data.token_dtype",
-                "must be uint16, uint32 or null (read from the file's sidecar)")
-        require(self.val_path is None or self.train_path is not None, "data.val_path",
-                "needs data.train_path too (the embedded corpus brings its own validation split)")
+        require(
+            self.token_dtype in (None, "uint16", "uint32"),
+            "data.token_dtype",
+            "must be uint16, uint32 or null (read from the file's sidecar)",
+        )
+        require(
+            self.val_path is None or self.train_path is not None,
+            "data.val_path",
+            "needs data.train_path too (the embedded corpus brings its own validation split)",
+        )
 
 
 @dataclass
@@ -298,7 +371,7 @@ class TrainingConfig:
 
     global_batch_size: int = 8
     """Sequences per optimizer step, over all data-parallel ranks."""
-    micro_batch_size: Optional[int] = None
+    micro_batch_size: int | None = None
     """Sequences per forward/backward on one rank; null: global_batch_size / data-parallel degree (no
     gradient accumulation)."""
     seq_len: int = 64
@@ -316,8 +389,11 @@ class TrainingConfig:
 
     def __post_init__(self):
         positive("training", self, "global_batch_size", "seq_len", "log_interval", "eval_batches")
-        require(self.micro_batch_size is None or self.micro_batch_size > 0, "training.micro_batch_size",
-                "must be > 0 or null (null: global_batch_size / data-parallel degree, no accumulation)")
+        require(
+            self.micro_batch_size is None or self.micro_batch_size > 0,
+            "training.micro_batch_size",
+            "must be > 0 or null (null: global_batch_size / data-parallel degree, no accumulation)",
+        )
         require(self.mode in ("jit", "pynative"), "training.mode", f"must be jit or pynative (got {self.mode!r})")
         require(self.eval_interval >= 0, "training.eval_interval", "must be >= 0")
 
@@ -332,11 +408,11 @@ class ExecutionConfig:
     """How ``mindspore.jit`` turns Python into a graph: ast or bytecode."""
     graph_kernel_fusion: bool = False
     """Fuse element-wise ops into generated kernels (AKG); a kernel it cannot build is exit 11."""
-    kernel_threads: Optional[int] = None
+    kernel_threads: int | None = None
     """Kernel thread pool; null: this rank's share of the cores."""
-    dispatch_threads: Optional[int] = None
+    dispatch_threads: int | None = None
     """Runtime (actor) threads; null: MindSpore's default."""
-    host_pipeline: Optional[bool] = None
+    host_pipeline: bool | None = None
     """MindSpore's asynchronous host queues; null: off on CPU (waiting on them spins a core the kernels need),
     on elsewhere."""
     eval_mode: str = "auto"
@@ -345,17 +421,24 @@ class ExecutionConfig:
     compile_cache: bool = True
     """Load graphs that a finished trial of the same code and graph config compiled (``core.runtime.compile_cache``);
     not with graph_kernel_fusion."""
-    compile_cache_dir: Optional[str] = None
-    """Where the compile cache lives; null: ``~/.cache/mindspore-autoresearch/compile`` (``core.runtime.cache_dirs``)."""
-    cpu_kernels: Optional[bool] = None
+    compile_cache_dir: str | None = None
+    """Where the compile cache lives; null: ``~/.cache/mindspore-autoresearch/compile``
+    (``core.runtime.cache_dirs``)."""
+    cpu_kernels: bool | None = None
     """The clipping norm and AdamW as fused C++ kernels (``core.runtime.kernels``); null: on for CPU when built."""
 
     def __post_init__(self):
         require(self.jit_level in ("O0", "O1"), "execution.jit_level", f"must be O0 or O1 (got {self.jit_level!r})")
-        require(self.eval_mode in ("auto", "jit", "pynative"), "execution.eval_mode",
-                f"must be auto, jit or pynative (got {self.eval_mode!r})")
-        require(self.capture_mode in ("ast", "bytecode"), "execution.capture_mode",
-                f"must be ast or bytecode (got {self.capture_mode!r})")
+        require(
+            self.eval_mode in ("auto", "jit", "pynative"),
+            "execution.eval_mode",
+            f"must be auto, jit or pynative (got {self.eval_mode!r})",
+        )
+        require(
+            self.capture_mode in ("ast", "bytecode"),
+            "execution.capture_mode",
+            f"must be ast or bytecode (got {self.capture_mode!r})",
+        )
         for name in ("kernel_threads", "dispatch_threads"):
             value = getattr(self, name)
             require(value is None or value >= 1, f"execution.{name}", f"must be >= 1, or null (got {value})")
@@ -365,21 +448,27 @@ class ExecutionConfig:
 class TrialConfig:
     """The trial's budgets and directory (the trial contract: ``core.trial``)."""
 
-    max_steps: Optional[int] = 20
+    max_steps: int | None = 20
     """Step budget; null: run until the wall budget."""
-    max_wall_time_sec: Optional[float] = None
+    max_wall_time_sec: float | None = None
     """Wall budget in seconds from process start; exit 13 (timeout) if it ends before the step budget."""
     grace_sec: float = DEFAULT_GRACE_SEC
     """A run still alive this long after its wall budget is killed."""
-    dir: Optional[str] = None
+    dir: str | None = None
     """The trial directory; null: ``trials/manual/<timestamp>``."""
 
     def __post_init__(self):
-        require(self.max_steps is not None or self.max_wall_time_sec is not None, "trial.max_steps",
-                "set trial.max_steps or trial.max_wall_time_sec: a trial needs a budget")
+        require(
+            self.max_steps is not None or self.max_wall_time_sec is not None,
+            "trial.max_steps",
+            "set trial.max_steps or trial.max_wall_time_sec: a trial needs a budget",
+        )
         require(self.max_steps is None or self.max_steps > 0, "trial.max_steps", "must be > 0 or null")
-        require(self.max_wall_time_sec is None or self.max_wall_time_sec > 0, "trial.max_wall_time_sec",
-                "must be > 0 or null")
+        require(
+            self.max_wall_time_sec is None or self.max_wall_time_sec > 0,
+            "trial.max_wall_time_sec",
+            "must be > 0 or null",
+        )
         require(self.grace_sec >= 0, "trial.grace_sec", "must be >= 0")
 
 
@@ -391,7 +480,7 @@ class CheckpointConfig:
     """Save every this many steps; 0: never during the run."""
     at_end: bool = False
     """Save when the trial ends normally."""
-    resume: Optional[str] = None
+    resume: str | None = None
     """A checkpoint directory to resume from (written by any layout), or auto: the latest in
     ``<trial.dir>/checkpoints``."""
     keep: int = 2
@@ -421,8 +510,11 @@ class TrainConfig:
     """CPU here; Ascend in production (GPU is accepted as MindSpore's)."""
 
     def __post_init__(self):
-        require(self.device in DEVICES, "device", f"must be {', '.join(DEVICES[:-1])} or {DEVICES[-1]} "
-                                                  f"(got {self.device!r})")
+        require(
+            self.device in DEVICES,
+            "device",
+            f"must be {', '.join(DEVICES[:-1])} or {DEVICES[-1]} (got {self.device!r})",
+        )
         self._resolve_defaults()
         for rule in CROSS_SECTION_RULES:
             rule(self)
@@ -453,6 +545,14 @@ class TrainConfig:
 
 
 # The sections of a TrainConfig, by key (``core.config.compose.from_dict`` rebuilds them; ``docs`` lists them).
-SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "parallel": ParallelConfig, "memory": MemoryConfig,
-            "data": DataConfig, "training": TrainingConfig, "execution": ExecutionConfig, "trial": TrialConfig,
-            "checkpoint": CheckpointConfig}
+SECTIONS = {
+    "model": ModelConfig,
+    "optim": OptimConfig,
+    "parallel": ParallelConfig,
+    "memory": MemoryConfig,
+    "data": DataConfig,
+    "training": TrainingConfig,
+    "execution": ExecutionConfig,
+    "trial": TrialConfig,
+    "checkpoint": CheckpointConfig,
+}

@@ -14,6 +14,16 @@ from core.data.dataset import TokenDataset, datasets_for
 from core.data.tokens import TOKEN_DTYPES, TOKENIZERS, ByteTokenizer, get_tokenizer, prepare, sidecar_path, write_tokens
 
 __all__ = [
-    "TOKENIZERS", "TOKEN_DTYPES", "ByteTokenizer", "TokenDataset", "corpus_text", "default_corpus", "get_tokenizer",
-    "datasets_for", "micro_batches", "prepare", "sidecar_path", "write_tokens",
+    "TOKENIZERS",
+    "TOKEN_DTYPES",
+    "ByteTokenizer",
+    "TokenDataset",
+    "corpus_text",
+    "default_corpus",
+    "get_tokenizer",
+    "datasets_for",
+    "micro_batches",
+    "prepare",
+    "sidecar_path",
+    "write_tokens",
 ]

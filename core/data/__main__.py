@@ -1,8 +1,8 @@
 """``python -m core.data``: make token files from text, inspect one, or build the embedded corpus.
 
-    python -m core.data prepare a.txt b.txt out_dir [--val-fraction 0.1] [--tokenizer byte] [--dtype uint16]
-    python -m core.data info out_dir/train.bin
-    python -m core.data corpus            # build (once) and print the embedded corpus's paths
+python -m core.data prepare a.txt b.txt out_dir [--val-fraction 0.1] [--tokenizer byte] [--dtype uint16]
+python -m core.data info out_dir/train.bin
+python -m core.data corpus            # build (once) and print the embedded corpus's paths
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Optional
 
 from core.data.corpus import default_corpus
 from core.data.dataset import TokenDataset
@@ -33,13 +32,14 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
     try:
         if args.command == "prepare":
-            train, val = prepare(args.inputs, args.out_dir, val_fraction=args.val_fraction,
-                                 tokenizer=args.tokenizer, dtype=args.dtype)
+            train, val = prepare(
+                args.inputs, args.out_dir, val_fraction=args.val_fraction, tokenizer=args.tokenizer, dtype=args.dtype
+            )
             for path in (train, val):
                 print(f"{path}: {TokenDataset(path).n_tokens} tokens")
         elif args.command == "info":

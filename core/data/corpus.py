@@ -13,7 +13,7 @@ from pathlib import Path
 from core.data.tokens import prepare
 from core.runtime.cache_dirs import cache_root
 
-_CORPUS_FORMAT = 1             # bump when the corpus layout changes, so old caches are not reused
+_CORPUS_FORMAT = 1  # bump when the corpus layout changes, so old caches are not reused
 
 
 def corpus_text() -> str:
@@ -21,9 +21,11 @@ def corpus_text() -> str:
     try:
         from pydoc_data.topics import topics
     except ImportError as exc:
-        raise RuntimeError("the embedded corpus needs the standard-library module pydoc_data, which this Python "
-                           "lacks; set data.train_path (and data.val_path) to token files made with "
-                           "`python -m core.data prepare`") from exc
+        raise RuntimeError(
+            "the embedded corpus needs the standard-library module pydoc_data, which this Python "
+            "lacks; set data.train_path (and data.val_path) to token files made with "
+            "`python -m core.data prepare`"
+        ) from exc
     # Sorted keys: the dict's order is an implementation detail, the corpus must not depend on it.
     return "\n\n".join(topics[k].strip() for k in sorted(topics)) + "\n"
 
@@ -49,7 +51,7 @@ def default_corpus(cache_dir: str | Path | None = None, val_fraction: float = 0.
             try:
                 os.rename(tmp, final)
             except OSError:
-                if not (final / "val.bin.json").is_file():   # not a lost race: a real failure
+                if not (final / "val.bin.json").is_file():  # not a lost race: a real failure
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

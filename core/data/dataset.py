@@ -9,8 +9,8 @@ the windows a batch touches are paged in.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Optional
 
 import numpy as np
 
@@ -25,30 +25,38 @@ class TokenDataset:
     ``dtype`` is only needed for a raw file without a sidecar; with a sidecar it must agree with it.
     """
 
-    def __init__(self, path: str | Path, dtype: Optional[str] = None):
+    def __init__(self, path: str | Path, dtype: str | None = None):
         self.path = Path(path)
         if not self.path.is_file():
-            raise FileNotFoundError(f"token file not found: {self.path} "
-                                    "(make one with `python -m core.data prepare <text files> <out_dir>`)")
+            raise FileNotFoundError(
+                f"token file not found: {self.path} "
+                "(make one with `python -m core.data prepare <text files> <out_dir>`)"
+            )
         side = sidecar_path(self.path)
         if side.is_file():
             self.info = json.loads(side.read_text())
             if dtype is not None and dtype != self.info["dtype"]:
-                raise ValueError(f"{self.path}: dtype {dtype!r} was requested but the sidecar {side.name} says "
-                                 f"{self.info['dtype']!r}; drop the override or fix the file")
+                raise ValueError(
+                    f"{self.path}: dtype {dtype!r} was requested but the sidecar {side.name} says "
+                    f"{self.info['dtype']!r}; drop the override or fix the file"
+                )
         elif dtype is not None:
             self.info = {"dtype": dtype, "vocab_size": None, "tokenizer": None}
         else:
-            raise ValueError(f"{self.path}: no sidecar {side.name} saying the token dtype; write the file with "
-                             "`python -m core.data prepare`, or pass the dtype (data.token_dtype)")
+            raise ValueError(
+                f"{self.path}: no sidecar {side.name} saying the token dtype; write the file with "
+                "`python -m core.data prepare`, or pass the dtype (data.token_dtype)"
+            )
         np_dtype = check_dtype(self.info["dtype"], self.info.get("vocab_size") or 1)
         size = self.path.stat().st_size
         if size == 0 or size % np_dtype.itemsize:
             raise ValueError(f"{self.path}: {size} bytes is not a whole, non-empty array of {self.info['dtype']}")
         n = size // np_dtype.itemsize
         if self.info.get("n_tokens", n) != n:
-            raise ValueError(f"{self.path}: the sidecar says {self.info['n_tokens']} tokens but the file holds {n} "
-                             "(truncated or replaced?); prepare it again")
+            raise ValueError(
+                f"{self.path}: the sidecar says {self.info['n_tokens']} tokens but the file holds {n} "
+                "(truncated or replaced?); prepare it again"
+            )
         self.tokens = np.memmap(self.path, dtype=np_dtype, mode="r")
 
     @property
@@ -56,12 +64,12 @@ class TokenDataset:
         return int(self.tokens.size)
 
     @property
-    def vocab_size(self) -> Optional[int]:
+    def vocab_size(self) -> int | None:
         """From the sidecar; None for a raw file opened with an explicit dtype."""
         return self.info.get("vocab_size")
 
     @property
-    def tokenizer(self) -> Optional[str]:
+    def tokenizer(self) -> str | None:
         return self.info.get("tokenizer")
 
     def max_token(self) -> int:
@@ -72,18 +80,20 @@ class TokenDataset:
                 try:
                     write_sidecar(self.path, self.info)
                 except OSError:
-                    pass                                 # a read-only dataset: the scan is repeated next time
+                    pass  # a read-only dataset: the scan is repeated next time
         return int(self.info["max_token"])
 
     def _check_window(self, seq_len: int) -> None:
         if seq_len < 1:
             raise ValueError(f"seq_len must be >= 1 (got {seq_len})")
         if seq_len + 1 > self.n_tokens:
-            raise ValueError(f"{self.path}: a window of seq_len+1 = {seq_len + 1} tokens does not fit in "
-                             f"{self.n_tokens} tokens; lower training.seq_len or use a larger file")
+            raise ValueError(
+                f"{self.path}: a window of seq_len+1 = {seq_len + 1} tokens does not fit in "
+                f"{self.n_tokens} tokens; lower training.seq_len or use a larger file"
+            )
 
     def _gather(self, starts: np.ndarray, seq_len: int) -> np.ndarray:
-        idx = starts[:, None] + np.arange(seq_len + 1)[None, :]     # (B, S+1)
+        idx = starts[:, None] + np.arange(seq_len + 1)[None, :]  # (B, S+1)
         return self.tokens[idx].astype(np.int32)
 
     def window_starts(self, step: int, batch_size: int, seq_len: int, seed: int) -> np.ndarray:
@@ -94,35 +104,41 @@ class TokenDataset:
         rng = np.random.default_rng([seed, step])
         return rng.integers(0, self.n_tokens - seq_len, size=batch_size, dtype=np.int64)
 
-    def batch(self, step: int, batch_size: int, seq_len: int, seed: int, *, rank: int = 0,
-              world_size: int = 1) -> np.ndarray:
+    def batch(
+        self, step: int, batch_size: int, seq_len: int, seed: int, *, rank: int = 0, world_size: int = 1
+    ) -> np.ndarray:
         """(batch_size / world_size, seq_len + 1) int32 windows; inputs = [:, :-1], targets = [:, 1:].
 
         ``batch_size`` is the global batch; ``rank`` of ``world_size`` data-parallel ranks gets its contiguous
         share of rows, so the ranks' batches concatenated in rank order equal the single-process batch.
         """
         if world_size < 1 or not 0 <= rank < world_size or batch_size % world_size:
-            raise ValueError(f"rank {rank} of world_size {world_size} cannot split a batch of {batch_size} rows "
-                             "evenly; the global batch must be a multiple of the data-parallel degree")
+            raise ValueError(
+                f"rank {rank} of world_size {world_size} cannot split a batch of {batch_size} rows "
+                "evenly; the global batch must be a multiple of the data-parallel degree"
+            )
         starts = self.window_starts(step, batch_size, seq_len, seed)
         per = batch_size // world_size
-        return self._gather(starts[rank * per:(rank + 1) * per], seq_len)
+        return self._gather(starts[rank * per : (rank + 1) * per], seq_len)
 
-    def eval_batches(self, n_batches: int, batch_size: int, seq_len: int, *, rank: int = 0,
-                     world_size: int = 1) -> np.ndarray:
+    def eval_batches(
+        self, n_batches: int, batch_size: int, seq_len: int, *, rank: int = 0, world_size: int = 1
+    ) -> np.ndarray:
         """(n_batches, batch_size / world_size, seq_len + 1) int32: fixed windows evenly spaced over the file.
 
         The same windows at every evaluation and in every run, so validation losses compare directly.
         """
         self._check_window(seq_len)
         if n_batches < 1 or world_size < 1 or not 0 <= rank < world_size or batch_size % world_size:
-            raise ValueError(f"need n_batches >= 1 and batch_size ({batch_size}) divisible by world_size "
-                             f"({world_size}), 0 <= rank < world_size")
+            raise ValueError(
+                f"need n_batches >= 1 and batch_size ({batch_size}) divisible by world_size "
+                f"({world_size}), 0 <= rank < world_size"
+            )
         total = n_batches * batch_size
         starts = np.linspace(0, self.n_tokens - seq_len - 1, total).round().astype(np.int64)
         starts = starts.reshape(n_batches, batch_size)
         per = batch_size // world_size
-        mine = starts[:, rank * per:(rank + 1) * per].reshape(-1)
+        mine = starts[:, rank * per : (rank + 1) * per].reshape(-1)
         return self._gather(mine, seq_len).reshape(n_batches, per, seq_len + 1)
 
     def decode(self, tokens: Iterable[int]) -> str:
@@ -131,8 +147,10 @@ class TokenDataset:
         return get_tokenizer(self.tokenizer).decode(tokens)
 
     def __repr__(self) -> str:
-        return (f"TokenDataset({str(self.path)!r}, n_tokens={self.n_tokens}, dtype={self.info['dtype']}, "
-                f"vocab_size={self.vocab_size})")
+        return (
+            f"TokenDataset({str(self.path)!r}, n_tokens={self.n_tokens}, dtype={self.info['dtype']}, "
+            f"vocab_size={self.vocab_size})"
+        )
 
 
 def datasets_for(cfg: TrainConfig) -> tuple[TokenDataset, TokenDataset]:
@@ -148,6 +166,9 @@ def datasets_for(cfg: TrainConfig) -> tuple[TokenDataset, TokenDataset]:
     vocab = cfg.model.vocab_size
     for ds in {id(train): train, id(val): val}.values():
         if ds.max_token() >= vocab:
-            raise ConfigError("model.vocab_size", f"{vocab} is too small for {ds.path} (max token id "
-                                                  f"{ds.max_token()}); raise it or use a matching tokenizer")
+            raise ConfigError(
+                "model.vocab_size",
+                f"{vocab} is too small for {ds.path} (max token id "
+                f"{ds.max_token()}); raise it or use a matching tokenizer",
+            )
     return train, val

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from core.runtime.files import atomic_path, write_atomic
 
 SIDECAR_SUFFIX = ".json"
 TOKEN_DTYPES = ("uint16", "uint32")
-_SCAN_CHUNK = 1 << 24          # tokens per chunk when scanning a file (bounded memory for max_token)
+_SCAN_CHUNK = 1 << 24  # tokens per chunk when scanning a file (bounded memory for max_token)
 
 
 def sidecar_path(path: str | Path) -> Path:
@@ -59,8 +59,9 @@ def write_sidecar(path: Path, info: dict) -> None:
     write_atomic(sidecar_path(path), json.dumps(info, indent=1) + "\n")
 
 
-def write_tokens(path: str | Path, tokens: np.ndarray, *, vocab_size: int, dtype: str = "uint16",
-                 tokenizer: str = "byte") -> Path:
+def write_tokens(
+    path: str | Path, tokens: np.ndarray, *, vocab_size: int, dtype: str = "uint16", tokenizer: str = "byte"
+) -> Path:
     """Write a token array and its sidecar (for tests, or tokens made by another tool)."""
     path = Path(path)
     np_dtype = check_dtype(dtype, vocab_size)
@@ -71,13 +72,27 @@ def write_tokens(path: str | Path, tokens: np.ndarray, *, vocab_size: int, dtype
         raise ValueError(f"token ids must lie in [0, {vocab_size}) (got {tokens.min()}..{tokens.max()})")
     with atomic_path(path) as tmp:
         tokens.astype(np_dtype).tofile(tmp)
-    write_sidecar(path, {"dtype": dtype, "vocab_size": int(vocab_size), "tokenizer": tokenizer,
-                          "n_tokens": int(tokens.size), "max_token": int(tokens.max())})
+    write_sidecar(
+        path,
+        {
+            "dtype": dtype,
+            "vocab_size": int(vocab_size),
+            "tokenizer": tokenizer,
+            "n_tokens": int(tokens.size),
+            "max_token": int(tokens.max()),
+        },
+    )
     return path
 
 
-def prepare(inputs: list[str | Path], out_dir: str | Path, *, val_fraction: float = 0.1,
-            tokenizer: str = "byte", dtype: str = "uint16") -> tuple[Path, Path]:
+def prepare(
+    inputs: list[str | Path],
+    out_dir: str | Path,
+    *,
+    val_fraction: float = 0.1,
+    tokenizer: str = "byte",
+    dtype: str = "uint16",
+) -> tuple[Path, Path]:
     """Tokenise text files (concatenated in the given order) into ``out_dir/{train,val}.bin``.
 
     The validation split is the last ``val_fraction`` of the token stream, so train and val never share a token
@@ -110,12 +125,14 @@ def prepare(inputs: list[str | Path], out_dir: str | Path, *, val_fraction: floa
         n_val = int(round(n_tokens * val_fraction))
         n_train = n_tokens - n_val
         if n_val < 1 or n_train < 1:
-            raise ValueError(f"{n_tokens} tokens are too few to split with val_fraction={val_fraction}: "
-                             "give more text or change --val-fraction")
+            raise ValueError(
+                f"{n_tokens} tokens are too few to split with val_fraction={val_fraction}: "
+                "give more text or change --val-fraction"
+            )
         all_ids = np.memmap(tmp_train, dtype=np_dtype, mode="r")
         all_ids[n_train:].tofile(tmp_val)
         max_train, max_val = chunked_max(all_ids[:n_train]), chunked_max(all_ids[n_train:])
-        del all_ids                                  # close the map before truncating the file under it
+        del all_ids  # close the map before truncating the file under it
         os.truncate(tmp_train, n_train * np_dtype.itemsize)
         os.replace(tmp_train, train_path)
         os.replace(tmp_val, val_path)
@@ -123,10 +140,11 @@ def prepare(inputs: list[str | Path], out_dir: str | Path, *, val_fraction: floa
         for tmp in (tmp_train, tmp_val):
             tmp.unlink(missing_ok=True)
     for path, n, mx in ((train_path, n_train, max_train), (val_path, n_val, max_val)):
-        write_sidecar(path, {"dtype": dtype, "vocab_size": tok.vocab_size, "tokenizer": tok.name,
-                              "n_tokens": n, "max_token": mx})
+        write_sidecar(
+            path, {"dtype": dtype, "vocab_size": tok.vocab_size, "tokenizer": tok.name, "n_tokens": n, "max_token": mx}
+        )
     return train_path, val_path
 
 
 def chunked_max(ids: np.ndarray) -> int:
-    return max(int(ids[i:i + _SCAN_CHUNK].max()) for i in range(0, ids.size, _SCAN_CHUNK))
+    return max(int(ids[i : i + _SCAN_CHUNK].max()) for i in range(0, ids.size, _SCAN_CHUNK))

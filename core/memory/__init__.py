@@ -14,13 +14,26 @@ Names are imported on first use (``lazy_loader``): the estimate and the probe lo
 
 import lazy_loader
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "breakdown": ["breakdown", "format_breakdown"],
-    "estimate": ["GiB", "MiB", "MemoryEstimate", "RuntimeProfile", "Terms", "apply_profile", "estimate_memory",
-                 "estimate_memory_bytes", "runtime_profile", "terms"],
-    "plan": ["RecomputePlan", "recompute_plan"],
-    "probe": ["current_rss_bytes", "peak_rss_bytes", "reset_peak"],
-    "recompute": ["apply_selective", "mark_full"],
-    "segmented": ["SegmentedStep"],
-    "swap": ["ActivationSwap"],
-})
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "breakdown": ["breakdown", "format_breakdown"],
+        "estimate": [
+            "GiB",
+            "MiB",
+            "MemoryEstimate",
+            "RuntimeProfile",
+            "Terms",
+            "apply_profile",
+            "estimate_memory",
+            "estimate_memory_bytes",
+            "runtime_profile",
+            "terms",
+        ],
+        "plan": ["RecomputePlan", "recompute_plan"],
+        "probe": ["current_rss_bytes", "peak_rss_bytes", "reset_peak"],
+        "recompute": ["apply_selective", "mark_full"],
+        "segmented": ["SegmentedStep"],
+        "swap": ["ActivationSwap"],
+    },
+)

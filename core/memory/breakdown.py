@@ -15,11 +15,19 @@ from core.memory.estimate import (
     terms,
 )
 
-_ROWS = (("parameters", "params"), ("gradients", "grads"), ("optimizer state", "optimizer"),
-         ("runtime copies of states", "state_copies"), ("saved activations", "activations"),
-         ("logits and loss buffers", "logits"), ("pipeline stash", "stash"),
-         ("communication buffers", "communication"), ("optimizer temporaries", "optimizer_temps"),
-         ("graphs and kernels", "graphs"), ("runtime baseline", "baseline"))
+_ROWS = (
+    ("parameters", "params"),
+    ("gradients", "grads"),
+    ("optimizer state", "optimizer"),
+    ("runtime copies of states", "state_copies"),
+    ("saved activations", "activations"),
+    ("logits and loss buffers", "logits"),
+    ("pipeline stash", "stash"),
+    ("communication buffers", "communication"),
+    ("optimizer temporaries", "optimizer_temps"),
+    ("graphs and kernels", "graphs"),
+    ("runtime baseline", "baseline"),
+)
 
 
 def breakdown(cfg: TrainConfig) -> dict:
@@ -31,22 +39,45 @@ def breakdown(cfg: TrainConfig) -> dict:
     for r in range(par.pp):
         est = apply_profile(terms(cfg, r), profile)
         blocks = [i for b, _ in pipeline_rank(cfg, r)[1] for i in b]
-        ranks.append({"pp_rank": r, **{key: getattr(est, key) for _, key in _ROWS}, "total": est.total,
-                      "blocks": {i: activation_bytes_per_layer(m, t.micro_batch_size, t.seq_len, par.tp, par.cp,
-                                                                 par.sp, m.is_moe_layer(i)) for i in blocks}})
-    return {"device": cfg.device, "mode": t.mode, "measured_profile": (cfg.device, t.mode) in PROFILES,
-            "world_size": par.world_size, "recompute": cfg.memory.recompute_stages or cfg.memory.recompute,
-            "recompute_layers": cfg.memory.recompute_layers, "swap": cfg.memory.swap, "ranks": ranks}
+        ranks.append(
+            {
+                "pp_rank": r,
+                **{key: getattr(est, key) for _, key in _ROWS},
+                "total": est.total,
+                "blocks": {
+                    i: activation_bytes_per_layer(
+                        m, t.micro_batch_size, t.seq_len, par.tp, par.cp, par.sp, m.is_moe_layer(i)
+                    )
+                    for i in blocks
+                },
+            }
+        )
+    return {
+        "device": cfg.device,
+        "mode": t.mode,
+        "measured_profile": (cfg.device, t.mode) in PROFILES,
+        "world_size": par.world_size,
+        "recompute": cfg.memory.recompute_stages or cfg.memory.recompute,
+        "recompute_layers": cfg.memory.recompute_layers,
+        "swap": cfg.memory.swap,
+        "ranks": ranks,
+    }
 
 
 def format_breakdown(b: dict) -> str:
     mib = lambda x: f"{x / MiB:10.1f}"  # noqa: E731
-    profile = ("measured profile (benchmarks/RESULTS.md, 'Memory estimate')" if b["measured_profile"] else
-               "no measured profile: textbook counts, no runtime overhead (the agent calibrates it from peaks)")
-    lines = [f"per-rank peak estimate, {b['device']} {b['mode']}: {profile}",
-             f"{b['world_size']} rank(s); recompute {b['recompute']}"
-             + (f" (first {b['recompute_layers']} blocks)" if b["recompute_layers"] else "")
-             + f"; swap {'on' if b['swap'] else 'off'}", ""]
+    profile = (
+        "measured profile (benchmarks/RESULTS.md, 'Memory estimate')"
+        if b["measured_profile"]
+        else "no measured profile: textbook counts, no runtime overhead (the agent calibrates it from peaks)"
+    )
+    lines = [
+        f"per-rank peak estimate, {b['device']} {b['mode']}: {profile}",
+        f"{b['world_size']} rank(s); recompute {b['recompute']}"
+        + (f" (first {b['recompute_layers']} blocks)" if b["recompute_layers"] else "")
+        + f"; swap {'on' if b['swap'] else 'off'}",
+        "",
+    ]
     ranks = b["ranks"]
     names = [f"pp rank {r['pp_rank']}" for r in ranks] if len(ranks) > 1 else ["MiB"]
     head = "".join(f"{name:>11}" for name in names)

@@ -33,45 +33,61 @@ class Terms:
     dp_shard * cp for all), activations and logits by the degrees that split tokens, heads and vocabulary."""
 
     params: int
-    grads: int          # accumulating over micro-batches: the old sum, the new gradient and the new sum
+    grads: int  # accumulating over micro-batches: the old sum, the new gradient and the new sum
     optimizer: int
-    activations: int    # saved for backward by the blocks
+    activations: int  # saved for backward by the blocks
     recomputed: int | None  # what recompute saves instead (full: block inputs + one block's); None without
-    logits: int         # (tokens on this rank, vocab / tp) floats of the output head
+    logits: int  # (tokens on this rank, vocab / tp) floats of the output head
     layers: int
-    muon_hidden: int    # bytes of the hidden matrices Muon orthogonalises, whole (0 with AdamW)
+    muon_hidden: int  # bytes of the hidden matrices Muon orthogonalises, whole (0 with AdamW)
     ranks: int
-    gathered: int = 0   # FSDP: bytes of the largest weight gathered whole for one op (0 without FSDP)
+    gathered: int = 0  # FSDP: bytes of the largest weight gathered whole for one op (0 without FSDP)
     comm_params: int = 0  # bytes of the parameters as a collective buffer: dp_replicate all-reduce, FSDP shards
-    stash: int = 0      # pipeline: stage inputs (and last-stage input gradients) of the micro-batches in flight
+    stash: int = 0  # pipeline: stage inputs (and last-stage input gradients) of the micro-batches in flight
     selective: bool = False  # ``recomputed`` is selective recompute's count (of some stage)
-    scores: int = 0     # of ``activations``: attention's S x S scores and probabilities (they grow with S^2)
+    scores: int = 0  # of ``activations``: attention's S x S scores and probabilities (they grow with S^2)
     recomputed_scores: int = 0  # of ``recomputed``: the same
-    rebuilt: int = 0    # of ``recomputed``: the block full recompute rebuilds in backward
+    rebuilt: int = 0  # of ``recomputed``: the block full recompute rebuilds in backward
 
     @property
     def states(self) -> int:
         return self.params + self.grads + self.optimizer
 
 
-def activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int, tp: int = 1, cp: int = 1,
-                                sp: bool = False, moe: bool = False, selective: bool = False) -> int:
+def activation_bytes_per_layer(
+    m: ModelConfig,
+    batch: int,
+    seq: int,
+    tp: int = 1,
+    cp: int = 1,
+    sp: bool = False,
+    moe: bool = False,
+    selective: bool = False,
+) -> int:
     """Saved-for-backward bytes of one Llama block on one rank: the sum of ``activation_parts``."""
     return sum(activation_parts(m, batch, seq, tp, cp, sp, moe, selective).values())
 
 
-def activation_parts(m: ModelConfig, batch: int, seq: int, tp: int = 1, cp: int = 1, sp: bool = False,
-                      moe: bool = False, selective: bool = False) -> dict[str, int]:
+def activation_parts(
+    m: ModelConfig,
+    batch: int,
+    seq: int,
+    tp: int = 1,
+    cp: int = 1,
+    sp: bool = False,
+    moe: bool = False,
+    selective: bool = False,
+) -> dict[str, int]:
     """Saved-for-backward bytes of one Llama block, hand-attention (no flash), on one rank, by the part of the block
     that saves them (core.swap's ``memory.swap_ops``): a rough, documented count. ``seq`` is the whole sequence;
     this rank holds seq / cp of its tokens.
 
-    Per token: norm inputs and residuals 4D (split over tp only with sequence parallelism): ``norm``; q and
-    attention output 2D, k/v 2*kv: ``attention``; MLP gate/up/silu/product 4F (split over tp): ``mlp``. Per head,
-    ``attention``'s scores and probabilities, this rank's tokens times the whole sequence (the S x S matrices
-    dominate at long sequences); context parallelism keeps the gathered keys and values of the whole sequence.
-    ``selective`` recompute (``core.memory.recompute``) keeps neither the S x S matrices nor the SwiGLU's silu. (The layout
-    rules make tp divide D, kv and F, so the parts' divisions by tp are exact.)
+    Per token: norm inputs and residuals 4D (split over tp only with sequence parallelism): ``norm``; q and attention
+    output 2D, k/v 2*kv: ``attention``; MLP gate/up/silu/product 4F (split over tp): ``mlp``. Per head,
+    ``attention``'s scores and probabilities, this rank's tokens times the whole sequence (the S x S matrices dominate
+    at long sequences); context parallelism keeps the gathered keys and values of the whole sequence. ``selective``
+    recompute (``core.memory.recompute``) keeps neither the S x S matrices nor the SwiGLU's silu. (The layout rules
+    make tp divide D, kv and F, so the parts' divisions by tp are exact.)
     """
     kv = m.n_kv_heads * m.head_dim
     local = seq // cp
@@ -80,14 +96,15 @@ def activation_parts(m: ModelConfig, batch: int, seq: int, tp: int = 1, cp: int 
         # (input, gate/up/silu/product split over tp, output), router scores, the gathered tokens of a split sequence
         F, tokens = m.expert_width, batch * seq
         slots = m.n_experts * moe_capacity(tokens, m.moe_top_k, m.n_experts, m.moe_capacity_factor)
-        routed = slots * (2 * m.d_model + 4 * F // tp) + tokens * (4 * m.n_experts
-                                                                    + (m.d_model if cp > 1 or sp else 0))
+        routed = slots * (2 * m.d_model + 4 * F // tp) + tokens * (4 * m.n_experts + (m.d_model if cp > 1 or sp else 0))
         mlp = 4 * F * m.moe_shared_experts
     scores = score_floats(m, seq, tp, cp) if not selective else 0
     gathered_kv = 2 * (kv // tp) * seq if cp > 1 else 0
-    return {"norm": 4 * batch * local * ((4 * m.d_model) // (tp if sp else 1)),
-            "attention": 4 * batch * (local * ((2 * m.d_model + 2 * kv) // tp) + scores + gathered_kv),
-            "mlp": 4 * (batch * local * (mlp // tp) + routed)}
+    return {
+        "norm": 4 * batch * local * ((4 * m.d_model) // (tp if sp else 1)),
+        "attention": 4 * batch * (local * ((2 * m.d_model + 2 * kv) // tp) + scores + gathered_kv),
+        "mlp": 4 * (batch * local * (mlp // tp) + routed),
+    }
 
 
 def score_floats(m: ModelConfig, seq: int, tp: int = 1, cp: int = 1) -> int:
@@ -139,13 +156,19 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         n, stored = n + p.local_numel, stored + size
         if muon and uses_muon(name, shape):
             hidden += math.prod(shape)
-            state_floats += size                     # Muon: one momentum buffer
+            state_floats += size  # Muon: one momentum buffer
         else:
-            state_floats += 2 * size                 # AdamW: m and v
+            state_floats += 2 * size  # AdamW: m and v
         gathered = max(gathered, p.local_numel) if p.fsdp_size > 1 else gathered
-    act, act_selective = ([activation_bytes_per_layer(m, t.micro_batch_size, t.seq_len, par.tp, par.cp, par.sp,
-                                                       m.is_moe_layer(i), selective) for i in range(m.n_layers)]
-                          for selective in (False, True))
+    act, act_selective = (
+        [
+            activation_bytes_per_layer(
+                m, t.micro_batch_size, t.seq_len, par.tp, par.cp, par.sp, m.is_moe_layer(i), selective
+            )
+            for i in range(m.n_layers)
+        ]
+        for selective in (False, True)
+    )
     sc = [4 * t.micro_batch_size * score_floats(m, t.seq_len, par.tp, par.cp)] * m.n_layers  # S x S, in act
     local_tokens = t.micro_batch_size * t.seq_len // par.cp
     block_input = 4 * local_tokens * m.d_model // (par.tp if par.sp else 1)
@@ -182,53 +205,79 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         recomputed, recomputed_scores = _swap_resident(cfg, act, sc)
     stash = block_input * in_flight * (2 if has_loss else 1) if par.pp > 1 else 0
     layers = sum(len(blocks) for blocks, _ in chunks)
-    return Terms(params=4 * stored, grads=4 * stored * (3 if cfg.grad_accum_steps > 1 else 1),
-                 optimizer=4 * state_floats, activations=activations, recomputed=recomputed,
-                 logits=4 * local_tokens * (m.vocab_size // par.tp) if has_loss else 0, layers=layers,
-                 muon_hidden=4 * hidden, ranks=par.world_size, gathered=4 * gathered,
-                 comm_params=4 * stored if par.world_size > 1 else 0, stash=stash,
-                 selective=any(r == "selective" for _, r in chunks), scores=scores,
-                 recomputed_scores=recomputed_scores or 0, rebuilt=rebuilt or 0)
+    return Terms(
+        params=4 * stored,
+        grads=4 * stored * (3 if cfg.grad_accum_steps > 1 else 1),
+        optimizer=4 * state_floats,
+        activations=activations,
+        recomputed=recomputed,
+        logits=4 * local_tokens * (m.vocab_size // par.tp) if has_loss else 0,
+        layers=layers,
+        muon_hidden=4 * hidden,
+        ranks=par.world_size,
+        gathered=4 * gathered,
+        comm_params=4 * stored if par.world_size > 1 else 0,
+        stash=stash,
+        selective=any(r == "selective" for _, r in chunks),
+        scores=scores,
+        recomputed_scores=recomputed_scores or 0,
+        rebuilt=rebuilt or 0,
+    )
 
 
 def _swap_resident(cfg: TrainConfig, act: list[int], sc: list[int]) -> tuple[int, int]:
-    """Saved activations resident under ``core.memory.swap`` (no pipeline): the blocks and parts it does not move, and the
-    moved tensors of the largest blocks backward holds back at once. Without prefetch about two (one measured
-    config, tests/integration/test_recompute_memory.py: 931 vs 937 MiB; not fitted): each tensor comes back when
-    read and goes when used. A prefetch brings whole blocks back ahead, and the block being read is then whole
-    too: measured on CPU, each depth adds about a block, the first nearly two (6 blocks, d 256, S 256, batch 8:
-    peak rise 228 MiB without prefetch, 413 with 1, 491 with 2, 587 with 3, of 95 MiB swapped per block), so
+    """Saved activations resident under ``core.memory.swap`` (no pipeline): the blocks and parts it does not move, and
+    the moved tensors of the largest blocks backward holds back at once. Without prefetch about two (one measured
+    config, tests/integration/test_recompute_memory.py: 931 vs 937 MiB; not fitted): each tensor comes back when read
+    and goes when used. A prefetch brings whole blocks back ahead, and the block being read is then whole too:
+    measured on CPU, each depth adds about a block, the first nearly two (6 blocks, d 256, S 256, batch 8: peak rise
+    228 MiB without prefetch, 413 with 1, 491 with 2, 587 with 3, of 95 MiB swapped per block), so
     3 + swap_prefetch blocks are counted then. Returns (bytes, the S x S scores among them)."""
     m, t, par, mem = cfg.model, cfg.training, cfg.parallel, cfg.memory
     ops = set(mem.swap_ops or SWAP_OPS)
-    moved = sorted(((sum(part for op, part in activation_parts(m, t.micro_batch_size, t.seq_len, par.tp, par.cp,
-                                                                  par.sp, m.is_moe_layer(i)).items() if op in ops),
-                     sc[i] if "attention" in ops else 0) for i in range(mem.swap_layers or m.n_layers)), reverse=True)
-    back = moved[:3 + mem.swap_prefetch if mem.swap_prefetch else 2]
-    return (sum(act) - sum(b for b, _ in moved) + sum(b for b, _ in back),
-            sum(sc) - sum(s for _, s in moved) + sum(s for _, s in back))
+    moved = sorted(
+        (
+            (
+                sum(
+                    part
+                    for op, part in activation_parts(
+                        m, t.micro_batch_size, t.seq_len, par.tp, par.cp, par.sp, m.is_moe_layer(i)
+                    ).items()
+                    if op in ops
+                ),
+                sc[i] if "attention" in ops else 0,
+            )
+            for i in range(mem.swap_layers or m.n_layers)
+        ),
+        reverse=True,
+    )
+    back = moved[: 3 + mem.swap_prefetch if mem.swap_prefetch else 2]
+    return (
+        sum(act) - sum(b for b, _ in moved) + sum(b for b, _ in back),
+        sum(sc) - sum(s for _, s in moved) + sum(s for _, s in back),
+    )
 
 
 @dataclass(frozen=True)
 class RuntimeProfile:
     """How a device and execution mode hold a step's tensors, relative to ``Terms`` (bytes are per rank)."""
 
-    baseline: int = 0                 # before the model: libraries, kernels, thread pools, allocator pools
-    per_layer: int = 0                # graph and kernel caches per block (jit compiles the unrolled model)
-    state_copies: float = 1.0         # params, grads and optimizer states as the runtime holds them
-    activation_copies: float = 1.0    # of the textbook saved-for-backward count (but attention's scores) ...
-    score_copies: float = 1.0         # ... and of attention's S x S scores and probabilities
-    rebuilt_copies: float = 1.0       # full recompute: blocks' worth of activations rebuilt at once in backward
-    logits_copies: float = 1.0        # of the (tokens, vocab) logits
-    muon_graph: int = 0               # Muon's Newton-Schulz graph
-    muon_copies: float = 0.0          # of the hidden matrices, for Newton-Schulz temporaries
-    recompute_saves: bool = True      # False: recompute keeps the activations (and adds recompute_per_layer)
+    baseline: int = 0  # before the model: libraries, kernels, thread pools, allocator pools
+    per_layer: int = 0  # graph and kernel caches per block (jit compiles the unrolled model)
+    state_copies: float = 1.0  # params, grads and optimizer states as the runtime holds them
+    activation_copies: float = 1.0  # of the textbook saved-for-backward count (but attention's scores) ...
+    score_copies: float = 1.0  # ... and of attention's S x S scores and probabilities
+    rebuilt_copies: float = 1.0  # full recompute: blocks' worth of activations rebuilt at once in backward
+    logits_copies: float = 1.0  # of the (tokens, vocab) logits
+    muon_graph: int = 0  # Muon's Newton-Schulz graph
+    muon_copies: float = 0.0  # of the hidden matrices, for Newton-Schulz temporaries
+    recompute_saves: bool = True  # False: recompute keeps the activations (and adds recompute_per_layer)
     recompute_per_layer: int = 0
-    selective_saves: bool = True      # False: count selective recompute as keeping every activation
-    distributed: int = 0              # the collective runtime of a 2-rank trial ...
-    distributed_per_rank: int = 0     # ... and what each further rank adds to it ...
+    selective_saves: bool = True  # False: count selective recompute as keeping every activation
+    distributed: int = 0  # the collective runtime of a 2-rank trial ...
+    distributed_per_rank: int = 0  # ... and what each further rank adds to it ...
     distributed_param_copies: float = 0.0  # ... and its buffers, as copies of this rank's parameters
-    gathered_copies: float = 0.0      # FSDP: of the largest weight gathered whole
+    gathered_copies: float = 0.0  # FSDP: of the largest weight gathered whole
 
 
 # Fitted 2026-11-30 with MindSpore 2.10 on a 2-core AMD EPYC (benchmarks/data/memory_cpu.json, RESULTS.md
@@ -243,17 +292,40 @@ class RuntimeProfile:
 # fitted (it saved 4-11% of the peak in PyNative, where the textbook expects far more): counted as saving nothing,
 # it over-predicts rather than under; under jit on CPU it is refused.
 PROFILES = {
-    ("CPU", "jit"): RuntimeProfile(baseline=554 * MiB, per_layer=11 * MiB, state_copies=1.55,
-                                   activation_copies=4.09, score_copies=5.02, rebuilt_copies=0.918,
-                                   logits_copies=6.15, muon_graph=-9 * MiB, muon_copies=16.2, recompute_saves=True,
-                                   selective_saves=False, distributed=68 * MiB, distributed_per_rank=57 * MiB,
-                                   distributed_param_copies=1.06, gathered_copies=39.8),
-    ("CPU", "pynative"): RuntimeProfile(baseline=485 * MiB, per_layer=0 * MiB, state_copies=1.48,
-                                        activation_copies=1.94, score_copies=1.97, rebuilt_copies=1.65,
-                                        logits_copies=3.68, muon_graph=32 * MiB, muon_copies=18.3,
-                                        recompute_saves=True, selective_saves=False, distributed=30 * MiB,
-                                        distributed_per_rank=-13 * MiB, distributed_param_copies=2.47,
-                                        gathered_copies=8.18),
+    ("CPU", "jit"): RuntimeProfile(
+        baseline=554 * MiB,
+        per_layer=11 * MiB,
+        state_copies=1.55,
+        activation_copies=4.09,
+        score_copies=5.02,
+        rebuilt_copies=0.918,
+        logits_copies=6.15,
+        muon_graph=-9 * MiB,
+        muon_copies=16.2,
+        recompute_saves=True,
+        selective_saves=False,
+        distributed=68 * MiB,
+        distributed_per_rank=57 * MiB,
+        distributed_param_copies=1.06,
+        gathered_copies=39.8,
+    ),
+    ("CPU", "pynative"): RuntimeProfile(
+        baseline=485 * MiB,
+        per_layer=0 * MiB,
+        state_copies=1.48,
+        activation_copies=1.94,
+        score_copies=1.97,
+        rebuilt_copies=1.65,
+        logits_copies=3.68,
+        muon_graph=32 * MiB,
+        muon_copies=18.3,
+        recompute_saves=True,
+        selective_saves=False,
+        distributed=30 * MiB,
+        distributed_per_rank=-13 * MiB,
+        distributed_param_copies=2.47,
+        gathered_copies=8.18,
+    ),
 }
 
 
@@ -273,14 +345,14 @@ class MemoryEstimate:
     params: int
     grads: int
     optimizer: int
-    activations: int            # saved for backward by the blocks (after recompute or SWAP), as the runtime holds them
-    logits: int = 0             # the head's logits and the loss's buffers
-    stash: int = 0              # pipeline: stage inputs (and input gradients) of the micro-batches in flight
-    state_copies: int = 0       # the runtime's further copies of params, grads and states (graph inputs, updates)
-    optimizer_temps: int = 0    # Muon's Newton-Schulz graph and temporaries
-    communication: int = 0      # collective runtime, parameter buffers, FSDP's gathered weights
-    graphs: int = 0             # compiled graphs and kernel caches per block (and recompute's)
-    baseline: int = 0           # before the model: libraries, thread pools, allocator pools
+    activations: int  # saved for backward by the blocks (after recompute or SWAP), as the runtime holds them
+    logits: int = 0  # the head's logits and the loss's buffers
+    stash: int = 0  # pipeline: stage inputs (and input gradients) of the micro-batches in flight
+    state_copies: int = 0  # the runtime's further copies of params, grads and states (graph inputs, updates)
+    optimizer_temps: int = 0  # Muon's Newton-Schulz graph and temporaries
+    communication: int = 0  # collective runtime, parameter buffers, FSDP's gathered weights
+    graphs: int = 0  # compiled graphs and kernel caches per block (and recompute's)
+    baseline: int = 0  # before the model: libraries, thread pools, allocator pools
 
     @property
     def runtime(self) -> int:
@@ -310,13 +382,25 @@ def apply_profile(t: Terms, p: RuntimeProfile) -> MemoryEstimate:
     optimizer_temps = p.muon_graph + p.muon_copies * t.muon_hidden if t.muon_hidden else 0
     communication = 0
     if t.ranks > 1:
-        communication = p.distributed + p.distributed_per_rank * (t.ranks - 2) \
-            + p.distributed_param_copies * t.comm_params + p.gathered_copies * t.gathered
-    return MemoryEstimate(params=t.params, grads=t.grads, optimizer=t.optimizer,
-                          activations=int(held), logits=int(p.logits_copies * t.logits),
-                          stash=t.stash, state_copies=int((p.state_copies - 1.0) * t.states),
-                          optimizer_temps=int(optimizer_temps), communication=int(communication), graphs=int(graphs),
-                          baseline=p.baseline)
+        communication = (
+            p.distributed
+            + p.distributed_per_rank * (t.ranks - 2)
+            + p.distributed_param_copies * t.comm_params
+            + p.gathered_copies * t.gathered
+        )
+    return MemoryEstimate(
+        params=t.params,
+        grads=t.grads,
+        optimizer=t.optimizer,
+        activations=int(held),
+        logits=int(p.logits_copies * t.logits),
+        stash=t.stash,
+        state_copies=int((p.state_copies - 1.0) * t.states),
+        optimizer_temps=int(optimizer_temps),
+        communication=int(communication),
+        graphs=int(graphs),
+        baseline=p.baseline,
+    )
 
 
 def estimate_memory_bytes(cfg: TrainConfig) -> int:

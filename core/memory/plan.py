@@ -19,8 +19,8 @@ from core.config import TrainConfig
 @dataclass(frozen=True)
 class RecomputePlan:
     modes: tuple[str, ...]  # per pipeline stage (one without a pipeline): none | selective | full
-    layers: int | None      # memory.recompute_layers: the first this many blocks of each stage; None: all
-    segmented: bool         # full recompute runs as a SegmentedStep: under jit, without a pipeline
+    layers: int | None  # memory.recompute_layers: the first this many blocks of each stage; None: all
+    segmented: bool  # full recompute runs as a SegmentedStep: under jit, without a pipeline
 
     def mode(self, stage: int = 0) -> str:
         return self.modes[stage]
@@ -42,6 +42,8 @@ class RecomputePlan:
 def recompute_plan(cfg: TrainConfig) -> RecomputePlan:
     """The plan of ``cfg``: ``memory.recompute`` (or ``recompute_stages``) over its ``recompute_layers``."""
     pipeline = cfg.parallel.pp > 1
-    return RecomputePlan(modes=tuple(cfg.memory.recompute_of(s) for s in range(cfg.parallel.stages)),
-                         layers=cfg.memory.recompute_layers,
-                         segmented=cfg.training.mode == "jit" and not pipeline)
+    return RecomputePlan(
+        modes=tuple(cfg.memory.recompute_of(s) for s in range(cfg.parallel.stages)),
+        layers=cfg.memory.recompute_layers,
+        segmented=cfg.training.mode == "jit" and not pipeline,
+    )

@@ -5,12 +5,13 @@ Recomputation in Large Transformer Models").
 ``memory.recompute`` over the first ``memory.recompute_layers`` blocks (of the model, or of each pipeline stage):
 
 - ``selective``: the parts that are cheap to compute and costly to keep — the RMS norms, the SwiGLU product and
-  attention's scores and softmax (per head a (S, S) pair, which dominates at long sequences) — save only their
-  inputs, the matmul and communication outputs they are computed from, and run again in backward. Each is wrapped
-  in a bprop-Cell whose bprop re-runs its forward under ``GradOperation`` (the form whose gradients survive
+  attention's scores and softmax (per head a (S, S) pair, which dominates at long sequences) — save only their inputs,
+  the matmul and communication outputs they are computed from, and run again in backward. Each is wrapped in a
+  bprop-Cell whose bprop re-runs its forward under ``GradOperation`` (the form whose gradients survive
   ``mindspore.jit``, docs/mindspore-cpu.md), so the same mechanism serves jit and PyNative. It saves memory in
-  PyNative; under jit on CPU it adds some (the graph keeps the forward's temporaries as well), so the config
-  refuses it there (``core.config.rules.selective_recompute_saves_memory``). An MoE block's experts are not covered (their slots are matmul outputs).
+  PyNative; under jit on CPU it adds some (the graph keeps the forward's temporaries as well), so the config refuses
+  it there (``core.config.rules.selective_recompute_saves_memory``). An MoE block's experts are not covered (their
+  slots are matmul outputs).
 - ``full``: a block keeps only its input and re-runs whole in backward.
   PyNative: MindSpore's own ``Cell.recompute()``, which frees the block's activations there.
   jit: ``Cell.recompute()`` frees nothing on CPU (the recomputed graph is compiled on top of the saved one:

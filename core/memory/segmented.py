@@ -32,7 +32,9 @@ class _Segment:
 
     def __init__(self, fns: StageFns, params: list, block: nn.Cell | None = None, template: nn.Cell | None = None):
         self.fns, self.params = fns, params
-        self.pairs = list(zip(template.get_parameters(), block.get_parameters())) if block is not None else []
+        self.pairs = (
+            list(zip(template.get_parameters(), block.get_parameters(), strict=True)) if block is not None else []
+        )
 
     def load(self) -> None:
         for t, p in self.pairs:
@@ -55,8 +57,17 @@ class SegmentedStep:
     ``recomputed`` blocks are recomputed whole under jit (module docstring); never the last block, which the last
     segment holds."""
 
-    def __init__(self, model: nn.Cell, *, losses: tuple[nn.Cell, nn.Cell], params: list, recomputed: range,
-                 micro_batch_size: int, jit: bool, jit_eval: bool | None = None):
+    def __init__(
+        self,
+        model: nn.Cell,
+        *,
+        losses: tuple[nn.Cell, nn.Cell],
+        params: list,
+        recomputed: range,
+        micro_batch_size: int,
+        jit: bool,
+        jit_eval: bool | None = None,
+    ):
         """``losses``: the (train, eval) loss cells; ``jit_eval``: the evaluation loss compiled too (default: as
         ``jit``; ``TrainConfig.eval_compiled``)."""
         loss, eval_loss = losses
@@ -66,7 +77,11 @@ class SegmentedStep:
         if k < 1:
             raise ValueError("a segmented step needs a recomputed block before the last segment")
         embed = Stage(model, range(0), first=True, last=False)
-        self.segments = [_Segment(StageFns(embed, loss=loss, eval_loss=eval_loss, jit=jit, jit_eval=jit_eval), embed.trainable_params())]
+        self.segments = [
+            _Segment(
+                StageFns(embed, loss=loss, eval_loss=eval_loss, jit=jit, jit_eval=jit_eval), embed.trainable_params()
+            )
+        ]
         templates: dict[tuple, tuple[nn.Cell, StageFns]] = {}
         for i in range(k):
             block = model.layers[i]
@@ -74,17 +89,33 @@ class SegmentedStep:
             if kind not in templates:
                 template = copy.deepcopy(block)
                 for p in template.get_parameters():
-                    p.name = "recompute_template." + p.name   # not the block's: a graph may not hold both names
-                holder = SimpleNamespace(cfg=model.cfg, tie_embeddings=model.tie_embeddings, rope_cos=model.rope_cos,
-                                         rope_sin=model.rope_sin, layers=[template], embed=None, norm=None)
-                fns = StageFns(Stage(holder, range(1), first=False, last=False), loss=loss, eval_loss=eval_loss, jit=jit,
-                               jit_eval=jit_eval)
+                    p.name = "recompute_template." + p.name  # not the block's: a graph may not hold both names
+                holder = SimpleNamespace(
+                    cfg=model.cfg,
+                    tie_embeddings=model.tie_embeddings,
+                    rope_cos=model.rope_cos,
+                    rope_sin=model.rope_sin,
+                    layers=[template],
+                    embed=None,
+                    norm=None,
+                )
+                fns = StageFns(
+                    Stage(holder, range(1), first=False, last=False),
+                    loss=loss,
+                    eval_loss=eval_loss,
+                    jit=jit,
+                    jit_eval=jit_eval,
+                )
                 templates[kind] = template, fns
             template, fns = templates[kind]
             self.segments.append(_Segment(fns, block.trainable_params(), block, template))
         # the last segment's head is the model's own table (one rank holds every segment: no copy)
         last = Stage(model, range(k, n), first=False, last=True, head_copy=False)
-        self.segments.append(_Segment(StageFns(last, loss=loss, eval_loss=eval_loss, jit=jit, jit_eval=jit_eval), last.trainable_params()))
+        self.segments.append(
+            _Segment(
+                StageFns(last, loss=loss, eval_loss=eval_loss, jit=jit, jit_eval=jit_eval), last.trainable_params()
+            )
+        )
         position = {id(p): i for i, p in enumerate(params)}
         self.slots = [[position[id(p)] for p in seg.params] for seg in self.segments]
         self.n_params = len(params)
@@ -95,13 +126,13 @@ class SegmentedStep:
         *middle, last = self.segments
         for x, y in self._micro_batches(inputs, targets):
             saved = []
-            for seg in middle:                   # forward: keep each segment's input
+            for seg in middle:  # forward: keep each segment's input
                 saved.append(x)
                 x = self._forward(seg, x, positions)
             loss, (dx, g) = last.fns.loss_and_grads(x, y, positions)
             losses.append(float(loss.asnumpy()))
             self._accumulate(grads, len(middle), g)
-            for s in range(len(middle) - 1, -1, -1):   # backward: each segment recomputed from its input
+            for s in range(len(middle) - 1, -1, -1):  # backward: each segment recomputed from its input
                 middle[s].load()
                 out = middle[s].fns.backward(saved[s], positions, dx)
                 if s == 0:

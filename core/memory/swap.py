@@ -69,14 +69,23 @@ class ActivationSwap:
     that call. ``swapped_bytes``: what the last call moved; ``prefetched``: how many of its tensors came back
     through the prefetch; ``count``: tensors swapped so far."""
 
-    def __init__(self, model: nn.Cell, directory: str | Path, *, device: str, layers: int | None = None,
-                 ops: list[str] | None = None, prefetch: int = 0, min_bytes: int = 1 << 16):
+    def __init__(
+        self,
+        model: nn.Cell,
+        directory: str | Path,
+        *,
+        device: str,
+        layers: int | None = None,
+        ops: list[str] | None = None,
+        prefetch: int = 0,
+        min_bytes: int = 1 << 16,
+    ):
         self.dir, self.disk, self.min_bytes, self.prefetch = Path(directory), _disk_tier(device), min_bytes, prefetch
-        self.whole = layers is None and ops is None       # the tensors outside blocks too
+        self.whole = layers is None and ops is None  # the tensors outside blocks too
         self.blocks = range(len(model.layers) if layers is None else layers)
         self.ops = set(ops if ops is not None else SWAP_OPS)
         self.count = self.swapped_bytes = self.prefetched = 0
-        self._tags: list[tuple[int, str | None]] = []     # (block, part) of the cells running now, innermost last
+        self._tags: list[tuple[int, str | None]] = []  # (block, part) of the cells running now, innermost last
         self._reset()
         for i, block in enumerate(model.layers):
             self._tag(block, i, None, boundary=True)
@@ -84,11 +93,11 @@ class ActivationSwap:
                 self._tag(getattr(block, name), i, part)
 
     def _reset(self) -> None:
-        self._region = 0                                  # block boundaries crossed in this forward
-        self._regions: list[int] = []                     # the regions with swapped tensors, in forward order
-        self._saved: dict[int, list[_Swapped]] = {}       # region -> its swapped tensors, until read or queued
-        self._read: set[int] = set()                      # the regions backward has started reading
-        self._ahead: dict[int, Future] = {}               # key -> a load queued or done, not used yet
+        self._region = 0  # block boundaries crossed in this forward
+        self._regions: list[int] = []  # the regions with swapped tensors, in forward order
+        self._saved: dict[int, list[_Swapped]] = {}  # region -> its swapped tensors, until read or queued
+        self._read: set[int] = set()  # the regions backward has started reading
+        self._ahead: dict[int, Future] = {}  # key -> a load queued or done, not used yet
         self._pool: ThreadPoolExecutor | None = None
 
     def _tag(self, cell: nn.Cell, block: int, part: str | None, boundary: bool = False) -> None:
@@ -121,7 +130,7 @@ class ActivationSwap:
             data = self.dir / f"{self.count}.npy"
             np.save(data, array)
         packed = _Swapped(self.count, self._region, data)
-        if self.prefetch:                                 # kept for the prefetch until read or queued
+        if self.prefetch:  # kept for the prefetch until read or queued
             if not self._regions or self._regions[-1] != self._region:
                 self._regions.append(self._region)
             self._saved.setdefault(self._region, []).append(packed)
@@ -132,9 +141,9 @@ class ActivationSwap:
             return packed
         if self._pool is not None and packed.region not in self._read:
             self._read.add(packed.region)
-            self._saved.pop(packed.region, None)          # read as backward needs them, not queued
+            self._saved.pop(packed.region, None)  # read as backward needs them, not queued
             self._load_ahead(packed.region)
-        ahead = self._ahead.pop(packed.key, None)         # popped: the queue holds a prefetched tensor only once
+        ahead = self._ahead.pop(packed.key, None)  # popped: the queue holds a prefetched tensor only once
         if ahead is None:
             return self._load(packed)
         self.prefetched += 1
@@ -143,8 +152,8 @@ class ActivationSwap:
     def _load_ahead(self, region: int) -> None:
         """Queue the tensors of the ``prefetch`` regions with swapped tensors before ``region`` that are not queued
         yet, as backward reads them: the nearest region first, each region's tensors in reverse order of saving."""
-        for r in reversed([r for r in self._regions if r < region][-self.prefetch:]):
-            for packed in reversed(self._saved.pop(r, [])):   # popped: queued once
+        for r in reversed([r for r in self._regions if r < region][-self.prefetch :]):
+            for packed in reversed(self._saved.pop(r, [])):  # popped: queued once
                 self._ahead[packed.key] = self._pool.submit(self._load, packed)
 
     def _load(self, packed: _Swapped) -> Tensor:
@@ -155,14 +164,14 @@ class ActivationSwap:
         """The hooks for one forward+backward; its files are removed when it ends."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self.swapped_bytes = self.prefetched = 0
-        self._tags.clear()                                # a failed forward may have left tags behind
+        self._tags.clear()  # a failed forward may have left tags behind
         self._reset()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="swap-prefetch") if self.prefetch else None
         try:
             with ms.saved_tensors_hooks(self._pack, self._unpack):
                 yield
         finally:
-            if self._pool is not None:                    # no read may outlive the files, nor a tensor the step
+            if self._pool is not None:  # no read may outlive the files, nor a tensor the step
                 self._pool.shutdown(wait=True, cancel_futures=True)
             self._reset()
             shutil.rmtree(self.dir, ignore_errors=True)

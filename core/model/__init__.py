@@ -14,10 +14,13 @@ Names are imported on first use (``lazy_loader``): the memory estimate reads ``f
 
 import lazy_loader
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "block": ["Block"],
-    "flops": ["flops_per_token", "matmul_params", "moe_capacity", "param_shapes"],
-    "gpt": ["GPT", "count_params"],
-    "loss": ["IGNORE_INDEX", "LinearCrossEntropyLoss", "cross_entropy", "linear_cross_entropy"],
-    "moe": ["MoE", "moe_layers"],
-})
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "block": ["Block"],
+        "flops": ["flops_per_token", "matmul_params", "moe_capacity", "param_shapes"],
+        "gpt": ["GPT", "count_params"],
+        "loss": ["IGNORE_INDEX", "LinearCrossEntropyLoss", "cross_entropy", "linear_cross_entropy"],
+        "moe": ["MoE", "moe_layers"],
+    },
+)

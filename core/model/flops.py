@@ -8,7 +8,6 @@ has one definition.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 from core.config import ModelConfig
 
@@ -20,20 +19,42 @@ def param_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
     X, F = m.n_experts, m.expert_width
     for i in range(m.n_layers):
         b = f"layers.{i}."
-        shapes.update({b + "attn_norm.weight": (m.d_model,), b + "attn.wq.weight": (m.d_model, m.d_model),
-                       b + "attn.wk.weight": (kv, m.d_model), b + "attn.wv.weight": (kv, m.d_model),
-                       b + "attn.wo.weight": (m.d_model, m.d_model), b + "mlp_norm.weight": (m.d_model,)})
+        shapes.update(
+            {
+                b + "attn_norm.weight": (m.d_model,),
+                b + "attn.wq.weight": (m.d_model, m.d_model),
+                b + "attn.wk.weight": (kv, m.d_model),
+                b + "attn.wv.weight": (kv, m.d_model),
+                b + "attn.wo.weight": (m.d_model, m.d_model),
+                b + "mlp_norm.weight": (m.d_model,),
+            }
+        )
         if not m.is_moe_layer(i):
-            shapes.update({b + "mlp.w_gate.weight": (m.ffn_hidden, m.d_model),
-                           b + "mlp.w_up.weight": (m.ffn_hidden, m.d_model),
-                           b + "mlp.w_down.weight": (m.d_model, m.ffn_hidden)})
+            shapes.update(
+                {
+                    b + "mlp.w_gate.weight": (m.ffn_hidden, m.d_model),
+                    b + "mlp.w_up.weight": (m.ffn_hidden, m.d_model),
+                    b + "mlp.w_down.weight": (m.d_model, m.ffn_hidden),
+                }
+            )
             continue
-        shapes.update({b + "mlp.router.weight": (X, m.d_model), b + "mlp.experts.w_gate": (X, F, m.d_model),
-                       b + "mlp.experts.w_up": (X, F, m.d_model), b + "mlp.experts.w_down": (X, m.d_model, F)})
+        shapes.update(
+            {
+                b + "mlp.router.weight": (X, m.d_model),
+                b + "mlp.experts.w_gate": (X, F, m.d_model),
+                b + "mlp.experts.w_up": (X, F, m.d_model),
+                b + "mlp.experts.w_down": (X, m.d_model, F),
+            }
+        )
         if m.moe_shared_experts:
             S = F * m.moe_shared_experts
-            shapes.update({b + "mlp.shared.w_gate.weight": (S, m.d_model), b + "mlp.shared.w_up.weight": (S, m.d_model),
-                           b + "mlp.shared.w_down.weight": (m.d_model, S)})
+            shapes.update(
+                {
+                    b + "mlp.shared.w_gate.weight": (S, m.d_model),
+                    b + "mlp.shared.w_up.weight": (S, m.d_model),
+                    b + "mlp.shared.w_down.weight": (m.d_model, S),
+                }
+            )
     shapes["norm.weight"] = (m.d_model,)
     if not m.tie_embeddings:
         shapes["lm_head.weight"] = (m.vocab_size, m.d_model)
@@ -64,7 +85,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     return 6.0 * matmul_params(cfg) + 12.0 * cfg.n_layers * seq_len * cfg.d_model
 
 
-def moe_capacity(tokens: int, top_k: int, n_experts: int, factor: Optional[float]) -> int:
+def moe_capacity(tokens: int, top_k: int, n_experts: int, factor: float | None) -> int:
     """Slots per expert for ``tokens`` tokens: ceil(factor * tokens * k / n_experts), at most ``tokens``; all
     ``tokens`` when ``factor`` is None (dropless: a token picks an expert at most once). ``core.model.moe``
     dispatches into them; the memory estimate counts them."""

@@ -67,13 +67,13 @@ class GPT(nn.Cell):
         """tokens (B, S) int32 at ``positions`` (S,) int32 in the sequence (default 0..S-1; context parallelism
         gives each rank its chunks' positions) -> hidden (B, S, D)."""
         if positions is None:
-            positions = self.arange[:tokens.shape[1]]
-        cos = ops.gather(self.rope_cos, positions, 0)    # (S, E/2)
-        sin = ops.gather(self.rope_sin, positions, 0)    # (S, E/2)
-        h = self.embed(tokens)                           # (B, S, D)
+            positions = self.arange[: tokens.shape[1]]
+        cos = ops.gather(self.rope_cos, positions, 0)  # (S, E/2)
+        sin = ops.gather(self.rope_sin, positions, 0)  # (S, E/2)
+        h = self.embed(tokens)  # (B, S, D)
         for block in self.layers:
             h = block(h, cos, sin, positions)
-        return self.norm(h)                              # (B, S, D)
+        return self.norm(h)  # (B, S, D)
 
     def logits(self, tokens):
         """hidden @ head_weight^T, (B, S, V). For tests and sampling; training uses the fused loss instead."""

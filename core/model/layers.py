@@ -123,8 +123,8 @@ class RMSNormOp(nn.Cell):
         self.eps = eps
 
     def construct(self, x, w):
-        x32 = x.reshape(-1, x.shape[-1]).astype(ms.float32)                              # (N, D)
-        inv_rms = mint.rsqrt(mint.mean(x32 * x32, dim=-1, keepdim=True) + self.eps)    # (N, 1)
+        x32 = x.reshape(-1, x.shape[-1]).astype(ms.float32)  # (N, D)
+        inv_rms = mint.rsqrt(mint.mean(x32 * x32, dim=-1, keepdim=True) + self.eps)  # (N, 1)
         return ((x32 * inv_rms).astype(x.dtype) * w).reshape(x.shape)
 
 
@@ -149,7 +149,7 @@ class RMSNorm(nn.Cell):
 def causal_mask(q_positions, k_positions, dtype):
     """Additive mask (Sq, Sk): 0 where the key's position <= the query's, -inf above. Every query sees its own
     position among the keys, so no row is all -inf (softmax stays defined)."""
-    allowed = k_positions.reshape(1, -1) <= q_positions.reshape(-1, 1)                  # (Sq, Sk) bool
+    allowed = k_positions.reshape(1, -1) <= q_positions.reshape(-1, 1)  # (Sq, Sk) bool
     return ops.select(allowed, ops.zeros(allowed.shape, dtype), ops.fill(dtype, allowed.shape, -np.inf))
 
 
@@ -170,15 +170,15 @@ class CausalAttention(nn.Cell):
         # heads of group j are contiguous in q and attend as one batch of n_rep * Sq rows (a free reshape). On
         # CPU a repeated k / v costs a broadcast forward and a 5-D ReduceSum backward (~1.3 ms each on medium).
         q = q.reshape(B, K, n_rep * Sq, E)
-        mask = causal_mask(_tile(q_positions, (n_rep,)), k_positions, ms.float32)      # (n_rep * Sq, Sk)
-        scores = _bmm_nt(q, k) * self.scale                                            # (B, K, n_rep * Sq, Sk)
+        mask = causal_mask(_tile(q_positions, (n_rep,)), k_positions, ms.float32)  # (n_rep * Sq, Sk)
+        scores = _bmm_nt(q, k) * self.scale  # (B, K, n_rep * Sq, Sk)
         # The mask written out to the scores' shape (one tensor the graph shares across layers): a broadcasting Add
         # takes MindSpore's per-element slow path on CPU, ~3-4x an Add of equal shapes.
         scores = scores + ops.broadcast_to(mask, scores.shape)
         # Softmax in float32 (exp of low-precision logits loses the small probabilities), over 2-D rows: MindSpore's
         # CPU reductions (softmax's backward) run ~8x slower over the last axis of a 4-D tensor than of a 2-D one.
         probs = mint.softmax(scores.reshape(-1, Sk).astype(ms.float32), dim=-1).astype(v.dtype)
-        return _bmm(probs.reshape(scores.shape), v).reshape(B, H, Sq, E)                # (B, H, Sq, E)
+        return _bmm(probs.reshape(scores.shape), v).reshape(B, H, Sq, E)  # (B, H, Sq, E)
 
 
 class SDPA(nn.Cell):
@@ -199,7 +199,7 @@ def rope_tables(head_dim: int, max_seq_len: int, theta: float):
     Computed once in float64 on the host; angles grow to max_seq_len, where float32 arithmetic would drift.
     """
     inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)  # (E/2,)
-    angles = np.outer(np.arange(max_seq_len, dtype=np.float64), inv_freq)          # (S, E/2)
+    angles = np.outer(np.arange(max_seq_len, dtype=np.float64), inv_freq)  # (S, E/2)
     return np.cos(angles), np.sin(angles)
 
 
@@ -209,7 +209,7 @@ def apply_rope(x, cos, sin):
     The half-split pairing (GPT-NeoX, HF Llama) rather than RoFormer's interleaved (x_2i, x_2i+1): the two are
     the same model up to a fixed permutation of each head's q/k rows, and halves slice without strided access.
     """
-    x1, x2 = ops.split(x, x.shape[-1] // 2, axis=-1)          # (B, N, S, E/2) each
+    x1, x2 = ops.split(x, x.shape[-1] // 2, axis=-1)  # (B, N, S, E/2) each
     # Halves as kernels, not views (see _heads_first); tables broadcast once per shape (the graph computes a
     # repeated op once: q, k and every layer share them); - sin as a table, so that backward has no Neg of a big
     # gradient (0.86 ms each on (8, 4, 64, 32)); a - b and a + (-b) are the same float.
@@ -227,8 +227,7 @@ class Attention(nn.Cell):
     the sequence that the projections gather, without touching this code.
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, init_std: float, out_std: float,
-                 dtype=ms.float32):
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, init_std: float, out_std: float, dtype=ms.float32):
         super().__init__()
         self.head_dim = d_model // n_heads
         self.wq = Linear(d_model, n_heads * self.head_dim, init_std, dtype)
@@ -239,16 +238,16 @@ class Attention(nn.Cell):
 
     def construct(self, x, cos, sin, positions):
         E = self.head_dim
-        q, k, v = self.wq(x), self.wk(x), self.wv(x)                    # (B, S, H*E), (B, S, K*E) x 2
+        q, k, v = self.wq(x), self.wk(x), self.wv(x)  # (B, S, H*E), (B, S, K*E) x 2
         B, S = q.shape[0], q.shape[1]
-        q = _heads_first(q.reshape(B, S, -1, E))                        # (B, H, S, E)
-        k = _heads_first(k.reshape(B, S, -1, E))                        # (B, K, S, E)
-        v = _heads_first(v.reshape(B, S, -1, E))                        # (B, K, S, E)
+        q = _heads_first(q.reshape(B, S, -1, E))  # (B, H, S, E)
+        k = _heads_first(k.reshape(B, S, -1, E))  # (B, K, S, E)
+        v = _heads_first(v.reshape(B, S, -1, E))  # (B, K, S, E)
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
-        out = self.sdpa(q, k, v, positions)                              # (B, H, S, E)
-        out = _heads_first(out).reshape(B, S, -1)                        # (B, S, H*E)
-        return self.wo(out)                                              # (B, S, D)
+        out = self.sdpa(q, k, v, positions)  # (B, H, S, E)
+        out = _heads_first(out).reshape(B, S, -1)  # (B, S, H*E)
+        return self.wo(out)  # (B, S, D)
 
 
 class SwiGLU(nn.Cell):

@@ -54,8 +54,8 @@ CHUNK_ELEMENTS = 1 << 23
 # from only one side of any Cell.
 _softmax = ops.Softmax(-1)
 _matmul = ops.MatMul()
-_matmul_nt = ops.MatMul(transpose_b=True)                                       # h @ W^T without copying W^T
-_matmul_tn = ops.MatMul(transpose_a=True)                                       # G^T @ h without copying G^T
+_matmul_nt = ops.MatMul(transpose_b=True)  # h @ W^T without copying W^T
+_matmul_tn = ops.MatMul(transpose_a=True)  # G^T @ h without copying G^T
 _scatter_add = ops.TensorScatterAdd()
 _concat_rows = ops.Concat(0)
 _zeros_like = ops.ZerosLike()
@@ -86,8 +86,8 @@ def _prepare(labels, ignore_index, c):
 def _chunk_loss(logits, index):
     """logits (c, V), index (c, 2) -> probabilities p (c, V), per-token loss lse - logit[target] (c,)."""
     p = _softmax(logits)
-    top, top_logit = _argmax_with_value(logits)                                 # (c,), (c,)
-    top_p = ops.gather_elements(p, 1, top.reshape(-1, 1)).reshape(-1)          # = exp(top_logit - lse)
+    top, top_logit = _argmax_with_value(logits)  # (c,), (c,)
+    top_p = ops.gather_elements(p, 1, top.reshape(-1, 1)).reshape(-1)  # = exp(top_logit - lse)
     target_logit = ops.gather_elements(logits, 1, index[:, 1:]).reshape(-1)
     return p, top_logit - ops.log(top_p) - target_logit
 
@@ -102,12 +102,12 @@ def _fused_chunk(h, weight, index, token_weight, grad_weight):
     -> weighted loss sum (), d loss / d h (c, D), grad_weight + d loss / d weight from this chunk (V, D).
     A function of its own so that in PyNative the (c, V) temporaries die on return, not when the next chunk
     rebinds their names."""
-    p, nll = _chunk_loss(_matmul_nt(h, weight), index)                          # (c, V), (c,)
-    g = _minus_onehot(p, index)                                                 # (c, V)
+    p, nll = _chunk_loss(_matmul_nt(h, weight), index)  # (c, V), (c,)
+    g = _minus_onehot(p, index)  # (c, V)
     # Token weights go on the (c, D) side: (w * G) @ W = w * (G @ W) and (w * G)^T @ h = G^T @ (w * h), so no
     # (c, V) tensor is scaled.
-    w = ops.broadcast_to(token_weight.reshape(-1, 1), h.shape)                  # (c, D)
-    grad_h = _matmul(g, weight) * w                                             # (c, D)
+    w = ops.broadcast_to(token_weight.reshape(-1, 1), h.shape)  # (c, D)
+    grad_h = _matmul(g, weight) * w  # (c, D)
     # grad_h first, then the (V, D) update: under jit this order peaked at 183 MiB, the reverse (or none) at 215.
     hw = _depend(h * w, grad_h)
     return (nll * token_weight).sum(), grad_h, grad_weight + _matmul_tn(g, hw)
@@ -120,21 +120,21 @@ class _CrossEntropy(nn.Cell):
         index, weight = _prepare(labels, ignore_index, c)
         loss = ops.zeros((), ms.float32)
         for s in range(0, logits.shape[0], c):
-            x = _depend(logits[s:s + c], loss)                                  # one chunk at a time
-            _, nll = _chunk_loss(x, index[s:s + c])
-            loss = loss + (nll * weight[s:s + c]).sum()
+            x = _depend(logits[s : s + c], loss)  # one chunk at a time
+            _, nll = _chunk_loss(x, index[s : s + c])
+            loss = loss + (nll * weight[s : s + c]).sum()
         # index and weight go out with the loss: they are all the backward needs beside the logits.
         return loss, index, weight
 
     def bprop(self, logits, labels, ignore_index, c, out, dout):
         _, index, weight = out
-        row_scale = weight * dout[0]                                            # (N,) d loss / d nll_i
+        row_scale = weight * dout[0]  # (N,) d loss / d nll_i
         chunks = [row_scale]
         for s in range(0, logits.shape[0], c):
-            x = _depend(logits[s:s + c], chunks[-1])                            # one chunk at a time
-            g = _minus_onehot(_softmax(x), index[s:s + c])                      # (c, V)
+            x = _depend(logits[s : s + c], chunks[-1])  # one chunk at a time
+            g = _minus_onehot(_softmax(x), index[s : s + c])  # (c, V)
             # An explicit broadcast: an implicit one would cost ~4 more (c, V) buffers (module docstring).
-            scale = ops.BroadcastTo(g.shape)(row_scale[s:s + c].reshape(-1, 1))
+            scale = ops.BroadcastTo(g.shape)(row_scale[s : s + c].reshape(-1, 1))
             chunks.append(g * scale)
         return _concat_rows(chunks[1:]), _zeros_like(labels), 0, 0
 
@@ -154,12 +154,13 @@ class _LinearCrossEntropy(nn.Cell):
     def construct(self, hidden, weight, labels, ignore_index, c):
         index, token_weight = _prepare(labels, ignore_index, c)
         loss = ops.zeros((), ms.float32)
-        grad_weight = ops.zeros(weight.shape, weight.dtype)                    # (V, D)
+        grad_weight = ops.zeros(weight.shape, weight.dtype)  # (V, D)
         grad_hidden = []
         for s in range(0, hidden.shape[0], c):
-            h = _depend(hidden[s:s + c], grad_weight)                           # (c, D), one chunk at a time
-            loss_c, grad_h, grad_weight = _fused_chunk(h, weight, index[s:s + c], token_weight[s:s + c],
-                                                       grad_weight)
+            h = _depend(hidden[s : s + c], grad_weight)  # (c, D), one chunk at a time
+            loss_c, grad_h, grad_weight = _fused_chunk(
+                h, weight, index[s : s + c], token_weight[s : s + c], grad_weight
+            )
             loss = loss + loss_c
             grad_hidden.append(grad_h)
         return loss, ops.concat(grad_hidden, 0), grad_weight
@@ -181,7 +182,7 @@ def naive_cross_entropy(logits, labels, ignore_index: int = IGNORE_INDEX):
     keep = labels != ignore_index
     valid = keep.astype(ms.float32)
     target = ops.where(keep, labels, ops.zeros_like(labels))
-    logp = ops.log_softmax(logits, -1)                                          # (N, V), kept for backward
+    logp = ops.log_softmax(logits, -1)  # (N, V), kept for backward
     nll = -ops.gather_elements(logp, 1, target.reshape(-1, 1)).reshape(-1)
     return (nll * valid).sum() / ops.maximum(valid.sum(), 1.0)
 
@@ -203,8 +204,7 @@ def linear_cross_entropy(hidden, weight, labels, ignore_index: int = IGNORE_INDE
     return _LINEAR_CROSS_ENTROPY(hidden, weight, labels, ignore_index, chunk)[0]
 
 
-def linear_cross_entropy_eval(hidden, weight, labels, ignore_index: int = IGNORE_INDEX,
-                              chunk_size: int | None = None):
+def linear_cross_entropy_eval(hidden, weight, labels, ignore_index: int = IGNORE_INDEX, chunk_size: int | None = None):
     """The loss of ``linear_cross_entropy`` for evaluation: chunked the same way, but no gradient is made.
 
     ``linear_cross_entropy`` computes its gradients in the forward pass (they are its whole point in training),
@@ -213,9 +213,9 @@ def linear_cross_entropy_eval(hidden, weight, labels, ignore_index: int = IGNORE
     index, token_weight = _prepare(labels, ignore_index, chunk)
     loss = ops.zeros((), ms.float32)
     for s in range(0, hidden.shape[0], chunk):
-        h = _depend(hidden[s:s + chunk], loss)                                  # one chunk at a time
-        _, nll = _chunk_loss(_matmul_nt(h, weight), index[s:s + chunk])         # (c,)
-        loss = loss + (nll * token_weight[s:s + chunk]).sum()
+        h = _depend(hidden[s : s + chunk], loss)  # one chunk at a time
+        _, nll = _chunk_loss(_matmul_nt(h, weight), index[s : s + chunk])  # (c,)
+        loss = loss + (nll * token_weight[s : s + chunk]).sum()
     return loss
 
 
@@ -232,8 +232,8 @@ class LinearCrossEntropyLoss(nn.Cell):
         self.train = train
 
     def construct(self, hidden, weight, labels):
-        h = hidden.reshape(-1, hidden.shape[-1])                                 # (B*S, D)
-        y = labels.reshape(-1)                                                   # (B*S,)
+        h = hidden.reshape(-1, hidden.shape[-1])  # (B*S, D)
+        y = labels.reshape(-1)  # (B*S,)
         if self.train:
             return linear_cross_entropy(h, weight, y)
         return linear_cross_entropy_eval(h, weight, y)

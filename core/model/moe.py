@@ -42,8 +42,7 @@ _bmm_nt = ops.BatchMatMul(transpose_b=True)
 class GroupedExperts(nn.Cell):
     """X SwiGLU experts as stacked weights: w_gate, w_up (X, F, D), w_down (X, D, F); (X, C, D) -> (X, C, D)."""
 
-    def __init__(self, n_experts: int, d_model: int, hidden: int, init_std: float, out_std: float,
-                 dtype=ms.float32):
+    def __init__(self, n_experts: int, d_model: int, hidden: int, init_std: float, out_std: float, dtype=ms.float32):
         super().__init__()
         self.stds = (init_std, init_std, out_std)
         self.w_gate = parameter((n_experts, hidden, d_model), dtype)
@@ -51,12 +50,12 @@ class GroupedExperts(nn.Cell):
         self.w_down = parameter((n_experts, d_model, hidden), dtype)
 
     def reset_parameters(self, rng: np.random.Generator):
-        for w, std in zip((self.w_gate, self.w_up, self.w_down), self.stds):
+        for w, std in zip((self.w_gate, self.w_up, self.w_down), self.stds, strict=True):
             w.set_data(normal(rng, w.shape, std, w.dtype))
 
     def construct(self, x):
-        h = mint.nn.functional.silu(_bmm_nt(x, self.w_gate)) * _bmm_nt(x, self.w_up)   # (X, C, F)
-        return _bmm_nt(h, self.w_down)                                                  # (X, C, D)
+        h = mint.nn.functional.silu(_bmm_nt(x, self.w_gate)) * _bmm_nt(x, self.w_up)  # (X, C, F)
+        return _bmm_nt(h, self.w_down)  # (X, C, D)
 
 
 class AuxLoss(nn.Cell):
@@ -90,8 +89,11 @@ class MoE(nn.Cell):
         hidden = cfg.moe_ffn_hidden or cfg.ffn_hidden
         self.router = Linear(cfg.d_model, X, cfg.init_std, dtype)
         self.experts = GroupedExperts(X, cfg.d_model, hidden, cfg.init_std, out_std, dtype)
-        self.shared = (MLP(cfg.d_model, hidden * cfg.moe_shared_experts, cfg.init_std, out_std, dtype)
-                       if cfg.moe_shared_experts else None)
+        self.shared = (
+            MLP(cfg.d_model, hidden * cfg.moe_shared_experts, cfg.init_std, out_std, dtype)
+            if cfg.moe_shared_experts
+            else None
+        )
         self.aux_loss = AuxLoss(cfg.moe_aux_loss_weight)
         # The mesh's seams (module docstring).
         self.gather_tokens, self.gather_logits, self.take_tokens = _Identity(), _Identity(), _Identity()
@@ -103,41 +105,42 @@ class MoE(nn.Cell):
         return moe_capacity(tokens, self.top_k, self.n_experts, self.capacity_factor)
 
     def construct(self, x):
-        logits = self.gather_logits(self.router(x))                             # (B, s, D) -> (B, S, X)
+        logits = self.gather_logits(self.router(x))  # (B, s, D) -> (B, S, X)
         # after the logits: two gathers over one group must come in the same order on every rank
-        xs = self.gather_tokens(ops.depend(x, logits))                           # (B, S, D)
+        xs = self.gather_tokens(ops.depend(x, logits))  # (B, S, D)
         B, S, D = xs.shape
         T, X, k = B * S, self.n_experts, self.top_k
         C = self.capacity(T)
-        xt, logits = xs.reshape(T, D), logits.reshape(T, X)                    # (T, D), (T, X)
+        xt, logits = xs.reshape(T, D), logits.reshape(T, X)  # (T, D), (T, X)
         scores = ops.sigmoid(logits) if self.sigmoid else ops.softmax(logits, -1)
-        top, expert = ops.topk(scores, k)                                        # (T, k), (T, k) int32
-        gates = top / top.sum(-1, keepdims=True)                                 # (T, k)
+        top, expert = ops.topk(scores, k)  # (T, k), (T, k) int32
+        gates = top / top.sum(-1, keepdims=True)  # (T, k)
 
         # Slots, choice-major: pair (choice j, token t) is row j * T + t.
-        pair_expert = expert.T.reshape(-1)                                       # (kT,)
-        chosen = ops.one_hot(pair_expert, X, Tensor(1, ms.int32), Tensor(0, ms.int32))            # (kT, X)
-        position = ((ops.cumsum(chosen, 0) - 1) * chosen).sum(-1)              # (kT,) place in its expert
-        keep = position < C                                                      # (kT,)
-        slot = ops.select(keep, pair_expert * C + position, ops.full_like(position, X * C))       # X*C: a bin
-        token = ops.tile(ops.cumsum(ops.ones((T,), ms.int32), 0) - 1, (k,))    # (kT,) 0..T-1 (no CPU Arange)
+        pair_expert = expert.T.reshape(-1)  # (kT,)
+        chosen = ops.one_hot(pair_expert, X, Tensor(1, ms.int32), Tensor(0, ms.int32))  # (kT, X)
+        position = ((ops.cumsum(chosen, 0) - 1) * chosen).sum(-1)  # (kT,) place in its expert
+        keep = position < C  # (kT,)
+        slot = ops.select(keep, pair_expert * C + position, ops.full_like(position, X * C))  # X*C: a bin
+        token = ops.tile(ops.cumsum(ops.ones((T,), ms.int32), 0) - 1, (k,))  # (kT,) 0..T-1 (no CPU Arange)
         # each slot's token (T: the zero row for an empty slot); the bin row takes every dropped pair
         source = ops.tensor_scatter_elements(ops.full((X * C + 1,), T, dtype=ms.int32), slot, token, 0)
-        rows = ops.concat((xt, ops.zeros((1, D), xt.dtype)))                    # (T + 1, D)
-        slots = ops.gather(rows, source[:X * C], 0).reshape(X, C, D)           # (X, C, D)
-        out = self.combine(self.experts(self.dispatch(slots)))                   # (X, C, D)
-        out = ops.concat((out.reshape(X * C, D), ops.zeros((1, D), out.dtype)))   # (X C + 1, D)
-        routed = ops.gather(out, slot, 0).reshape(k, T, D)                       # (k, T, D)
-        y = (routed * gates.T.reshape(k, T, 1)).sum(0)                           # (T, D)
+        rows = ops.concat((xt, ops.zeros((1, D), xt.dtype)))  # (T + 1, D)
+        slots = ops.gather(rows, source[: X * C], 0).reshape(X, C, D)  # (X, C, D)
+        out = self.combine(self.experts(self.dispatch(slots)))  # (X, C, D)
+        out = ops.concat((out.reshape(X * C, D), ops.zeros((1, D), out.dtype)))  # (X C + 1, D)
+        routed = ops.gather(out, slot, 0).reshape(k, T, D)  # (k, T, D)
+        y = (routed * gates.T.reshape(k, T, 1)).sum(0)  # (T, D)
 
         # Load balance over this micro-batch's (token, choice) pairs (module docstring).
-        stats = ops.concat((ops.stop_gradient(chosen.astype(scores.dtype).sum(0)), scores.sum(0),
-                            Tensor([T], scores.dtype)))                          # (2X + 1,)
+        stats = ops.concat(
+            (ops.stop_gradient(chosen.astype(scores.dtype).sum(0)), scores.sum(0), Tensor([T], scores.dtype))
+        )  # (2X + 1,)
         n = stats[2 * X]
-        aux = X * (stats[:X] / (n * k) * (stats[X:2 * X] / n)).sum()
+        aux = X * (stats[:X] / (n * k) * (stats[X : 2 * X] / n)).sum()
         y = self.aux_loss(y, aux)
         ops.assign(self.dropped, (k * T - keep.astype(ms.float32).sum()).astype(ms.float32))
-        y = self.take_tokens(y.reshape(B, S, D))                                # (B, s, D)
+        y = self.take_tokens(y.reshape(B, S, D))  # (B, s, D)
         return y + self.shared(x) if self.shared is not None else y
 
 

@@ -16,10 +16,13 @@ Names are imported on first use (``lazy_loader``): the memory estimate reads ``p
 
 import lazy_loader
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "adamw": ["adamw_update", "decays", "fold_bias_correction"],
-    "lr_schedule": ["lr_at"],
-    "muon": ["NS_COEFFS", "newton_schulz", "rms_match_scale"],
-    "optimizer": ["STEP_KEY", "Optimizer", "build_optimizer"],
-    "param_rules": ["ADAMW_NAME_PATTERNS", "uses_muon"],
-})
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "adamw": ["adamw_update", "decays", "fold_bias_correction"],
+        "lr_schedule": ["lr_at"],
+        "muon": ["NS_COEFFS", "newton_schulz", "rms_match_scale"],
+        "optimizer": ["STEP_KEY", "Optimizer", "build_optimizer"],
+        "param_rules": ["ADAMW_NAME_PATTERNS", "uses_muon"],
+    },
+)

@@ -41,8 +41,8 @@ from mindspore import ops
 
 from core.config import OptimConfig
 
-_ADAM = ops.Adam()                       # ApplyAdam: p, m, v in place
-_DECAY = ops.ApplyGradientDescent()      # p <- p - alpha * delta in place; delta = p is the decoupled decay
+_ADAM = ops.Adam()  # ApplyAdam: p, m, v in place
+_DECAY = ops.ApplyGradientDescent()  # p <- p - alpha * delta in place; delta = p is the decoupled decay
 
 
 def decays(shape: tuple[int, ...]) -> bool:
@@ -53,8 +53,8 @@ def decays(shape: tuple[int, ...]) -> bool:
 def fold_bias_correction(lr: float, step: int, cfg: OptimConfig) -> tuple[float, float, float]:
     """(lr', eps', lr * wd): what makes the bias-free Adam kernel plus the decay compute bias-corrected AdamW at
     update ``step`` >= 1."""
-    bc1 = 1.0 - cfg.beta1 ** step
-    s = math.sqrt(1.0 - cfg.beta2 ** step)
+    bc1 = 1.0 - cfg.beta1**step
+    s = math.sqrt(1.0 - cfg.beta2**step)
     return lr * s / bc1, cfg.eps * s, lr * cfg.weight_decay
 
 

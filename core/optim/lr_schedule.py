@@ -21,7 +21,6 @@ Conventions (every kind):
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 from core.config import OptimConfig
 
@@ -33,7 +32,7 @@ def _progress(step: int, start: int, end: int) -> float:
     return min(1.0, (step - start) / (end - start))
 
 
-def lr_at(step: int, cfg: OptimConfig, total_steps: Optional[int] = None) -> float:
+def lr_at(step: int, cfg: OptimConfig, total_steps: int | None = None) -> float:
     """The learning rate of 0-based ``step`` in a run of ``total_steps`` optimizer steps (None: unknown)."""
     if step < 0:
         raise ValueError(f"step must be >= 0 (got {step})")

@@ -21,7 +21,6 @@ import math
 
 from mindspore import ops
 
-
 # Quintic Newton–Schulz coefficients (a, b, c) of Jordan et al. 2024: chosen to push every singular value in
 # (0, 1] quickly into a band around 1 (roughly [0.7, 1.2]) rather than converge exactly, which 5 steps suffice for.
 NS_COEFFS = (3.4445, -4.7750, 2.0315)

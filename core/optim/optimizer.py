@@ -21,7 +21,7 @@ of a flat shard.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import mindspore as ms
 import numpy as np
@@ -48,15 +48,25 @@ class _UpdateCell(nn.Cell):
     once), or None. ``fused``: the AdamW parameters updated by one ``core.runtime.kernels.adamw`` call.
     """
 
-    def __init__(self, params: list[Parameter], *, kinds: list[str], states: list[Parameter],
-                 slots: list[tuple[int, ...]], full_shapes: list[tuple[int, ...]], cfg: OptimConfig,
-                 sharded_ns: nn.Cell | None = None, fused: bool = False):
+    def __init__(
+        self,
+        params: list[Parameter],
+        *,
+        kinds: list[str],
+        states: list[Parameter],
+        slots: list[tuple[int, ...]],
+        full_shapes: list[tuple[int, ...]],
+        cfg: OptimConfig,
+        sharded_ns: nn.Cell | None = None,
+        fused: bool = False,
+    ):
         super().__init__()
         self.params = ParameterTuple(params)
         self.first = ParameterTuple([states[s[0]] for s in slots])
         self.second = ParameterTuple([states[s[-1]] for s in slots])
-        self.rules = tuple((k, decays(s), rms_match_scale(s) if k == "muon" else 1.0)
-                           for s, k in zip(full_shapes, kinds))
+        self.rules = tuple(
+            (k, decays(s), rms_match_scale(s) if k == "muon" else 1.0) for s, k in zip(full_shapes, kinds, strict=True)
+        )
         self.hyper = (cfg.beta1, cfg.beta2, cfg.momentum, cfg.ns_steps, cfg.weight_decay, sharded_ns is not None)
         self.muon = tuple(i for i, k in enumerate(kinds) if k == "muon")
         self.muon_params = ParameterTuple([params[i] for i in self.muon])
@@ -75,15 +85,34 @@ class _UpdateCell(nn.Cell):
 
     def construct(self, grads, lr, adam_lr, adam_eps, adam_decay, scale):
         if self.sharded_ns is not None and self.muon:
-            looks = each(ops.partial(_lookahead, self.hyper, scale), pick(grads, self.muon),
-                                   self.muon_momenta)
-            each(ops.partial(_apply_orthogonal, self.hyper, lr), self.muon_params,
-                           self.sharded_ns(looks), self.muon_rules)
-        each(ops.partial(_update, self.hyper, lr, adam_lr, adam_eps, adam_decay, scale), self.rules,
-                       self.params, grads, self.first, self.second)
+            looks = each(ops.partial(_lookahead, self.hyper, scale), pick(grads, self.muon), self.muon_momenta)
+            each(
+                ops.partial(_apply_orthogonal, self.hyper, lr),
+                self.muon_params,
+                self.sharded_ns(looks),
+                self.muon_rules,
+            )
+        each(
+            ops.partial(_update, self.hyper, lr, adam_lr, adam_eps, adam_decay, scale),
+            self.rules,
+            self.params,
+            grads,
+            self.first,
+            self.second,
+        )
         if self.fused:  # its output returned, so that the graph keeps the kernel (its updates are side effects)
-            return kernels.adamw(self.adam_params, pick(grads, self.adam), self.adam_m, self.adam_v,
-                                 self.adam_decays, adam_lr, adam_eps, adam_decay, scale, self.betas)
+            return kernels.adamw(
+                self.adam_params,
+                pick(grads, self.adam),
+                self.adam_m,
+                self.adam_v,
+                self.adam_decays,
+                adam_lr,
+                adam_eps,
+                adam_decay,
+                scale,
+                self.betas,
+            )
         return lr  # a compiled graph needs an output; the updates are side effects
 
 
@@ -117,8 +146,16 @@ class Optimizer:
     ``adamw.m.<param>``, ``adamw.v.<param>``, ``muon.momentum.<param>``; ``state_dict()`` adds ``step``.
     """
 
-    def __init__(self, named_params: Sequence[tuple[str, Parameter]], cfg: OptimConfig, *, jit: bool = True,
-                 placements: dict | None = None, group=None, fused: bool = False):
+    def __init__(
+        self,
+        named_params: Sequence[tuple[str, Parameter]],
+        cfg: OptimConfig,
+        *,
+        jit: bool = True,
+        placements: dict | None = None,
+        group=None,
+        fused: bool = False,
+    ):
         """``placements``: name -> ``core.parallel.placement.Placement`` of sharded parameters (their full shapes
         decide the rule); ``group``: the ranks that hold one copy of the model, over which Muon gathers; ``fused``:
         AdamW by ``core.runtime.kernels.adamw`` (CPU only; float32 parameters)."""
@@ -130,20 +167,25 @@ class Optimizer:
         self.cfg = cfg
         self.names = [name for name, _ in named_params]
         params = [p for _, p in named_params]
-        full = [tuple(placements[name].full_shape) if placements and name in placements else tuple(p.shape)
-                for name, p in named_params]
-        self.route = {name: ("muon" if cfg.name == "muon" and uses_muon(name, shape) else "adamw")
-                      for (name, _), shape in zip(named_params, full)}
+        full = [
+            tuple(placements[name].full_shape) if placements and name in placements else tuple(p.shape)
+            for name, p in named_params
+        ]
+        self.route = {
+            name: ("muon" if cfg.name == "muon" and uses_muon(name, shape) else "adamw")
+            for (name, _), shape in zip(named_params, full, strict=True)
+        }
         kinds = [self.route[name] for name in self.names]
         sharded_ns = None
         if group is not None and group.size > 1 and "muon" in kinds:
-            sharded_ns = ShardedNewtonSchulz([placements[n] for n, k in zip(self.names, kinds) if k == "muon"],
-                                             group, cfg.ns_steps)
+            sharded_ns = ShardedNewtonSchulz(
+                [placements[n] for n, k in zip(self.names, kinds, strict=True) if k == "muon"], group, cfg.ns_steps
+            )
 
         self._state_names: list[str] = []
         states: list[Parameter] = []
         slots: list[tuple[int, ...]] = []
-        for name, p, kind in zip(self.names, params, kinds):
+        for name, p, kind in zip(self.names, params, kinds, strict=True):
             labels = ("muon.momentum",) if kind == "muon" else ("adamw.m", "adamw.v")
             slots.append(tuple(range(len(states), len(states) + len(labels))))
             for label in labels:
@@ -153,8 +195,16 @@ class Optimizer:
         self._states = states
         if fused and any(p.dtype != ms.float32 for p in params):
             raise ValueError("fused AdamW (core.runtime.kernels.adamw) updates float32 parameters only")
-        self._cell = _UpdateCell(params, kinds=kinds, states=states, slots=slots, full_shapes=full, cfg=cfg,
-                                 sharded_ns=sharded_ns, fused=fused)
+        self._cell = _UpdateCell(
+            params,
+            kinds=kinds,
+            states=states,
+            slots=slots,
+            full_shapes=full,
+            cfg=cfg,
+            sharded_ns=sharded_ns,
+            fused=fused,
+        )
         self._update = compiled_if(jit, source=True)(self._cell)
         self.step_count = 0
 
@@ -173,7 +223,7 @@ class Optimizer:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Flat copies of every state plus ``step``: ready for a safetensors file."""
-        out = {key: state.asnumpy().copy() for key, state in zip(self._state_names, self._states)}
+        out = {key: state.asnumpy().copy() for key, state in zip(self._state_names, self._states, strict=True)}
         out[STEP_KEY] = np.array(self.step_count, dtype=np.int64)
         return out
 
@@ -182,9 +232,10 @@ class Optimizer:
         expected = set(self._state_names) | {STEP_KEY}
         missing, unexpected = expected - set(d), set(d) - expected
         if missing or unexpected:
-            raise KeyError(f"optimizer state mismatch: missing {sorted(missing)[:5]}, "
-                           f"unexpected {sorted(unexpected)[:5]}")
-        for key, state in zip(self._state_names, self._states):
+            raise KeyError(
+                f"optimizer state mismatch: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
+            )
+        for key, state in zip(self._state_names, self._states, strict=True):
             arr = np.asarray(d[key])
             if tuple(arr.shape) != tuple(state.shape):
                 raise ValueError(f"{key}: saved shape {arr.shape} != parameter shape {tuple(state.shape)}")
@@ -194,8 +245,15 @@ class Optimizer:
         self.step_count = int(np.asarray(d[STEP_KEY]))
 
 
-def build_optimizer(named_params: Sequence[tuple[str, Parameter]], cfg: OptimConfig, *, jit: bool = True,
-                    placements: dict | None = None, group=None, fused: bool = False) -> Optimizer:
+def build_optimizer(
+    named_params: Sequence[tuple[str, Parameter]],
+    cfg: OptimConfig,
+    *,
+    jit: bool = True,
+    placements: dict | None = None,
+    group=None,
+    fused: bool = False,
+) -> Optimizer:
     """The optimizer ``cfg.name`` asks for over ``named_params`` (see ``Optimizer``)."""
     return Optimizer(named_params, cfg, jit=jit, placements=placements, group=group, fused=fused)
 

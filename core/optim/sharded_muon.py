@@ -50,8 +50,9 @@ class ShardedNewtonSchulz(nn.Cell):
         self.n, self.index, self.ns_steps = group.size, group.index, ns_steps
         self.tp = placements[0].tp_size if placements else 1
         self.fsdp = placements[0].fsdp_size if placements else 1
-        if self.tp * self.fsdp != group.size or any(p.tp_size != self.tp or p.fsdp_size != self.fsdp
-                                                     for p in placements):
+        if self.tp * self.fsdp != group.size or any(
+            p.tp_size != self.tp or p.fsdp_size != self.fsdp for p in placements
+        ):
             raise ValueError(f"the group of {group.size} ranks must be fsdp x tp of every matrix's placement")
         self.owned = tuple(owner == self.index for owner in assign_owners([p.full_shape for p in placements], self.n))
         self.stored_shapes = tuple(p.stored_shape for p in placements)
@@ -64,13 +65,14 @@ class ShardedNewtonSchulz(nn.Cell):
     # 6.9 s as loops over matrices and ranks, and runs in 35 ms instead of 55 (the same values to the bit;
     # benchmarks/sharded_muon_compile.py).
     def construct(self, looks):
-        flat = mint.cat(each(_flatten, looks))                           # (L,)
-        every = self.gather(flat).reshape(self.n, self.length)                      # (n, L)
-        pieces = mint.split(every, self.sizes, dim=1)                               # (n, size_i) each
-        sends = each(ops.partial(_orthogonalise, self.tp, self.fsdp, self.ns_steps), pieces, self.owned,
-                               self.placements)                                     # (n, size_i) each
+        flat = mint.cat(each(_flatten, looks))  # (L,)
+        every = self.gather(flat).reshape(self.n, self.length)  # (n, L)
+        pieces = mint.split(every, self.sizes, dim=1)  # (n, size_i) each
+        sends = each(
+            ops.partial(_orthogonalise, self.tp, self.fsdp, self.ns_steps), pieces, self.owned, self.placements
+        )  # (n, size_i) each
         # row g of the (n, L) concatenation is what group index g receives: the reduce-scatter's input order
-        mine = self.scatter(mint.cat(sends, dim=1).reshape(-1))                     # (L,)
+        mine = self.scatter(mint.cat(sends, dim=1).reshape(-1))  # (L,)
         return each(_reshape, mint.split(mine, self.sizes), self.stored_shapes)
 
 
@@ -96,9 +98,9 @@ def assemble(pieces, p: Placement, tp: int, fsdp: int):
     size = pieces.shape[1]
     x = pieces.reshape(fsdp, tp, size)
     if not p.tp_split:  # the tp ranks hold copies
-        return x[:, 0].reshape(-1)[:p.local_numel].reshape(p.full_shape)
+        return x[:, 0].reshape(-1)[: p.local_numel].reshape(p.full_shape)
     rows, cols = p.local_shape
-    blocks = ops.transpose(x, (1, 0, 2)).reshape(tp, fsdp * size)[:, :p.local_numel]  # (tp, rows * cols)
+    blocks = ops.transpose(x, (1, 0, 2)).reshape(tp, fsdp * size)[:, : p.local_numel]  # (tp, rows * cols)
     if p.tp_dim == 0:
         return blocks.reshape(tp * rows, cols)
     return ops.transpose(blocks.reshape(tp, rows, cols), (1, 0, 2)).reshape(rows, tp * cols)
@@ -110,14 +112,17 @@ def cut(full, p: Placement, tp: int, fsdp: int):
     numel, size = p.local_numel, p.shard_len
     if p.tp_split:
         rows, cols = p.local_shape
-        blocks = full.reshape(tp, numel) if p.tp_dim == 0 else \
-            ops.transpose(full.reshape(rows, tp, cols), (1, 0, 2)).reshape(tp, numel)      # (tp, numel)
+        blocks = (
+            full.reshape(tp, numel)
+            if p.tp_dim == 0
+            else ops.transpose(full.reshape(rows, tp, cols), (1, 0, 2)).reshape(tp, numel)
+        )  # (tp, numel)
     else:
         blocks = full.reshape(1, numel)
     pad = fsdp * size - numel
     if pad:
         blocks = ops.concat((blocks, ops.zeros((blocks.shape[0], pad), blocks.dtype)), axis=1)
-    x = ops.transpose(blocks.reshape(-1, fsdp, size), (1, 0, 2))                           # (fsdp, tp or 1, size)
+    x = ops.transpose(blocks.reshape(-1, fsdp, size), (1, 0, 2))  # (fsdp, tp or 1, size)
     if not p.tp_split:
         x = ops.broadcast_to(x, (fsdp, tp, size))
     return x.reshape(fsdp * tp, size)

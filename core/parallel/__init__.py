@@ -18,12 +18,16 @@ use (``lazy_loader``): the memory estimate reads ``placement`` and the pipeline 
 
 import lazy_loader
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submodules=["comm", "pipeline"], submod_attrs={
-    "context_parallel": ["apply_context_parallel", "chunk_positions"],
-    "dims": ["MESH", "ParallelDims"],
-    "expert_parallel": ["apply_moe_parallel"],
-    "fsdp": ["apply_fsdp"],
-    "grads": ["GradientSync"],
-    "placement": ["Placement", "is_expert", "layout_placement", "replicated"],
-    "tensor_parallel": ["apply_tensor_parallel"],
-})
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submodules=["comm", "pipeline"],
+    submod_attrs={
+        "context_parallel": ["apply_context_parallel", "chunk_positions"],
+        "dims": ["MESH", "ParallelDims"],
+        "expert_parallel": ["apply_moe_parallel"],
+        "fsdp": ["apply_fsdp"],
+        "grads": ["GradientSync"],
+        "placement": ["Placement", "is_expert", "layout_placement", "replicated"],
+        "tensor_parallel": ["apply_tensor_parallel"],
+    },
+)

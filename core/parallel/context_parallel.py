@@ -33,8 +33,9 @@ def chunk_positions(seq_len: int, cp: int, index: int) -> np.ndarray:
         raise ValueError(f"seq_len {seq_len} does not split into 2 * cp = {2 * cp} chunks")
     n = seq_len // (2 * cp)
     first, mirror = index, 2 * cp - 1 - index
-    return np.concatenate([np.arange(first * n, (first + 1) * n), np.arange(mirror * n, (mirror + 1) * n)]) \
-        .astype(np.int32)
+    return np.concatenate([np.arange(first * n, (first + 1) * n), np.arange(mirror * n, (mirror + 1) * n)]).astype(
+        np.int32
+    )
 
 
 class ContextParallelSDPA(nn.Cell):
@@ -48,7 +49,7 @@ class ContextParallelSDPA(nn.Cell):
         self.gather_positions = comm.all_gather(group, 0)  # no gradient: positions are data
 
     def construct(self, q, k, v, positions):
-        k_all, v_all = self.gather_k(k), self.gather_v(v)                       # (B, K, S, E)
+        k_all, v_all = self.gather_k(k), self.gather_v(v)  # (B, K, S, E)
         # Through float32 (exact below 2^24): the CPU composition sums, and positions are data, not gradients.
         k_positions = self.gather_positions(positions.astype(ms.float32)).astype(ms.int32)  # (S,)
         return self.attend(q, k_all, v_all, positions, k_positions)

@@ -47,15 +47,19 @@ class ParallelDims:
     ep: int = 1  # not a mesh axis: expert parallelism runs over the dp_shard ranks (core.parallel.expert_parallel)
 
     @classmethod
-    def from_config(cls, p: ParallelConfig, rank: int = 0, world_size: int | None = None) -> "ParallelDims":
+    def from_config(cls, p: ParallelConfig, rank: int = 0, world_size: int | None = None) -> ParallelDims:
         """The mesh of ``p`` seen from ``rank``; ``world_size`` (the cluster's) must equal the degrees' product."""
-        dims = cls(pp=p.pp, dp_replicate=p.dp_replicate, dp_shard=p.dp_shard, cp=p.cp, tp=p.tp, sp=p.sp, rank=rank,
-                   ep=p.ep)
+        dims = cls(
+            pp=p.pp, dp_replicate=p.dp_replicate, dp_shard=p.dp_shard, cp=p.cp, tp=p.tp, sp=p.sp, rank=rank, ep=p.ep
+        )
         if world_size is not None and world_size != dims.world_size:
-            raise ConfigError("parallel", f"the degrees multiply to {dims.world_size} ranks ("
-                                          f"{' * '.join(f'{a}={dims.degree(a)}' for a in MESH)}) but the cluster "
-                                          f"has {world_size}; set the degrees so that their product is the "
-                                          "number of ranks, or start that many")
+            raise ConfigError(
+                "parallel",
+                f"the degrees multiply to {dims.world_size} ranks ("
+                f"{' * '.join(f'{a}={dims.degree(a)}' for a in MESH)}) but the cluster "
+                f"has {world_size}; set the degrees so that their product is the "
+                "number of ranks, or start that many",
+            )
         if not 0 <= rank < dims.world_size:
             raise ValueError(f"rank {rank} outside a world of {dims.world_size}")
         return dims

@@ -54,17 +54,24 @@ def apply_moe_parallel(model: nn.Cell, dims: ParallelDims, groups: dict, placeme
         return
     split = order = None
     if axes:
-        split = groups[axes[0]] if len(axes) == 1 else \
-            comm.new_group(dims.group_ranks(*axes), dims.rank, dims.world_size, label="sequence")
+        split = (
+            groups[axes[0]]
+            if len(axes) == 1
+            else comm.new_group(dims.group_ranks(*axes), dims.rank, dims.world_size, label="sequence")
+        )
         order = sequence_order(seq_len, dims.cp) if dims.cp > 1 else None
     ep, tp = groups["dp_shard"] if dims.ep > 1 else None, groups["tp"] if dims.tp > 1 else None
     for moe in moes:
         for attr in ("w_gate", "w_up", "w_down"):
             old = getattr(moe.experts, attr)
-            p = layout_placement(old.name, old.shape, dims.tp, 1, dims.ep, tp_index=dims.index("tp"),
-                                 ep_index=dims.index("dp_shard"))
-            setattr(moe.experts, attr, Parameter(Tensor(p.block(old.asnumpy())), name=old.name,
-                                                 requires_grad=old.requires_grad))
+            p = layout_placement(
+                old.name, old.shape, dims.tp, 1, dims.ep, tp_index=dims.index("tp"), ep_index=dims.index("dp_shard")
+            )
+            setattr(
+                moe.experts,
+                attr,
+                Parameter(Tensor(p.block(old.asnumpy())), name=old.name, requires_grad=old.requires_grad),
+            )
             placements[old.name] = p
         if split is not None:  # (B, s, .) -> (B, S, .) -> (B, s, .)
             moe.gather_tokens = comm.GatherRepeated(split, 1, order)
@@ -77,8 +84,8 @@ def apply_moe_parallel(model: nn.Cell, dims: ParallelDims, groups: dict, placeme
             moe.router.regather_after_grad = True  # (core.parallel.fsdp: ordered against the sequence gathers)
         dispatch, combine = [], []
         if ep is not None:
-            dispatch.append(comm.AllToAll(ep, split_dim=0, concat_dim=1))   # (X, C, D) -> (X / ep, ep C, D)
-            combine.append(comm.AllToAll(ep, split_dim=1, concat_dim=0))    # and back
+            dispatch.append(comm.AllToAll(ep, split_dim=0, concat_dim=1))  # (X, C, D) -> (X / ep, ep C, D)
+            combine.append(comm.AllToAll(ep, split_dim=1, concat_dim=0))  # and back
         if tp is not None:
             dispatch.append(comm.CopyTo(tp))
             combine.insert(0, comm.ReduceFrom(tp))

@@ -53,9 +53,9 @@ class _Unshard(nn.Cell):
         self.padded = placement.shard_len * placement.fsdp_size != placement.local_numel
 
     def construct(self, shard):
-        flat = self.gather(shard)                                                # (fsdp * n,)
+        flat = self.gather(shard)  # (fsdp * n,)
         if self.padded:
-            flat = flat[:self.numel]
+            flat = flat[: self.numel]
         return flat.reshape(self.shape)
 
 
@@ -71,7 +71,7 @@ class _ShardGrad(nn.Cell):
         flat = grad.reshape(-1)
         if self.pad:
             flat = ops.concat((flat, ops.zeros((self.pad,), flat.dtype)))
-        return self.scatter(flat)                                                # (n,)
+        return self.scatter(flat)  # (n,)
 
 
 class ShardedOp(nn.Cell):
@@ -151,8 +151,9 @@ def _shard_parameter(cell: nn.Cell, group: comm.Group, placements: dict) -> Plac
     return placement
 
 
-def apply_fsdp(model: nn.Cell, group: comm.Group, placements: dict, loss: nn.Cell, eval_loss: nn.Cell,
-               recomputed: range = range(0)) -> tuple[nn.Cell, nn.Cell]:
+def apply_fsdp(
+    model: nn.Cell, group: comm.Group, placements: dict, loss: nn.Cell, eval_loss: nn.Cell, recomputed: range = range(0)
+) -> tuple[nn.Cell, nn.Cell]:
     """Shard every weight of ``model`` over ``group`` and wrap its op (``recomputed``: the blocks that re-run their
     forward in backward, see the module docstring); returns the wrapped (train, eval) loss ops, which gather the
     head weight (the tied embedding or lm_head) the same way."""
@@ -162,8 +163,13 @@ def apply_fsdp(model: nn.Cell, group: comm.Group, placements: dict, loss: nn.Cel
         if isinstance(getattr(cell, "weight", None), Parameter) and hasattr(cell, "op"):
             if id(cell.weight) not in seen:
                 seen[id(cell.weight)] = _shard_parameter(cell, group, placements)
-            wrap = GatheredOp if id(cell) in in_blocks else \
-                GradOrderedShardedOp if getattr(cell, "regather_after_grad", False) else ShardedOp
+            wrap = (
+                GatheredOp
+                if id(cell) in in_blocks
+                else GradOrderedShardedOp
+                if getattr(cell, "regather_after_grad", False)
+                else ShardedOp
+            )
             cell.op = wrap(cell.op, group, seen[id(cell.weight)])
     head = model.head_weight()
     if head is None:  # a pipeline stage without the head

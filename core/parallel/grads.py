@@ -34,7 +34,6 @@ from core.parallel.placement import Placement, is_expert
 from core.runtime import kernels
 from core.runtime.graphs import each, jit, pick
 
-
 NORM_EPS = 1e-6  # guards a zero norm in the clipping coefficient max_norm / (norm + eps)
 
 
@@ -54,9 +53,20 @@ class _FlatAllReduce(nn.Cell):
 
 
 class _Sync(nn.Cell):
-    def __init__(self, names: list[str], shapes: list[tuple[int, ...]], *, placements: dict[str, Placement],
-                 dims: ParallelDims, groups: dict, scale: float, max_norm: float, tied: tuple, mirrors: tuple,
-                 fused: bool):
+    def __init__(
+        self,
+        names: list[str],
+        shapes: list[tuple[int, ...]],
+        *,
+        placements: dict[str, Placement],
+        dims: ParallelDims,
+        groups: dict,
+        scale: float,
+        max_norm: float,
+        tied: tuple,
+        mirrors: tuple,
+        fused: bool,
+    ):
         super().__init__()
         self.replicas = _FlatAllReduce(groups["dp_replicate"], shapes) if dims.dp_replicate > 1 else None
         self.tied = tuple(i for i, name in enumerate(names) if name in tied)
@@ -64,8 +74,9 @@ class _Sync(nn.Cell):
         partial = [i for i, name in enumerate(names) if dims.sp and not placements[name].tp_split]
         self.partial = tuple(partial)
         self.tp_sum = _FlatAllReduce(groups["tp"], [shapes[i] for i in partial]) if partial else None
-        self.norm_weight = tuple(0.0 if name in mirrors else _norm_weight(name, placements[name], dims)
-                                 for name in names)
+        self.norm_weight = tuple(
+            0.0 if name in mirrors else _norm_weight(name, placements[name], dims) for name in names
+        )
         self.norm_sum = comm.all_reduce(groups["model"])
         self.sums = any(x is not None for x in (self.replicas, self.tp_sum, self.tied_sum))
         self.scale, self.max_norm = scale, max_norm
@@ -82,7 +93,7 @@ class _Sync(nn.Cell):
         # The norm of the scaled gradients from the unscaled ones; the optimizer multiplies by scale * clip as it
         # reads them: each gradient is read twice (squares, update), not four times (scale, square, sum, clip).
         if self.fused:
-            total = kernels.sum_of_squares(grads, self.weights)                              # (1,)
+            total = kernels.sum_of_squares(grads, self.weights)  # (1,)
         else:
             total = ops.addn(each(_weighted_sum_of_squares, grads, self.norm_weight)).reshape(1)
         norm = ops.sqrt(self.norm_sum(total)).reshape(()) * self.scale
@@ -134,12 +145,32 @@ class GradientSync:
     copy on another pipeline stage, ``mirrors`` those copies held here (``core.training.parallelize``);
     ``fused``: the norm by ``core.runtime.kernels`` (CPU)."""
 
-    def __init__(self, params: list, *, placements: dict[str, Placement], dims: ParallelDims, groups: dict,
-                 micro_batches: int, max_norm: float, tied: tuple = (), mirrors: tuple = (), fused: bool = False):
+    def __init__(
+        self,
+        params: list,
+        *,
+        placements: dict[str, Placement],
+        dims: ParallelDims,
+        groups: dict,
+        micro_batches: int,
+        max_norm: float,
+        tied: tuple = (),
+        mirrors: tuple = (),
+        fused: bool = False,
+    ):
         names, shapes = [p.name for p in params], [tuple(p.shape) for p in params]
-        self._cell = _Sync(names, shapes, placements=placements, dims=dims, groups=groups,
-                           scale=1.0 / (dims.size("loss") * micro_batches), max_norm=max_norm, tied=tied,
-                           mirrors=mirrors, fused=fused)
+        self._cell = _Sync(
+            names,
+            shapes,
+            placements=placements,
+            dims=dims,
+            groups=groups,
+            scale=1.0 / (dims.size("loss") * micro_batches),
+            max_norm=max_norm,
+            tied=tied,
+            mirrors=mirrors,
+            fused=fused,
+        )
         self._fn = jit(self._cell, source=True)
 
     def __call__(self, grads):

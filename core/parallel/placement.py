@@ -24,22 +24,31 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional
 
 import numpy as np
-
 
 # Which dim of a weight tensor parallelism splits, by parameter-name suffix (core.parallel.tensor_parallel applies
 # it; core.memory counts with it): 0 = output rows (column-parallel linears, vocabulary rows), 1 = input columns
 # (row-parallel linears); an MoE block's stacked experts (X, F, D), (X, F, D), (X, D, F) split each expert's width F.
 # Weights not listed (norm gains, MoE routers) are replicated over tp.
 TP_SPLIT_DIMS = {
-    "attn.wq.weight": 0, "attn.wk.weight": 0, "attn.wv.weight": 0, "attn.wo.weight": 1,
-    "mlp.w_gate.weight": 0, "mlp.w_up.weight": 0, "mlp.w_down.weight": 1,
-    "shared.w_gate.weight": 0, "shared.w_up.weight": 0, "shared.w_down.weight": 1,
-    "experts.w_gate": 1, "experts.w_up": 1, "experts.w_down": 2,
-    "embed.weight": 0, "lm_head.weight": 0,
+    "attn.wq.weight": 0,
+    "attn.wk.weight": 0,
+    "attn.wv.weight": 0,
+    "attn.wo.weight": 1,
+    "mlp.w_gate.weight": 0,
+    "mlp.w_up.weight": 0,
+    "mlp.w_down.weight": 1,
+    "shared.w_gate.weight": 0,
+    "shared.w_up.weight": 0,
+    "shared.w_down.weight": 1,
+    "experts.w_gate": 1,
+    "experts.w_up": 1,
+    "experts.w_down": 2,
+    "embed.weight": 0,
+    "lm_head.weight": 0,
 }
 
 
@@ -48,7 +57,7 @@ def is_expert(name: str) -> bool:
     return ".experts." in name
 
 
-def tp_split_dim(name: str) -> Optional[int]:
+def tp_split_dim(name: str) -> int | None:
     """The dim tensor parallelism splits of the parameter ``name`` (e.g. ``layers.0.attn.wo.weight``), or None."""
     for suffix, dim in TP_SPLIT_DIMS.items():
         if name == suffix or name.endswith("." + suffix):
@@ -56,8 +65,9 @@ def tp_split_dim(name: str) -> Optional[int]:
     return None
 
 
-def layout_placement(name: str, shape, tp: int, fsdp: int, ep: int = 1, tp_index: int = 0, fsdp_index: int = 0,
-                     ep_index: int = 0) -> "Placement":
+def layout_placement(
+    name: str, shape, tp: int, fsdp: int, ep: int = 1, tp_index: int = 0, fsdp_index: int = 0, ep_index: int = 0
+) -> Placement:
     """The placement of parameter ``name`` under tensor-parallel degree ``tp``, FSDP degree ``fsdp`` and expert
     parallel degree ``ep`` (experts: ep and tp blocks, no FSDP; everything else: tp block and FSDP shard)."""
     dim = tp_split_dim(name) if tp > 1 else None
@@ -70,12 +80,12 @@ def layout_placement(name: str, shape, tp: int, fsdp: int, ep: int = 1, tp_index
 @dataclass(frozen=True)
 class Placement:
     full_shape: tuple[int, ...]
-    tp_dim: Optional[int] = None
+    tp_dim: int | None = None
     tp_size: int = 1
     tp_index: int = 0
     fsdp_size: int = 1
     fsdp_index: int = 0
-    ep_size: int = 1     # blocks of whole experts along dim 0
+    ep_size: int = 1  # blocks of whole experts along dim 0
     ep_index: int = 0
 
     def __post_init__(self):
@@ -120,10 +130,14 @@ class Placement:
 
     def piece_keys(self) -> list[tuple[int, int, int]]:
         """The keys of every piece that together make the parameter."""
-        return [(e, t, f) for e in range(self.ep_size) for t in range(self.tp_size if self.tp_split else 1)
-                for f in range(self.fsdp_size)]
+        return [
+            (e, t, f)
+            for e in range(self.ep_size)
+            for t in range(self.tp_size if self.tp_split else 1)
+            for f in range(self.fsdp_size)
+        ]
 
-    def with_fsdp(self, size: int, index: int) -> "Placement":
+    def with_fsdp(self, size: int, index: int) -> Placement:
         return dataclasses.replace(self, fsdp_size=size, fsdp_index=index)
 
     # ---- full <-> stored ---------------------------------------------------------------------------------------
@@ -132,7 +146,7 @@ class Placement:
         out = np.asarray(full)
         if self.ep_size > 1:
             n = self.local_shape[0]
-            out = out[self.ep_index * n:(self.ep_index + 1) * n]
+            out = out[self.ep_index * n : (self.ep_index + 1) * n]
         if self.tp_split:
             n = self.local_shape[self.tp_dim]
             out = np.take(out, np.arange(self.tp_index * n, (self.tp_index + 1) * n), axis=self.tp_dim)
@@ -153,8 +167,8 @@ class Placement:
         if self.fsdp_size == 1:
             return block
         flat = np.zeros(self.shard_len * self.fsdp_size, block.dtype)
-        flat[:block.size] = block.reshape(-1)
-        return flat[self.fsdp_index * self.shard_len:(self.fsdp_index + 1) * self.shard_len].copy()
+        flat[: block.size] = block.reshape(-1)
+        return flat[self.fsdp_index * self.shard_len : (self.fsdp_index + 1) * self.shard_len].copy()
 
     def assemble(self, pieces: Mapping[tuple[int, int, int], np.ndarray]) -> np.ndarray:
         """The 1-process array from every rank's stored array, keyed by ``key`` (ep, tp, fsdp index)."""
@@ -163,7 +177,7 @@ class Placement:
             blocks = []
             for t in range(self.tp_size if self.tp_split else 1):
                 flat = np.concatenate([np.asarray(pieces[(e, t, f)]).reshape(-1) for f in range(self.fsdp_size)])
-                blocks.append(flat[:self.local_numel].reshape(self.local_shape))
+                blocks.append(flat[: self.local_numel].reshape(self.local_shape))
             experts.append(blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=self.tp_dim))
         return experts[0] if len(experts) == 1 else np.concatenate(experts, axis=0)
 
@@ -172,7 +186,7 @@ class Placement:
         return dataclasses.asdict(self) | {"full_shape": list(self.full_shape)}
 
     @classmethod
-    def from_json(cls, d: dict) -> "Placement":
+    def from_json(cls, d: dict) -> Placement:
         return cls(**(d | {"full_shape": tuple(d["full_shape"])}))  # (records before ep: its defaults)
 
 

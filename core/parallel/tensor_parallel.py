@@ -69,8 +69,8 @@ class VocabParallelLookup(nn.Cell):
 
     def construct(self, tokens, table):
         local = tokens - self.start
-        here = _logical_and(local >= 0, local < self.rows)                      # (B, S)
-        rows = self.op(_select(here, local, _zeros_like(local)), table)         # (B, S, D)
+        here = _logical_and(local >= 0, local < self.rows)  # (B, S)
+        rows = self.op(_select(here, local, _zeros_like(local)), table)  # (B, S, D)
         mask = ops.BroadcastTo(rows.shape)(here.astype(rows.dtype).expand_dims(-1))
         return self.leave(rows * mask)
 
@@ -79,14 +79,14 @@ def _split(cell: nn.Cell, group: comm.Group, placements: dict) -> Placement:
     """Replace ``cell.weight`` by this rank's block along its ``tp_split_dim`` (same Parameter name), record it."""
     old = cell.weight
     placement = Placement(tuple(old.shape), tp_split_dim(old.name), group.size, group.index)
-    cell.weight = Parameter(Tensor(placement.block(old.asnumpy())), name=old.name,
-                            requires_grad=old.requires_grad)
+    cell.weight = Parameter(Tensor(placement.block(old.asnumpy())), name=old.name, requires_grad=old.requires_grad)
     placements[old.name] = placement
     return placement
 
 
-def apply_tensor_parallel(model: nn.Cell, group: comm.Group, sequence_parallel: bool,
-                          placements: dict) -> tuple[nn.Cell, nn.Cell]:
+def apply_tensor_parallel(
+    model: nn.Cell, group: comm.Group, sequence_parallel: bool, placements: dict
+) -> tuple[nn.Cell, nn.Cell]:
     """Split ``model``'s weights and wrap their ops for tensor (and sequence) parallelism over ``group``, recording
     each split weight's placement; returns the vocab-parallel (train, eval) loss ops."""
     sp = sequence_parallel
@@ -104,6 +104,7 @@ def apply_tensor_parallel(model: nn.Cell, group: comm.Group, sequence_parallel: 
         model.embed.op = VocabParallelLookup(model.embed.op, group, start, vocab.local_shape[0], sp)
     if getattr(model, "lm_head", None) is not None:
         _split(model.lm_head, group, placements)
-    return (VocabParallelCrossEntropyLoss(group, start, sp, train=True),
-            VocabParallelCrossEntropyLoss(group, start, sp, train=False))
-
+    return (
+        VocabParallelCrossEntropyLoss(group, start, sp, train=True),
+        VocabParallelCrossEntropyLoss(group, start, sp, train=False),
+    )

@@ -56,15 +56,15 @@ class _Merge(nn.Cell):
         self.reduce = comm.all_reduce(group)
 
     def construct(self, logits, index, here):
-        p = _softmax(logits)                                                     # (c, Vt), this block only
+        p = _softmax(logits)  # (c, Vt), this block only
         top, top_logit = _argmax_with_value(logits)
-        top_p = ops.gather_elements(p, 1, top.reshape(-1, 1)).reshape(-1)       # exp(top_logit - lse_t)
-        lse_t = top_logit - ops.log(top_p)                                       # (c,)
-        every = self.gather(lse_t.reshape(1, -1))                                # (tp, c)
+        top_p = ops.gather_elements(p, 1, top.reshape(-1, 1)).reshape(-1)  # exp(top_logit - lse_t)
+        lse_t = top_logit - ops.log(top_p)  # (c,)
+        every = self.gather(lse_t.reshape(1, -1))  # (tp, c)
         m = ops.amax(every, 0)
-        lse = m + ops.log(ops.sum(ops.exp(every - m.reshape(1, -1)), 0))        # (c,)
+        lse = m + ops.log(ops.sum(ops.exp(every - m.reshape(1, -1)), 0))  # (c,)
         target = ops.gather_elements(logits, 1, index[:, 1:]).reshape(-1) * here
-        target = self.reduce(target)                                             # (c,)
+        target = self.reduce(target)  # (c,)
         return p, lse_t, lse, target
 
 
@@ -83,17 +83,17 @@ class _VocabParallelLinearCrossEntropy(_VocabBlock):
     def construct(self, hidden, weight, labels, c):
         index, here, token_weight = _local_targets(labels, self.start, weight.shape[0], c)
         loss = ops.zeros((), ms.float32)
-        grad_weight = ops.zeros(weight.shape, weight.dtype)                      # (Vt, D)
+        grad_weight = ops.zeros(weight.shape, weight.dtype)  # (Vt, D)
         grad_hidden = []
         for s in range(0, hidden.shape[0], c):
-            h = _depend(hidden[s:s + c], grad_weight)                            # (c, D), one chunk at a time
-            idx, w_tok = index[s:s + c], token_weight[s:s + c]
-            p, lse_t, lse, target = self.merge(_matmul_nt(h, weight), idx, here[s:s + c])
+            h = _depend(hidden[s : s + c], grad_weight)  # (c, D), one chunk at a time
+            idx, w_tok = index[s : s + c], token_weight[s : s + c]
+            p, lse_t, lse, target = self.merge(_matmul_nt(h, weight), idx, here[s : s + c])
             loss = loss + ((lse - target) * w_tok).sum()
             scale = ops.BroadcastTo(p.shape)(ops.exp(lse_t - lse).reshape(-1, 1))  # explicit broadcast (core.loss)
-            g = _scatter_add(p * scale, idx, -here[s:s + c])                     # softmax - onehot, this block
-            w = ops.broadcast_to(w_tok.reshape(-1, 1), h.shape)                  # (c, D)
-            grad_h = _matmul(g, weight) * w                                      # (c, D), partial over ranks
+            g = _scatter_add(p * scale, idx, -here[s : s + c])  # softmax - onehot, this block
+            w = ops.broadcast_to(w_tok.reshape(-1, 1), h.shape)  # (c, D)
+            grad_h = _matmul(g, weight) * w  # (c, D), partial over ranks
             grad_weight = grad_weight + _matmul_tn(g, _depend(h * w, grad_h))
             grad_hidden.append(grad_h)
         return loss, ops.concat(grad_hidden, 0), grad_weight
@@ -109,9 +109,9 @@ class _VocabParallelEval(_VocabBlock):
         index, here, token_weight = _local_targets(labels, self.start, weight.shape[0], c)
         loss = ops.zeros((), ms.float32)
         for s in range(0, hidden.shape[0], c):
-            h = _depend(hidden[s:s + c], loss)
-            _, _, lse, target = self.merge(_matmul_nt(h, weight), index[s:s + c], here[s:s + c])
-            loss = loss + ((lse - target) * token_weight[s:s + c]).sum()
+            h = _depend(hidden[s : s + c], loss)
+            _, _, lse, target = self.merge(_matmul_nt(h, weight), index[s : s + c], here[s : s + c])
+            loss = loss + ((lse - target) * token_weight[s : s + c]).sum()
         return loss
 
 
@@ -131,7 +131,7 @@ class VocabParallelCrossEntropyLoss(nn.Cell):
             self.ce = _VocabParallelEval(group, vocab_start)
 
     def construct(self, hidden, weight, labels):
-        h = self.enter(hidden)                                                   # (B, S, D)
+        h = self.enter(hidden)  # (B, S, D)
         h = h.reshape(-1, h.shape[-1])
         c = rows_per_chunk(h.shape[0], weight.shape[0])
         if self.train:

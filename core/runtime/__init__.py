@@ -18,12 +18,15 @@ which reads that module's variables as it loads.
 
 import lazy_loader
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "cache_dirs": ["cache_root", "compile_cache_root"],
-    "cluster": ["CONFIG_ENV", "START_ENV", "is_worker_process", "node_ranks", "rank_from_env"],
-    "compile_cache": ["CompileCache", "graph_key"],
-    "files": ["atomic_path", "write_atomic"],
-    "graphs": ["compiled_if", "each", "jit", "pick"],
-    "reference_rate": ["reference_flops_per_sec"],
-    "settings": ["HOST_BLOCKING_ENV", "configure", "cpu_kernels", "set_host_pipeline"],
-})
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "cache_dirs": ["cache_root", "compile_cache_root"],
+        "cluster": ["CONFIG_ENV", "START_ENV", "is_worker_process", "node_ranks", "rank_from_env"],
+        "compile_cache": ["CompileCache", "graph_key"],
+        "files": ["atomic_path", "write_atomic"],
+        "graphs": ["compiled_if", "each", "jit", "pick"],
+        "reference_rate": ["reference_flops_per_sec"],
+        "settings": ["HOST_BLOCKING_ENV", "configure", "cpu_kernels", "set_host_pipeline"],
+    },
+)

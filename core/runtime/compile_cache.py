@@ -1,11 +1,12 @@
 """MindSpore's compile cache, keyed so that a trial loads only graphs compiled from the same code and graph config.
 
 A trial's first step spends most of its time compiling its graphs (forward+backward, gradient sync, update:
-benchmarks/RESULTS.md, "Start-up: what a trial compiles and waits for"). MindSpore can save compiled graphs and
-load them in a later process (``MS_COMPILER_CACHE_ENABLE``/``MS_COMPILER_CACHE_PATH``). Its own change detection
-hashes the entry script and the modules it imports from outside ``sys.path`` (not an installed ``core``), and a
-graph holds the config's Python constants (shapes, hyperparameters), so without a key of our own a graph of other
-code or another config could load. Here the cache lives in ``<root>/<key>/rank_<r>/``, where the key hashes everything that shapes a rank's graphs:
+benchmarks/RESULTS.md, "Start-up: what a trial compiles and waits for"). MindSpore can save compiled graphs and load
+them in a later process (``MS_COMPILER_CACHE_ENABLE``/``MS_COMPILER_CACHE_PATH``). Its own change detection hashes the
+entry script and the modules it imports from outside ``sys.path`` (not an installed ``core``), and a graph holds the
+config's Python constants (shapes, hyperparameters), so without a key of our own a graph of other code or another
+config could load. Here the cache lives in ``<root>/<key>/rank_<r>/``, where the key hashes everything that shapes a
+rank's graphs:
 
 - the config without what only the host uses (seed, learning-rate schedule, budgets, paths, checkpoints, logging;
   ``HOST_ONLY``), plus whether validation is compiled (``TrainConfig.eval_compiled``, which reads the step budget);
@@ -37,10 +38,23 @@ log = logging.getLogger("core.runtime.compile_cache")
 
 # Config keys no graph depends on: the learning rate and its schedule reach the update graph as Tensors
 # (core.optim.optimizer.Optimizer.step), the rest never enter a graph.
-HOST_ONLY = ("seed", "trial", "checkpoint", "data.train_path", "data.val_path", "optim.lr", "optim.min_lr_ratio",
-             "optim.warmup_steps", "optim.schedule", "optim.decay_ratio", "training.log_interval",
-             "training.eval_interval", "training.eval_batches", "execution.compile_cache",
-             "execution.compile_cache_dir")
+HOST_ONLY = (
+    "seed",
+    "trial",
+    "checkpoint",
+    "data.train_path",
+    "data.val_path",
+    "optim.lr",
+    "optim.min_lr_ratio",
+    "optim.warmup_steps",
+    "optim.schedule",
+    "optim.decay_ratio",
+    "training.log_interval",
+    "training.eval_interval",
+    "training.eval_batches",
+    "execution.compile_cache",
+    "execution.compile_cache_dir",
+)
 MAX_ENTRIES = 200
 _ENABLE, _PATH = "MS_COMPILER_CACHE_ENABLE", "MS_COMPILER_CACHE_PATH"
 
@@ -96,8 +110,9 @@ class CompileCache:
             log.warning("compile cache: not used (%s)", e)
             return False
         os.environ[_ENABLE], os.environ[_PATH] = "1", str(self.work_dir)
-        log.info("compile cache: %s %s", "loading graphs from" if self.loaded else "graphs will be saved to",
-                 self.entry)
+        log.info(
+            "compile cache: %s %s", "loading graphs from" if self.loaded else "graphs will be saved to", self.entry
+        )
         return True
 
     def close(self, ok: bool, compile_failed: bool = False) -> None:

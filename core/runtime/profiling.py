@@ -13,8 +13,21 @@ import csv
 from pathlib import Path
 
 # Op types of MindSpore's collectives (graph kernels and their host names).
-COMM_OPS = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AlltoAll", "AllToAll", "Send", "Receive",
-            "Recv", "HcomAllReduce", "HcomAllGather", "HcomReduceScatter", "HcomBroadcast")
+COMM_OPS = (
+    "AllReduce",
+    "AllGather",
+    "ReduceScatter",
+    "Broadcast",
+    "AlltoAll",
+    "AllToAll",
+    "Send",
+    "Receive",
+    "Recv",
+    "HcomAllReduce",
+    "HcomAllGather",
+    "HcomReduceScatter",
+    "HcomBroadcast",
+)
 
 
 class StepProfiler:
@@ -27,8 +40,9 @@ class StepProfiler:
         from mindspore.profiler import ProfilerActivity
 
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self._prof = ms.profiler.profile(activities=[ProfilerActivity.CPU],
-                                         on_trace_ready=ms.profiler.tensorboard_trace_handler(str(self.out_dir)))
+        self._prof = ms.profiler.profile(
+            activities=[ProfilerActivity.CPU], on_trace_ready=ms.profiler.tensorboard_trace_handler(str(self.out_dir))
+        )
         self._prof.start()
 
     def stop(self) -> dict[str, float]:

@@ -106,9 +106,14 @@ def _measure_in_child(library: str, device: str) -> float:
     # Without OMP_NUM_THREADS, which a trial sets for MindSpore (core.runtime.native_env; MindSpore's import sets it
     # too, below Python, for every process it starts): NumPy's OpenBLAS reads it and would use one core.
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    out = subprocess.run([sys.executable, "-m", "core.runtime.reference_rate", "--device", device, "--child", library,
-                          str(SIZE)], capture_output=True, text=True, check=True, env=env,
-                         cwd=Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, "-m", "core.runtime.reference_rate", "--device", device, "--child", library, str(SIZE)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -122,10 +127,16 @@ def reference_flops_per_sec(device: str = "CPU", force: bool = False) -> float:
         entries = json.loads(path.read_text()) if path.exists() else {}
         if force or key not in entries:
             # on an accelerator the host's BLAS is not the device's peak
-            rates = {lib: _measure_in_child(lib, device) for lib in (("mindspore", "numpy") if device == "CPU"
-                                                                     else ("mindspore",))}
-            entries[key] = {"flops_per_sec": max(rates.values()), "rates": rates, "size": SIZE,
-                            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            rates = {
+                lib: _measure_in_child(lib, device)
+                for lib in (("mindspore", "numpy") if device == "CPU" else ("mindspore",))
+            }
+            entries[key] = {
+                "flops_per_sec": max(rates.values()),
+                "rates": rates,
+                "size": SIZE,
+                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
             write_atomic(path, json.dumps(entries, indent=1))
     return float(entries[key]["flops_per_sec"])
 

@@ -38,15 +38,15 @@ class Parallelized:
     """A model ready for this rank, and what the trainer needs around it."""
 
     model: nn.Cell
-    loss: nn.Cell            # (hidden, head weight, labels) -> mean loss, for training
-    eval_loss: nn.Cell       # the same without gradients
-    placements: dict         # parameter name -> Placement (checkpoints, optimizer, clipping, estimate)
+    loss: nn.Cell  # (hidden, head weight, labels) -> mean loss, for training
+    eval_loss: nn.Cell  # the same without gradients
+    placements: dict  # parameter name -> Placement (checkpoints, optimizer, clipping, estimate)
     dims: ParallelDims
-    groups: dict             # axis or view -> comm.Group
-    positions: np.ndarray    # (S / cp,) int32: the sequence positions of this rank's tokens
+    groups: dict  # axis or view -> comm.Group
+    positions: np.ndarray  # (S / cp,) int32: the sequence positions of this rank's tokens
     recompute: RecomputePlan  # how each stage recomputes (applied here; the step factory reads it)
-    stages: dict | None = None     # with a pipeline: {global stage: Stage} held by this rank (``model`` holds them)
-    tied: tuple[str, ...] = ()     # parameters whose gradient is summed with a copy on another stage
+    stages: dict | None = None  # with a pipeline: {global stage: Stage} held by this rank (``model`` holds them)
+    tied: tuple[str, ...] = ()  # parameters whose gradient is summed with a copy on another stage
     mirrors: tuple[str, ...] = ()  # those copies held here (another rank saves them)
 
     def local_tokens(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -55,7 +55,7 @@ class Parallelized:
 
     def train_loss(self, inputs, targets, positions):
         """The training loss of a micro-batch (what the step differentiates): the model, then the fused loss."""
-        hidden = self.model(inputs, positions)                           # (B, S, D)
+        hidden = self.model(inputs, positions)  # (B, S, D)
         return self.loss(hidden, self.model.head_weight(), targets)
 
     def validation_loss(self, inputs, targets, positions):
@@ -70,19 +70,29 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
     placements: dict[str, Placement] = {}
     plan = recompute_plan(cfg)
     p = cfg.parallel
-    parts = ({0: model} if dims.pp == 1 else
-             split_stages(model, pp=dims.pp, virtual=p.pp_virtual, index=dims.index("pp"),
-                          split=p.stage_split(len(model.layers))))
+    parts = (
+        {0: model}
+        if dims.pp == 1
+        else split_stages(
+            model, pp=dims.pp, virtual=p.pp_virtual, index=dims.index("pp"), split=p.stage_split(len(model.layers))
+        )
+    )
     loss = eval_loss = None
     for s, part in parts.items():
-        losses = _parallelize_part(part, dims=dims, groups=groups, placements=placements, cfg=cfg, plan=plan,
-                                   stage=s)
+        losses = _parallelize_part(part, dims=dims, groups=groups, placements=placements, cfg=cfg, plan=plan, stage=s)
         if s == max(parts) and part.head_weight() is not None:
             loss, eval_loss = losses
     S = cfg.training.seq_len
     positions = chunk_positions(S, dims.cp, dims.index("cp")) if dims.cp > 1 else np.arange(S, dtype=np.int32)
-    common = dict(loss=loss, eval_loss=eval_loss, placements=placements, dims=dims, groups=groups,
-                  positions=positions, recompute=plan)
+    common = dict(
+        loss=loss,
+        eval_loss=eval_loss,
+        placements=placements,
+        dims=dims,
+        groups=groups,
+        positions=positions,
+        recompute=plan,
+    )
     if dims.pp == 1:
         return Parallelized(model=model, **common)
     mirrors = tuple(name for part in parts.values() for name in part.mirrors)
@@ -91,8 +101,16 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
     return Parallelized(model=held, stages=parts, tied=tied, mirrors=mirrors, **common)
 
 
-def _parallelize_part(model: nn.Cell, *, dims: ParallelDims, groups: dict, placements: dict, cfg: TrainConfig,
-                      plan: RecomputePlan, stage: int):
+def _parallelize_part(
+    model: nn.Cell,
+    *,
+    dims: ParallelDims,
+    groups: dict,
+    placements: dict,
+    cfg: TrainConfig,
+    plan: RecomputePlan,
+    stage: int,
+):
     """TP -> CP -> MoE (EP) -> selective recompute -> FSDP -> full recompute on a GPT or a pipeline stage;
     returns its (train, eval) loss ops."""
     placements.update({p.name: replicated(p.shape) for p in model.trainable_params()})

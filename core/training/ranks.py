@@ -4,8 +4,6 @@ decision), the validation loss, statistics summed over ranks, and a barrier befo
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 from mindspore import Tensor, ops
 
@@ -14,7 +12,7 @@ class Ranks:
     def __init__(self, world_size: int, pp: int = 1):
         self.world_size, self.pp = world_size, pp
 
-    def mean(self, value: Optional[float], holders: Optional[int] = None) -> float:
+    def mean(self, value: float | None, holders: int | None = None) -> float:
         """A value averaged over the ranks that have one (``None``: a pipeline stage without the loss; by default
         the last stage's ranks have one). Ranks that repeat a value (tensor-parallel peers) repeat it equally
         often, so this is the mean over the ranks that hold it."""

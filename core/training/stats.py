@@ -1,8 +1,8 @@
 """What a trial measures about its steps beyond loss and time, recorded into the trial summary's metrics:
 
-    comm_time_share       with ``training.profile``: the share of step time in collectives (MindSpore's profiler)
-    pipeline_bubble       with a pipeline: the share of step time a rank spent blocked in receives (rank mean)
-    moe_dropped_fraction  MoE: (token, choice) pairs over capacity / routed, in each step's last micro-batch
+comm_time_share       with ``training.profile``: the share of step time in collectives (MindSpore's profiler)
+pipeline_bubble       with a pipeline: the share of step time a rank spent blocked in receives (rank mean)
+moe_dropped_fraction  MoE: (token, choice) pairs over capacity / routed, in each step's last micro-batch
 """
 
 from __future__ import annotations

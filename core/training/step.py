@@ -51,8 +51,9 @@ class AccumulationStep:
         return float(np.mean(losses)), grads
 
     def evaluate(self, inputs: np.ndarray, targets: np.ndarray, positions: Tensor) -> float:
-        return float(np.mean([float(self.eval_fn(x, y, positions).asnumpy())
-                              for x, y in self._micro_batches(inputs, targets)]))
+        return float(
+            np.mean([float(self.eval_fn(x, y, positions).asnumpy()) for x, y in self._micro_batches(inputs, targets)])
+        )
 
     def _micro_batches(self, inputs: np.ndarray, targets: np.ndarray):
         for x, y in micro_batches(inputs, targets, self.micro_batch_size):
@@ -72,15 +73,26 @@ def build_step(par: Parallelized, cfg: TrainConfig, params: list, *, swap_dir: P
         return PipelineStep(par.stages, losses=(par.loss, par.eval_loss), params=params, dims=par.dims, cfg=cfg)
     blocks = par.recompute.blocks(len(par.model.layers))
     if par.recompute.segmented_full and min(len(blocks), len(par.model.layers) - 1) >= 1:
-        return SegmentedStep(par.model, losses=(par.loss, par.eval_loss), params=params, recomputed=blocks,
-                             micro_batch_size=mbs, jit=jit_mode, jit_eval=cfg.eval_compiled)
+        return SegmentedStep(
+            par.model,
+            losses=(par.loss, par.eval_loss),
+            params=params,
+            recomputed=blocks,
+            micro_batch_size=mbs,
+            jit=jit_mode,
+            jit_eval=cfg.eval_compiled,
+        )
     swap = None
     if cfg.memory.swap:
         m = cfg.memory
-        swap = ActivationSwap(par.model, swap_dir, device=cfg.device, layers=m.swap_layers, ops=m.swap_ops,
-                              prefetch=m.swap_prefetch)
+        swap = ActivationSwap(
+            par.model, swap_dir, device=cfg.device, layers=m.swap_layers, ops=m.swap_ops, prefetch=m.swap_prefetch
+        )
     owners = (par.model, par.loss, par.eval_loss)
     grad_fn = ms.value_and_grad(par.train_loss, None, params)
-    return AccumulationStep(compiled_if(jit_mode, owners=owners)(grad_fn),
-                            compiled_if(cfg.eval_compiled, owners=owners)(par.validation_loss),
-                            micro_batch_size=mbs, swap=swap)
+    return AccumulationStep(
+        compiled_if(jit_mode, owners=owners)(grad_fn),
+        compiled_if(cfg.eval_compiled, owners=owners)(par.validation_loss),
+        micro_batch_size=mbs,
+        swap=swap,
+    )

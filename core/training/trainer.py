@@ -18,7 +18,6 @@ import logging
 import math
 import subprocess
 import time
-from typing import Optional
 
 import mindspore as ms
 from mindspore import Tensor
@@ -48,7 +47,7 @@ log = logging.getLogger("core.train")
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, rec: TrialRecorder, *, limit_bytes: Optional[int] = None):
+    def __init__(self, cfg: TrainConfig, rec: TrialRecorder, *, limit_bytes: int | None = None):
         """Build this rank's part of the trial (marks the start-up phases ``cluster`` and ``build`` on ``rec``);
         ``limit_bytes``: the memory budget this process enforces itself (CPU), None where the device does."""
         self.cfg, self.rec, self.limit_bytes, self.trial_dir = cfg, rec, limit_bytes, rec.trial_dir
@@ -64,16 +63,39 @@ class Trainer:
         self.positions = Tensor(self.par.positions)
         self.params = list(self.par.model.trainable_params())
         fused = cpu_kernels()
-        self.optimizer = build_optimizer([(p.name, p) for p in self.params], cfg.optim,
-                                         placements=self.par.placements, group=self.par.groups["shard"], fused=fused)
+        self.optimizer = build_optimizer(
+            [(p.name, p) for p in self.params],
+            cfg.optim,
+            placements=self.par.placements,
+            group=self.par.groups["shard"],
+            fused=fused,
+        )
         self.step = build_step(self.par, cfg, self.params, swap_dir=self.trial_dir / "swap" / f"rank_{self.dist.rank}")
-        self.sync = GradientSync(self.params, placements=self.par.placements, dims=self.dims, groups=self.par.groups,
-                                 micro_batches=cfg.grad_accum_steps, max_norm=cfg.optim.grad_clip, tied=self.par.tied,
-                                 mirrors=self.par.mirrors, fused=fused)
-        self.checkpoints = CheckpointManager(cfg, root=self.trial_dir / "checkpoints", par=self.par,
-                                             params=self.params, optimizer=self.optimizer, barrier=self.ranks.barrier)
-        self.stats = StepStats(cfg, model=self.par.model, profile_dir=self.trial_dir / "profile" /
-                               f"rank_{self.dist.rank}", pipeline=self.par.stages is not None)
+        self.sync = GradientSync(
+            self.params,
+            placements=self.par.placements,
+            dims=self.dims,
+            groups=self.par.groups,
+            micro_batches=cfg.grad_accum_steps,
+            max_norm=cfg.optim.grad_clip,
+            tied=self.par.tied,
+            mirrors=self.par.mirrors,
+            fused=fused,
+        )
+        self.checkpoints = CheckpointManager(
+            cfg,
+            root=self.trial_dir / "checkpoints",
+            par=self.par,
+            params=self.params,
+            optimizer=self.optimizer,
+            barrier=self.ranks.barrier,
+        )
+        self.stats = StepStats(
+            cfg,
+            model=self.par.model,
+            profile_dir=self.trial_dir / "profile" / f"rank_{self.dist.rank}",
+            pipeline=self.par.stages is not None,
+        )
         self.metrics = open(self.trial_dir / "metrics.jsonl", "a") if self.dist.rank == 0 else None
         rec.flops_per_token = flops_per_token(cfg.model, cfg.training.seq_len)
         rec.estimated_memory_bytes = estimate_memory_bytes(cfg)
@@ -90,8 +112,10 @@ class Trainer:
                 if wall is not None and time.time() - rec.started >= wall:
                     if max_steps is None:
                         break  # a wall-only budget, used in full: that is success
-                    return Exit.TIMEOUT, (f"timeout: wall budget trial.max_wall_time_sec={wall:g} ended at step "
-                                          f"{step}/{max_steps}; raise it or lower trial.max_steps")
+                    return Exit.TIMEOUT, (
+                        f"timeout: wall budget trial.max_wall_time_sec={wall:g} ended at step "
+                        f"{step}/{max_steps}; raise it or lower trial.max_steps"
+                    )
                 self.stats.before_step(step - start)
                 t0 = time.perf_counter()
                 loss, grad_norm, lr = self._train_step(step)
@@ -122,15 +146,18 @@ class Trainer:
 
     def _train_step(self, step: int) -> tuple[float, float, float]:
         cfg, t, dims = self.cfg, self.cfg.training, self.dims
-        rows = self.train_data.batch(step, t.global_batch_size, t.seq_len, cfg.seed, rank=dims.index("batch"),
-                                     world_size=dims.size("batch"))            # (G / batch ranks, S + 1)
+        rows = self.train_data.batch(
+            step, t.global_batch_size, t.seq_len, cfg.seed, rank=dims.index("batch"), world_size=dims.size("batch")
+        )  # (G / batch ranks, S + 1)
         loss_value, grads = self.step.run(*self.par.local_tokens(rows), self.positions)
         grads, norm, scale = self.sync(grads)
         loss_value = self.ranks.mean(loss_value)  # every rank must take the same decision on NaN
         norm_value = float(norm.asnumpy())
         if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
-            raise NonFinite(f"nan: loss {loss_value} / grad norm {norm_value} at step {step + 1}; lower optim.lr "
-                            f"(now {cfg.optim.lr:g}), raise optim.warmup_steps or keep optim.grad_clip on")
+            raise NonFinite(
+                f"nan: loss {loss_value} / grad norm {norm_value} at step {step + 1}; lower optim.lr "
+                f"(now {cfg.optim.lr:g}), raise optim.warmup_steps or keep optim.grad_clip on"
+            )
         lr = lr_at(step, cfg.optim, cfg.trial.max_steps)
         self.optimizer.step(grads, lr, scale)
         return loss_value, norm_value, lr
@@ -139,9 +166,10 @@ class Trainer:
         """Mean loss over fixed validation windows: eval_batches global batches, whatever the layout, so that
         runs with different layouts or micro-batch sizes report comparable numbers."""
         t, dims = self.cfg.training, self.dims
-        rows = self.val_data.eval_batches(t.eval_batches, t.global_batch_size, t.seq_len, rank=dims.index("batch"),
-                                          world_size=dims.size("batch")).reshape(-1, t.seq_len + 1)
-        inputs, targets = self.par.local_tokens(rows)                    # (n * G / batch ranks, S / cp)
+        rows = self.val_data.eval_batches(
+            t.eval_batches, t.global_batch_size, t.seq_len, rank=dims.index("batch"), world_size=dims.size("batch")
+        ).reshape(-1, t.seq_len + 1)
+        inputs, targets = self.par.local_tokens(rows)  # (n * G / batch ranks, S / cp)
         self.rec.val_loss = self.ranks.mean(self.step.evaluate(inputs, targets, self.positions))
         self._write({"step": step, "val_loss": self.rec.val_loss})
 
@@ -170,9 +198,18 @@ class Trainer:
     def _log_step(self, step: int, loss: float, grad_norm: float, lr: float, seconds: float) -> None:
         t = self.cfg.training
         if step % t.log_interval == 0 or step == self.cfg.trial.max_steps:
-            self._write({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "step_time_ms": seconds * 1000,
-                         "tokens": self.rec.tokens, "elapsed_sec": time.time() - self.rec.started,
-                         "peak_memory_bytes": peak_rss_bytes()})
+            self._write(
+                {
+                    "step": step,
+                    "loss": loss,
+                    "lr": lr,
+                    "grad_norm": grad_norm,
+                    "step_time_ms": seconds * 1000,
+                    "tokens": self.rec.tokens,
+                    "elapsed_sec": time.time() - self.rec.started,
+                    "peak_memory_bytes": peak_rss_bytes(),
+                }
+            )
 
     def _write(self, row: dict) -> None:
         """One line of ``metrics.jsonl`` and of the log (rank 0 only)."""
@@ -181,7 +218,13 @@ class Trainer:
         self.metrics.write(json.dumps(row) + "\n")
         self.metrics.flush()
         if "loss" in row:
-            log.info("step %d  loss %.4f  lr %.2e  grad_norm %.3f  %.0f ms", row["step"], row["loss"], row["lr"],
-                     row["grad_norm"], row["step_time_ms"])
+            log.info(
+                "step %d  loss %.4f  lr %.2e  grad_norm %.3f  %.0f ms",
+                row["step"],
+                row["loss"],
+                row["lr"],
+                row["grad_norm"],
+                row["step_time_ms"],
+            )
         else:
             log.info("step %d  val_loss %.4f", row["step"], row["val_loss"])

@@ -18,6 +18,17 @@ from core.trial.recorder import TrialRecorder, write_invalid_summary, write_json
 from core.trial.watchdog import Watchdog
 
 __all__ = [
-    "CLASSIFIED", "SCHEMA", "STATUS", "Exit", "NonFinite", "OutOfMemory", "TrialFailure", "TrialRecorder", "Watchdog",
-    "classify", "kill_group", "write_invalid_summary", "write_json_atomic",
+    "CLASSIFIED",
+    "SCHEMA",
+    "STATUS",
+    "Exit",
+    "NonFinite",
+    "OutOfMemory",
+    "TrialFailure",
+    "TrialRecorder",
+    "Watchdog",
+    "classify",
+    "kill_group",
+    "write_invalid_summary",
+    "write_json_atomic",
 ]

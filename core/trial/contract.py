@@ -25,7 +25,6 @@ class Exit(IntEnum):
     NAN = 12
     TIMEOUT = 13
 
-
     @property
     def status(self) -> str:
         """The status the summary writes for this code: ok, error, invalid, oom, compile_error, nan, timeout."""
@@ -61,18 +60,25 @@ class NonFinite(TrialFailure):
 # (its graphs compiled and run once).
 STARTUP_PHASES = ("launch", "imports", "cluster", "build", "first_step")
 
+
 class CompileError(TrialFailure):
     code = Exit.COMPILE_ERROR
 
 
 # MindSpore reports allocation failure in many words: its Ascend allocator ("Out of Memory", "Malloc ...
 # failed") and, on a host under an address-space limit, "Allocate memory failed" or std::bad_alloc.
-_OOM = re.compile(r"out of memory|malloc\b.*\bfail|allocate memory failed|bad_alloc|memory is not enough"
-                  r"|MemoryError", re.IGNORECASE)
+_OOM = re.compile(
+    r"out of memory|malloc\b.*\bfail|allocate memory failed|bad_alloc|memory is not enough"
+    r"|MemoryError",
+    re.IGNORECASE,
+)
 # Graph compilation under mindspore.jit, or kernel selection (an op with no kernel for this device/dtype).
-_COMPILE = re.compile(r"kernel \S+ (is )?unregistered|select kernel|unsupported data type|"
-                      r"failed to compile|compile graph|graph compil|Parse.*(graph|function)|"
-                      r"not supported in graph mode|analyze_fail\.ir|jit.*syntax", re.IGNORECASE)
+_COMPILE = re.compile(
+    r"kernel \S+ (is )?unregistered|select kernel|unsupported data type|"
+    r"failed to compile|compile graph|graph compil|Parse.*(graph|function)|"
+    r"not supported in graph mode|analyze_fail\.ir|jit.*syntax",
+    re.IGNORECASE,
+)
 
 
 def classify(exc: BaseException) -> tuple[Exit, str]:
@@ -112,5 +118,7 @@ def _first_line(text: str, limit: int = 300) -> str:
 
 def oom_reason(what: str, used_bytes: int, limit_bytes: int) -> str:
     """The reason of an out-of-memory end: what passed the budget, and what to change."""
-    return (f"out of memory: {what} {used_bytes / 2**20:.0f} MiB passed memory.limit_gb={limit_bytes / 2**30:g}; "
-            "lower training.micro_batch_size, enable memory.recompute or raise the limit")
+    return (
+        f"out of memory: {what} {used_bytes / 2**20:.0f} MiB passed memory.limit_gb={limit_bytes / 2**30:g}; "
+        "lower training.micro_batch_size, enable memory.recompute or raise the limit"
+    )

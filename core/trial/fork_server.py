@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from core.config import load_config
 from core.runtime import native_env
@@ -50,8 +50,13 @@ SOCKET_ENV = "MSAR_WARM_SOCKET"
 READY = "ready"
 START_TIMEOUT_SEC = 180.0  # the server's own imports, on a loaded machine
 # What a trial process imports (and what Hydra reads) before its first step: done once in the server.
-PRELOAD = ("mindspore", "core.training.trainer", "core.trial.supervisor", "core.runtime.compile_cache",
-           "mindspore.communication")
+PRELOAD = (
+    "mindspore",
+    "core.training.trainer",
+    "core.trial.supervisor",
+    "core.runtime.compile_cache",
+    "mindspore.communication",
+)
 _HEADER = struct.Struct("!Q")
 
 
@@ -63,12 +68,12 @@ class WarmProcess:
         self.args, self.pid, self.returncode = args, pid, None
         self._conn, self._buffer = conn, b""
 
-    def poll(self) -> Optional[int]:
+    def poll(self) -> int | None:
         if self.returncode is None:
             self._read(0.0)
         return self.returncode
 
-    def wait(self, timeout: Optional[float] = None) -> int:
+    def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.returncode is None:
             left = None if deadline is None else deadline - time.monotonic()
@@ -77,14 +82,14 @@ class WarmProcess:
             self._read(left if left is None else min(left, 1.0))
         return self.returncode
 
-    def _read(self, timeout: Optional[float]) -> None:
+    def _read(self, timeout: float | None) -> None:
         if self._conn is None:  # the server is gone: the child runs on as an orphan until it ends by itself
             self._orphan_poll(timeout)
             return
         self._conn.settimeout(timeout)
         try:
             data = self._conn.recv(4096)
-        except (socket.timeout, BlockingIOError):
+        except (TimeoutError, BlockingIOError):
             return
         if not data:
             self._conn.close()
@@ -94,7 +99,7 @@ class WarmProcess:
         for line in self._buffer.split(b"\n")[:-1]:
             self.returncode = int(json.loads(line)["returncode"])
 
-    def _orphan_poll(self, timeout: Optional[float]) -> None:
+    def _orphan_poll(self, timeout: float | None) -> None:
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
@@ -103,8 +108,16 @@ class WarmProcess:
         time.sleep(min(timeout if timeout is not None else 0.2, 0.2))
 
 
-def popen(args: Sequence[str], *, stdin=None, stdout=None, stderr=None, env: Optional[dict] = None,
-          cwd=None, start_new_session: bool = False):
+def popen(
+    args: Sequence[str],
+    *,
+    stdin=None,
+    stdout=None,
+    stderr=None,
+    env: dict | None = None,
+    cwd=None,
+    start_new_session: bool = False,
+):
     """``subprocess.Popen(args, ...)``, from the warm server when one serves this process and ``args`` runs
     Python code of this interpreter (module docstring); otherwise, or when the server cannot be reached (it
     forked nothing then: the process is started cold, with a warning on stderr), ``subprocess.Popen`` itself."""
@@ -113,19 +126,25 @@ def popen(args: Sequence[str], *, stdin=None, stdout=None, stderr=None, env: Opt
     affinity, python = _split_taskset(args)
     if address and _warm_command(python) and subprocess.PIPE not in (stdin, stdout, stderr):
         try:
-            return _fork_remote(address, args, python[1:], affinity, stdin, stdout, stderr, env, cwd,
-                                start_new_session)
+            return _fork_remote(address, args, python[1:], affinity, stdin, stdout, stderr, env, cwd, start_new_session)
         except OSError as exc:
             print(f"core.warm: {exc}; starting {args[:4]} cold", file=sys.stderr, flush=True)
-    return subprocess.Popen(args, stdin=stdin, stdout=stdout, stderr=stderr, env=env, cwd=cwd,
-                            start_new_session=start_new_session)
+    return subprocess.Popen(
+        args, stdin=stdin, stdout=stdout, stderr=stderr, env=env, cwd=cwd, start_new_session=start_new_session
+    )
 
 
-def _fork_remote(address: str, args: list[str], argv: list[str], affinity, stdin, stdout, stderr, env, cwd,
-                 start_new_session: bool) -> WarmProcess:
+def _fork_remote(
+    address: str, args: list[str], argv: list[str], affinity, stdin, stdout, stderr, env, cwd, start_new_session: bool
+) -> WarmProcess:
     """Ask the server at ``address`` to fork ``python *argv``; OSError if it forked nothing."""
-    request = {"argv": argv, "env": dict(os.environ if env is None else env),
-               "cwd": os.path.abspath(cwd or os.getcwd()), "new_session": start_new_session, "affinity": affinity}
+    request = {
+        "argv": argv,
+        "env": dict(os.environ if env is None else env),
+        "cwd": os.path.abspath(cwd or os.getcwd()),
+        "new_session": start_new_session,
+        "affinity": affinity,
+    }
     body = json.dumps(request).encode()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # stays open: the server reports the exit on it
     try:
@@ -153,7 +172,7 @@ def _fork_remote(address: str, args: list[str], argv: list[str], affinity, stdin
     return proc
 
 
-def _split_taskset(args: list[str]) -> tuple[Optional[list[int]], list[str]]:
+def _split_taskset(args: list[str]) -> tuple[list[int] | None, list[str]]:
     """``taskset -c 0-1,3 python ...`` -> ([0, 1, 3], ["python", ...]); other commands are left as they are."""
     if len(args) > 3 and os.path.basename(args[0]) == "taskset" and args[1] == "-c":
         cores = []
@@ -185,8 +204,13 @@ def serving(preload: Sequence[str] = PRELOAD):
     # MindSpore's C++ logging takes its level from GLOG_v when it loads, in the server: the level trial processes
     # log at (3: errors only, what the supervisor gives its workers) unless this process's environment sets one.
     env = {"GLOG_v": "3", **os.environ}
-    server = subprocess.Popen([sys.executable, "-m", "core.trial.fork_server", address, *preload], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "core.trial.fork_server", address, *preload],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         line = server.stdout.readline().strip()  # the server's imports: seconds, once
         if line != READY:
@@ -256,11 +280,11 @@ def _warm_hydra() -> None:
     load_config([])
 
 
-def _fork_child(conn: socket.socket, listener: socket.socket) -> Optional[int]:
+def _fork_child(conn: socket.socket, listener: socket.socket) -> int | None:
     try:
         head, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
-        size = _HEADER.unpack(head[:_HEADER.size])[0]
-        body = head[_HEADER.size:]
+        size = _HEADER.unpack(head[: _HEADER.size])[0]
+        body = head[_HEADER.size :]
         while len(body) < size:
             body += conn.recv(size - len(body))
         request = json.loads(body)
@@ -332,8 +356,8 @@ def _run_python(argv: list[str]) -> int:
 
 def _as_entry_script(argv0: str) -> None:
     """MindSpore workaround: ``mindspore.graph.api`` reads the entry script (``sys.argv[0]``) and ``sys.path`` once,
-    when it is imported, and its compile cache hashes the files that script imports; imported by the server, it
-    would name ``core/trial/fork_server.py``, and no graph a cold process saved would load (nor the other way round). So the
+    when it is imported, and its compile cache hashes the files that script imports; imported by the server, it would
+    name ``core/trial/fork_server.py``, and no graph a cold process saved would load (nor the other way round). So the
     child sets them as its import in a fresh ``python -m``/``-c`` would have."""
     api = sys.modules.get("mindspore.graph.api")
     if api is None:

@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from core.memory.probe import peak_rss_bytes
 from core.runtime.files import write_atomic
@@ -36,21 +36,24 @@ def _json_default(obj: Any):
     return str(obj)
 
 
-def _finite_or_none(x: Optional[float]) -> Optional[float]:
+def _finite_or_none(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
 def versions() -> dict:
     from importlib import metadata
 
-    def version(dist: str) -> Optional[str]:
+    def version(dist: str) -> str | None:
         try:
             return metadata.version(dist)
         except metadata.PackageNotFoundError:
             return None
 
-    return {"mindspore": version("mindspore"), "python": sys.version.split()[0],
-            "project": version("mindspore-autoresearch")}
+    return {
+        "mindspore": version("mindspore"),
+        "python": sys.version.split()[0],
+        "project": version("mindspore-autoresearch"),
+    }
 
 
 @dataclass(kw_only=True)
@@ -60,26 +63,26 @@ class TrialRecorder:
     trial_dir: Path
     config: dict
     overrides: list[str]
-    started: float                       # wall-clock start of the trial (the supervisor's, for workers)
+    started: float  # wall-clock start of the trial (the supervisor's, for workers)
     rank: int = 0
     world_size: int = 1
     steps: int = 0
     tokens: int = 0
     losses: list[float] = field(default_factory=list)
     step_times: list[float] = field(default_factory=list)
-    val_loss: Optional[float] = None
-    grad_norm_last: Optional[float] = None
-    startup_sec: Optional[float] = None
+    val_loss: float | None = None
+    grad_norm_last: float | None = None
+    startup_sec: float | None = None
     startup_marks: dict = field(default_factory=dict)  # phase -> wall-clock time it ended (STARTUP_PHASES)
-    estimated_memory_bytes: Optional[int] = None
-    reference_flops_per_sec: Optional[float] = None  # core.reference_rate: this machine's, fixed
-    compute_units: int = 1               # what the reference rate is per: hosts on CPU, devices elsewhere
-    flops_per_token: Optional[float] = None
-    state_bytes: Optional[dict] = None   # {params, grads, optimizer} bytes this rank holds (what sharding divides)
-    comm_time_share: Optional[float] = None  # with training.profile: share of step time in collectives
-    pipeline_bubble: Optional[float] = None  # with a pipeline: share of step time blocked in receives (rank mean)
-    moe_dropped_fraction: Optional[float] = None  # MoE: pairs over capacity / routed (ranks' last micro-batches)
-    compile_cache: Optional[str] = None  # "loaded" / "compiled" (core.compile_cache; rank 0's); None: off
+    estimated_memory_bytes: int | None = None
+    reference_flops_per_sec: float | None = None  # core.reference_rate: this machine's, fixed
+    compute_units: int = 1  # what the reference rate is per: hosts on CPU, devices elsewhere
+    flops_per_token: float | None = None
+    state_bytes: dict | None = None  # {params, grads, optimizer} bytes this rank holds (what sharding divides)
+    comm_time_share: float | None = None  # with training.profile: share of step time in collectives
+    pipeline_bubble: float | None = None  # with a pipeline: share of step time blocked in receives (rank mean)
+    moe_dropped_fraction: float | None = None  # MoE: pairs over capacity / routed (ranks' last micro-batches)
+    compile_cache: str | None = None  # "loaded" / "compiled" (core.compile_cache; rank 0's); None: off
     started_at: str = field(default_factory=utc_now)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _written: bool = False
@@ -94,11 +97,11 @@ class TrialRecorder:
             self.mark("first_step")
             self.startup_sec = time.time() - self.started
 
-    def mark(self, phase: str, at: Optional[float] = None) -> None:
+    def mark(self, phase: str, at: float | None = None) -> None:
         """Start-up ``phase`` (one of STARTUP_PHASES) ended now (or at ``at``); the first mark of each counts."""
         self.startup_marks.setdefault(phase, time.time() if at is None else at)
 
-    def startup_phases(self) -> Optional[dict]:
+    def startup_phases(self) -> dict | None:
         """Seconds in each start-up phase that ended, from the trial's start (a worker's ``launch`` includes the
         supervisor's start and spawn): {launch, imports, cluster, build, first_step}; None before any."""
         out, last = {}, self.started
@@ -138,7 +141,7 @@ class TrialRecorder:
             "moe_dropped_fraction": self.moe_dropped_fraction,
         }
 
-    def summary(self, code: Exit, reason: str, error: Optional[dict] = None) -> dict:
+    def summary(self, code: Exit, reason: str, error: dict | None = None) -> dict:
         cfg = self.config
         par = cfg.get("parallel", {})
         trial = cfg.get("trial", {})
@@ -173,12 +176,11 @@ class TrialRecorder:
             return self.trial_dir / "ranks" / f"rank_{self.rank}.json"
         return self.trial_dir / "trial_summary.json"
 
-    def finish(self, code: Exit, reason: str, exc: Optional[BaseException] = None) -> dict:
+    def finish(self, code: Exit, reason: str, exc: BaseException | None = None) -> dict:
         """Write this rank's summary once (the watchdog and the main thread may race to it)."""
         error = None
         if code != Exit.OK:
-            error = {"type": type(exc).__name__ if exc else STATUS[Exit(code)], "message": reason,
-                     "rank": self.rank}
+            error = {"type": type(exc).__name__ if exc else STATUS[Exit(code)], "message": reason, "rank": self.rank}
             if exc is not None and not isinstance(exc, TrialFailure):
                 error["traceback"] = "".join(traceback.format_exception(exc))[-4000:]
         with self._lock:
@@ -192,8 +194,9 @@ class TrialRecorder:
 def write_invalid_summary(trial_dir: Path, overrides: list[str], reason: str, field_name: str) -> dict:
     """An invalid config still leaves a summary: no compute spent, the field and the fix named."""
     rec = TrialRecorder(trial_dir=trial_dir, config={}, overrides=overrides, started=time.time())
-    summary = rec.summary(Exit.INVALID, reason, {"type": "ConfigError", "message": reason, "rank": None,
-                                                 "field": field_name})
+    summary = rec.summary(
+        Exit.INVALID, reason, {"type": "ConfigError", "message": reason, "rank": None, "field": field_name}
+    )
     summary["metrics"]["peak_memory_bytes"] = None
     summary["metrics"]["peak_memory_bytes_per_rank"] = []
     write_json_atomic(trial_dir / "trial_summary.json", summary)

@@ -22,7 +22,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from core.config import TrainConfig, to_dict
 from core.runtime.cluster import CONFIG_ENV, START_ENV, node_ranks
@@ -44,7 +43,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _vm_hwm(pid: int) -> Optional[int]:
+def _vm_hwm(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
@@ -59,11 +58,11 @@ def _vm_hwm(pid: int) -> Optional[int]:
 class Rank:
     rank: int
     proc: subprocess.Popen | fork_server.WarmProcess
-    peak: Optional[int] = None
-    ended_at: Optional[float] = None
+    peak: int | None = None
+    ended_at: float | None = None
     killed_by_us: bool = False
 
-    def poll(self) -> Optional[int]:
+    def poll(self) -> int | None:
         rc = self.proc.poll()
         if rc is None:
             self.peak = max(self.peak or 0, _vm_hwm(self.proc.pid) or 0) or self.peak
@@ -78,17 +77,25 @@ class Supervisor:
     trial_dir: Path
     world_size: int
     started: float
-    wall_budget: Optional[float]
+    wall_budget: float | None
     grace: float
     config: dict
     ranks: list[Rank] = field(default_factory=list)
-    scheduler: Optional[subprocess.Popen | fork_server.WarmProcess] = None
+    scheduler: subprocess.Popen | fork_server.WarmProcess | None = None
     timed_out: bool = False
 
     def _env(self, host: str, port: int) -> dict:
         env = dict(os.environ)
-        env.update({"MS_WORKER_NUM": str(self.world_size), "MS_SCHED_HOST": host, "MS_SCHED_PORT": str(port),
-                    START_ENV: repr(self.started), CONFIG_ENV: json.dumps(self.config), "PYTHONUNBUFFERED": "1"})
+        env.update(
+            {
+                "MS_WORKER_NUM": str(self.world_size),
+                "MS_SCHED_HOST": host,
+                "MS_SCHED_PORT": str(port),
+                START_ENV: repr(self.started),
+                CONFIG_ENV: json.dumps(self.config),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         env.setdefault("GLOG_v", "3")  # MindSpore's INFO/WARNING lines would drown the rank logs
         # A worker learns that every rank has joined from its heartbeat's reply, sent every 3-5 s by default, so
         # ranks left init() up to 5 s apart (and one of them then still sleeps 3 s, a fixed poll, for the other's
@@ -106,23 +113,38 @@ class Supervisor:
         env = self._env(host, port)
         if first == 0:  # fork_server.popen: forked from the warm server when an agent runs one, else a new process
             self.scheduler = fork_server.popen(
-                [sys.executable, "-c", _SCHEDULER], env={**env, "MS_ROLE": "MS_SCHED"},
-                stdout=open(logs / "scheduler.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+                [sys.executable, "-c", _SCHEDULER],
+                env={**env, "MS_ROLE": "MS_SCHED"},
+                stdout=open(logs / "scheduler.log", "wb"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         if isinstance(self.scheduler, fork_server.WarmProcess):
             _wait_listening(host, port, self.scheduler)
         for r in range(first, first + count):
-            worker_env = {**env, "MS_ROLE": "MS_WORKER", "MS_NODE_ID": str(r), "RANK_ID": str(r),
-                          "RANK_SIZE": str(self.world_size)}
-            proc = fork_server.popen([sys.executable, "-m", "core.train", *self.overrides], env=worker_env,
-                                     stdout=open(logs / f"rank_{r}.log", "wb"), stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+            worker_env = {
+                **env,
+                "MS_ROLE": "MS_WORKER",
+                "MS_NODE_ID": str(r),
+                "RANK_ID": str(r),
+                "RANK_SIZE": str(self.world_size),
+            }
+            proc = fork_server.popen(
+                [sys.executable, "-m", "core.train", *self.overrides],
+                env=worker_env,
+                stdout=open(logs / f"rank_{r}.log", "wb"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             self.ranks.append(Rank(r, proc))
-        pids = {"scheduler": self.scheduler.pid if self.scheduler else None,
-                "ranks": {r.rank: r.proc.pid for r in self.ranks}}
+        pids = {
+            "scheduler": self.scheduler.pid if self.scheduler else None,
+            "ranks": {r.rank: r.proc.pid for r in self.ranks},
+        }
         (logs / "pids.json").write_text(json.dumps(pids))
 
     def wait(self) -> None:
-        first_failure: Optional[float] = None
+        first_failure: float | None = None
         hard_deadline = None if self.wall_budget is None else self.started + self.wall_budget + self.grace
         while True:
             codes = [r.poll() for r in self.ranks]
@@ -162,22 +184,39 @@ class Supervisor:
         code, reason, culprit = self._verdict(reports)
         base = reports.get(0) or next(iter(reports.values()), None)
         if base is None:
-            rec = TrialRecorder(trial_dir=self.trial_dir, config=self.config, overrides=self.overrides,
-                                started=self.started, world_size=self.world_size)
+            rec = TrialRecorder(
+                trial_dir=self.trial_dir,
+                config=self.config,
+                overrides=self.overrides,
+                started=self.started,
+                world_size=self.world_size,
+            )
             _recover_progress(rec, self.trial_dir / "metrics.jsonl")
             base = rec.summary(code, reason)
         summary = dict(base)
-        peaks = [(reports.get(r.rank, {}).get("metrics") or {}).get("peak_memory_bytes") or r.peak
-                 for r in self.ranks]
-        summary["metrics"] = dict(summary["metrics"], peak_memory_bytes=max((p for p in peaks if p), default=None),
-                                  peak_memory_bytes_per_rank=peaks)
-        summary.update(status=STATUS[code], exit_code=int(code), reason=reason,
-                       wall_time_sec=round(time.time() - self.started, 3), ranks=self._rank_table(reports))
-        summary["error"] = None if code == Exit.OK else (
-            (reports.get(culprit) or {}).get("error") or {"type": STATUS[code], "message": reason, "rank": culprit})
+        peaks = [(reports.get(r.rank, {}).get("metrics") or {}).get("peak_memory_bytes") or r.peak for r in self.ranks]
+        summary["metrics"] = dict(
+            summary["metrics"],
+            peak_memory_bytes=max((p for p in peaks if p), default=None),
+            peak_memory_bytes_per_rank=peaks,
+        )
+        summary.update(
+            status=STATUS[code],
+            exit_code=int(code),
+            reason=reason,
+            wall_time_sec=round(time.time() - self.started, 3),
+            ranks=self._rank_table(reports),
+        )
+        summary["error"] = (
+            None
+            if code == Exit.OK
+            else (
+                (reports.get(culprit) or {}).get("error") or {"type": STATUS[code], "message": reason, "rank": culprit}
+            )
+        )
         return summary
 
-    def _verdict(self, reports: dict) -> tuple[Exit, str, Optional[int]]:
+    def _verdict(self, reports: dict) -> tuple[Exit, str, int | None]:
         own = []  # (code, ended_at, rank, reason) for ranks that ended by themselves
         for r in self.ranks:
             if r.killed_by_us:
@@ -188,18 +227,36 @@ class Supervisor:
                 own.append((Exit(report["exit_code"]), r.ended_at or 0, r.rank, report["reason"]))
             elif rc < 0:
                 name = signal.Signals(-rc).name
-                own.append((Exit.ERROR, r.ended_at or 0, r.rank,
-                            f"rank {r.rank} was killed by {name} (see logs/rank_{r.rank}.log)"))
+                own.append(
+                    (
+                        Exit.ERROR,
+                        r.ended_at or 0,
+                        r.rank,
+                        f"rank {r.rank} was killed by {name} (see logs/rank_{r.rank}.log)",
+                    )
+                )
             else:
                 code = Exit(rc) if rc in Exit._value2member_map_ else Exit.ERROR
-                own.append((code, r.ended_at or 0, r.rank,
-                            f"rank {r.rank} exited with code {rc} without a report (see logs/rank_{r.rank}.log)"))
+                own.append(
+                    (
+                        code,
+                        r.ended_at or 0,
+                        r.rank,
+                        f"rank {r.rank} exited with code {rc} without a report (see logs/rank_{r.rank}.log)",
+                    )
+                )
         failures = [o for o in own if o[0] != Exit.OK]
         if self.timed_out:
             classified = [f for f in failures if f[0] in CLASSIFIED]
             if not classified:
-                return Exit.TIMEOUT, ("timeout: ranks still running past the wall budget plus grace "
-                                      f"({self.wall_budget:g}+{self.grace:g} s); killed"), None
+                return (
+                    Exit.TIMEOUT,
+                    (
+                        "timeout: ranks still running past the wall budget plus grace "
+                        f"({self.wall_budget:g}+{self.grace:g} s); killed"
+                    ),
+                    None,
+                )
             failures = classified
         if not failures:
             if not own:  # the supervisor itself was told to stop (SIGTERM) and killed every rank
@@ -211,10 +268,18 @@ class Supervisor:
         return code, reason if f"rank {rank}" in reason else f"rank {rank}: {reason}", rank
 
     def _rank_table(self, reports: dict) -> list[dict]:
-        return [{"rank": r.rank, "exit_code": r.proc.returncode, "killed_by_supervisor": r.killed_by_us,
-                 "status": (reports.get(r.rank) or {}).get("status"), "peak_memory_bytes": r.peak,
-                 "state_bytes": ((reports.get(r.rank) or {}).get("metrics") or {}).get("state_bytes"),
-                 "log": f"logs/rank_{r.rank}.log"} for r in self.ranks]
+        return [
+            {
+                "rank": r.rank,
+                "exit_code": r.proc.returncode,
+                "killed_by_supervisor": r.killed_by_us,
+                "status": (reports.get(r.rank) or {}).get("status"),
+                "peak_memory_bytes": r.peak,
+                "state_bytes": ((reports.get(r.rank) or {}).get("metrics") or {}).get("state_bytes"),
+                "log": f"logs/rank_{r.rank}.log",
+            }
+            for r in self.ranks
+        ]
 
 
 def _wait_listening(host: str, port: int, scheduler, timeout: float = 30.0) -> None:
@@ -246,15 +311,25 @@ def _recover_progress(rec: TrialRecorder, metrics_path: Path) -> None:
 def supervise(cfg: TrainConfig, *, overrides: list[str], trial_dir: Path, started: float) -> int:
     """Run the trial's ranks on this node, wait for them, merge their ends into ``trial_summary.json``; returns
     the trial's exit code."""
-    sup = Supervisor(overrides=overrides, trial_dir=trial_dir, world_size=cfg.parallel.world_size, started=started,
-                     wall_budget=cfg.trial.max_wall_time_sec, grace=cfg.trial.grace_sec, config=to_dict(cfg))
+    sup = Supervisor(
+        overrides=overrides,
+        trial_dir=trial_dir,
+        world_size=cfg.parallel.world_size,
+        started=started,
+        wall_budget=cfg.trial.max_wall_time_sec,
+        grace=cfg.trial.grace_sec,
+        config=to_dict(cfg),
+    )
 
     def on_signal(signum, _frame):  # an agent's watchdog or Ctrl-C: still leave a summary
         sup.kill()
         sup.stop_scheduler()
         summary = sup.merge()
-        summary.update(status=Exit.ERROR.status, exit_code=int(Exit.ERROR),
-                       reason=f"supervisor received {signal.Signals(signum).name}")
+        summary.update(
+            status=Exit.ERROR.status,
+            exit_code=int(Exit.ERROR),
+            reason=f"supervisor received {signal.Signals(signum).name}",
+        )
         write_json_atomic(trial_dir / "trial_summary.json", summary)
         os._exit(1)
 

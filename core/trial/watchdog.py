@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from core.memory.probe import current_rss_bytes
 from core.trial.contract import Exit, oom_reason
@@ -21,10 +21,21 @@ class Watchdog(threading.Thread):
     """Ends this rank from the side when the main thread cannot: memory over budget (exit 10) or the run
     still alive ``grace`` seconds after its wall budget (exit 13, a hung step or a stuck collective)."""
 
-    def __init__(self, on_fire: Callable[[Exit, str], None], *, limit_bytes: Optional[int] = None,
-                 hard_deadline: Optional[float] = None, interval: float = 0.02):
+    def __init__(
+        self,
+        on_fire: Callable[[Exit, str], None],
+        *,
+        limit_bytes: int | None = None,
+        hard_deadline: float | None = None,
+        interval: float = 0.02,
+    ):
         super().__init__(name="trial-watchdog", daemon=True)
-        self.on_fire, self.limit_bytes, self.hard_deadline, self.interval = on_fire, limit_bytes, hard_deadline, interval
+        self.on_fire, self.limit_bytes, self.hard_deadline, self.interval = (
+            on_fire,
+            limit_bytes,
+            hard_deadline,
+            interval,
+        )
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -35,8 +46,11 @@ class Watchdog(threading.Thread):
                     self._fire(Exit.OOM, oom_reason("rank RSS", resident, self.limit_bytes))
                     return
             if self.hard_deadline is not None and time.time() > self.hard_deadline:
-                self._fire(Exit.TIMEOUT, "timeout: the run was still going past its wall budget plus grace "
-                                         "(a hung step or collective); killed")
+                self._fire(
+                    Exit.TIMEOUT,
+                    "timeout: the run was still going past its wall budget plus grace "
+                    "(a hung step or collective); killed",
+                )
                 return
 
     def _fire(self, code: Exit, reason: str) -> None:

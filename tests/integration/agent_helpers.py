@@ -32,15 +32,29 @@ def dead(pid: int) -> bool:
     return state == "Z"
 
 
-def held_space(tmp_path: Path, name: str, params: dict[str, list], fixed: dict | None = None) -> tuple[Path, Path, Path]:
+def held_space(
+    tmp_path: Path, name: str, params: dict[str, list], fixed: dict | None = None
+) -> tuple[Path, Path, Path]:
     """A space of ``choice`` params (name -> values) whose fake trials wait while ``hold`` exists and append a
     line to ``marker`` as they start. Returns (space, hold, marker)."""
     hold, marker = tmp_path / "hold", tmp_path / "started"
     space = tmp_path / f"{name}.yaml"
-    space.write_text(yaml.safe_dump({
-        "name": name, "trial_command": "other", "objective": {"metric": "tokens_per_sec", "direction": "maximize"},
-        "fixed": {"fake.hold": str(hold), "fake.marker": str(marker), "trial.max_wall_time_sec": 120, **(fixed or {})},
-        "params": {k: {"type": "choice", "values": v} for k, v in params.items()}}))
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "trial_command": "other",
+                "objective": {"metric": "tokens_per_sec", "direction": "maximize"},
+                "fixed": {
+                    "fake.hold": str(hold),
+                    "fake.marker": str(marker),
+                    "trial.max_wall_time_sec": 120,
+                    **(fixed or {}),
+                },
+                "params": {k: {"type": "choice", "values": v} for k, v in params.items()},
+            }
+        )
+    )
     return space, hold, marker
 
 
@@ -49,9 +63,28 @@ def start_agent(tmp_path: Path, space: Path, *args: str) -> subprocess.Popen:
     confirmation phase unless ``args`` ask for one (these tests count the search's trials)."""
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
     return subprocess.Popen(
-        [sys.executable, "-m", "autoresearch.agent", "--space", str(space), "--trials-dir", str(tmp_path / "trials"),
-         "--command", FAKE, "--estimator", "none", "--confirm", "0", *args],
-        cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "autoresearch.agent",
+            "--space",
+            str(space),
+            "--trials-dir",
+            str(tmp_path / "trials"),
+            "--command",
+            FAKE,
+            "--estimator",
+            "none",
+            "--confirm",
+            "0",
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def started(marker: Path) -> list[str]:

@@ -37,10 +37,15 @@ FORWARD = {  # y_i from every member's x (float64)
     "broadcast": lambda xs, i, d, d2, src: xs[src],
     "all_to_all": lambda xs, i, d, d2, src: np.concatenate([chunks(x, len(xs), d)[i] for x in xs], d2),
 }
-FORWARD.update(CopyTo=lambda xs, i, d, d2, src: xs[i], ReduceFrom=FORWARD["all_reduce"],
-               GatherFrom=FORWARD["all_gather"], ReduceScatterTo=FORWARD["reduce_scatter"],
-               ScatterTo=lambda xs, i, d, d2, src: chunks(xs[i], len(xs), d)[i],
-               AllToAll=FORWARD["all_to_all"], BroadcastFrom=FORWARD["broadcast"])
+FORWARD.update(
+    CopyTo=lambda xs, i, d, d2, src: xs[i],
+    ReduceFrom=FORWARD["all_reduce"],
+    GatherFrom=FORWARD["all_gather"],
+    ReduceScatterTo=FORWARD["reduce_scatter"],
+    ScatterTo=lambda xs, i, d, d2, src: chunks(xs[i], len(xs), d)[i],
+    AllToAll=FORWARD["all_to_all"],
+    BroadcastFrom=FORWARD["broadcast"],
+)
 GRAD = {  # dx_i of L = sum over members r of sum(w_r * y_r), from every member's w (float64)
     "CopyTo": lambda ws, i, d, d2, src: sum(ws),
     "ReduceFrom": lambda ws, i, d, d2, src: ws[i],  # replicated downstream (the same w everywhere): counted once
@@ -70,12 +75,11 @@ def build(kind: str, group: comm.Group, dim: int, dim2: int, src: int):
     }[kind]()
 
 
-
-
 def _jit(op):
     @ms.jit
     def run(t):
         return op(t)
+
     return run
 
 
@@ -87,8 +91,11 @@ def check(kind: str, group: comm.Group, mode: str, dim: int, dim2: int, src: int
     x = Tensor(xs[i])
     y = (_jit(op) if mode == "jit" else op)(x).asnumpy()
     out: dict = {"forward": float(np.abs(y - y_ref).max()) if y.shape == y_ref.shape else float("inf")}
-    if y.shape == x.shape and not (kind in ("broadcast", "BroadcastFrom") and i == src) \
-            and kind not in ("CopyTo", "all_reduce_max"):
+    if (
+        y.shape == x.shape
+        and not (kind in ("broadcast", "BroadcastFrom") and i == src)
+        and kind not in ("CopyTo", "all_reduce_max")
+    ):
         # The trap: a kernel that reports success and leaves its input (or nothing) where results belong.
         out["changed"] = bool(not np.allclose(y, xs[i]))
     if kind in GRAD:

@@ -32,8 +32,14 @@ class TrialRun:
 
 def run_trial(trial_dir: Path, *overrides: str, timeout: float = 300, env: dict | None = None) -> TrialRun:
     """``python -m core.train`` from the project root; ``env``: variables added to this process's."""
-    proc = subprocess.run([sys.executable, "-m", "core.train", *overrides, f"trial.dir={trial_dir}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        [sys.executable, "-m", "core.train", *overrides, f"trial.dir={trial_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
     return TrialRun(proc.returncode, trial_dir, proc.stdout + proc.stderr)
 
 
@@ -45,9 +51,21 @@ def trial(tmp_path):
 
 def kill_rank_mid_run(trial_dir: Path, rank: int, *overrides: str) -> TrialRun:
     """Start a long trial, SIGKILL one rank once two steps are logged, and return how the trial ended."""
-    proc = subprocess.Popen([sys.executable, "-m", "core.train", "model=tiny", "trial.max_steps=100000", *overrides,
-                             f"trial.dir={trial_dir}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "core.train",
+            "model=tiny",
+            "trial.max_steps=100000",
+            *overrides,
+            f"trial.dir={trial_dir}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     metrics = trial_dir / "metrics.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):

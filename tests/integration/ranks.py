@@ -21,20 +21,36 @@ def _free_port() -> int:
 def run_ranks(n: int, *args: str, log_dir: Path, timeout: float = 600) -> list[tuple[int, str]]:
     """(exit code, log) of each rank of ``python args...`` (a script and its arguments, or ``-m module ...``) on
     ``n`` ranks."""
-    env = dict(os.environ, MS_WORKER_NUM=str(n), MS_SCHED_HOST="127.0.0.1", MS_SCHED_PORT=str(_free_port()),
-               GLOG_v="3", PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT),
-               PYTHONFAULTHANDLER="1")  # a rank that crashes leaves its Python stack in its log
+    env = dict(
+        os.environ,
+        MS_WORKER_NUM=str(n),
+        MS_SCHED_HOST="127.0.0.1",
+        MS_SCHED_PORT=str(_free_port()),
+        GLOG_v="3",
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=str(ROOT),
+        PYTHONFAULTHANDLER="1",
+    )  # a rank that crashes leaves its Python stack in its log
     log_dir.mkdir(parents=True, exist_ok=True)
-    sched = subprocess.Popen([sys.executable, "-c", "from mindspore.communication import init; init()"],
-                             env={**env, "MS_ROLE": "MS_SCHED"}, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, cwd=ROOT)
+    sched = subprocess.Popen(
+        [sys.executable, "-c", "from mindspore.communication import init; init()"],
+        env={**env, "MS_ROLE": "MS_SCHED"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
     procs = []
     for r in range(n):
         log = open(log_dir / f"rank_{r}.log", "w")
-        procs.append(subprocess.Popen([sys.executable, *map(str, args)], cwd=ROOT, stdout=log,
-                                      stderr=subprocess.STDOUT,
-                                      env={**env, "MS_ROLE": "MS_WORKER", "MS_NODE_ID": str(r), "RANK_ID": str(r),
-                                           "RANK_SIZE": str(n)}))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, *map(str, args)],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**env, "MS_ROLE": "MS_WORKER", "MS_NODE_ID": str(r), "RANK_ID": str(r), "RANK_SIZE": str(n)},
+            )
+        )
     try:
         codes = [p.wait(timeout=timeout) for p in procs]
     finally:

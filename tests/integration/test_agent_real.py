@@ -21,10 +21,33 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_real_hparams_study(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
     trials = tmp_path / "trials"
-    agent = subprocess.run([sys.executable, "-m", "autoresearch.agent", "--space", "hparams.yaml", "--trials", "3",
-                            "--study", "real", "--trials-dir", str(trials), "--seed", "0", "--no-progress",
-                            "--confirm", "2", "--repeats", "2"],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    agent = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autoresearch.agent",
+            "--space",
+            "hparams.yaml",
+            "--trials",
+            "3",
+            "--study",
+            "real",
+            "--trials-dir",
+            str(trials),
+            "--seed",
+            "0",
+            "--no-progress",
+            "--confirm",
+            "2",
+            "--repeats",
+            "2",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert agent.returncode == 0, agent.stdout + agent.stderr
     assert agent.stdout.splitlines()[0].startswith("proposer: gp")
 
@@ -46,22 +69,31 @@ def test_real_hparams_study(tmp_path):
     # the verdict's mean ± std are those runs' own val_loss.
     runs = [t for t in done if "confirmation_of" in t.user_attrs]
     assert len(runs) == 4 and sorted(t.user_attrs["repeat"] for t in runs) == [0, 0, 1, 1]
-    seeds = {t.user_attrs["repeat"]: json.loads((Path(t.user_attrs["trial_dir"]) / "trial_summary.json")
-                                                .read_text())["seed"] for t in runs}
+    seeds = {
+        t.user_attrs["repeat"]: json.loads((Path(t.user_attrs["trial_dir"]) / "trial_summary.json").read_text())["seed"]
+        for t in runs
+    }
     assert seeds == {0: 1, 1: 2}  # hparams.yaml fixes no seed: the core's default 0, then 0 + 1 + repeat
     v = confirm.verdict(study, 2, 2)
     assert {c.trial for c in v.configs} == {t.user_attrs["confirmation_of"] for t in runs}
     for c in v.configs:
         mine = [t for t in runs if t.user_attrs["confirmation_of"] == c.trial and t.user_attrs["status"] == "ok"]
-        losses = [json.loads((Path(t.user_attrs["trial_dir"]) / "trial_summary.json").read_text())["metrics"]
-                  ["val_loss"] for t in mine]
+        losses = [
+            json.loads((Path(t.user_attrs["trial_dir"]) / "trial_summary.json").read_text())["metrics"]["val_loss"]
+            for t in mine
+        ]
         assert c.values == pytest.approx(losses) and c.mean == pytest.approx(statistics.fmean(losses))
         assert f"| {c.trial} |" in agent.stdout  # the confirmation table names each config
     assert agent.stdout.splitlines()[-1].startswith(("winner: trial", "tied within noise: trials"))
     assert agent.stdout.splitlines()[-1] == v.line
 
-    report = subprocess.run([sys.executable, "-m", "autoresearch.report", str(trials / "real"), "--format", "json"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    report = subprocess.run(
+        [sys.executable, "-m", "autoresearch.report", str(trials / "real"), "--format", "json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert report.returncode == 0, report.stderr
     rows = json.loads(report.stdout)
     assert len(rows) == len(study.trials)

@@ -16,8 +16,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def test_kill_9_mid_trial_then_resume(tmp_path):
-    space, hold, marker = held_space(tmp_path, "resume", {"training.micro_batch_size": [2, 4, 8, 16],
-                                                         "optim.lr": [0.001, 0.002, 0.004]}, {"training.seq_len": 64})
+    space, hold, marker = held_space(
+        tmp_path,
+        "resume",
+        {"training.micro_batch_size": [2, 4, 8, 16], "optim.lr": [0.001, 0.002, 0.004]},
+        {"training.seq_len": 64},
+    )
 
     def agent(n):
         return start_agent(tmp_path, space, "--proposer", "grid", "--trials", str(n))  # grid: a known order

@@ -13,9 +13,12 @@ from optuna.trial import TrialState
 from autoresearch.study import storage
 from tests.integration.agent_helpers import dead, held_space, start_agent, started, wait_for
 
-pytestmark = [pytest.mark.timeout(300),
-              pytest.mark.skipif(shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2,
-                                 reason="needs taskset and two cores")]
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(
+        shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2, reason="needs taskset and two cores"
+    ),
+]
 
 
 def test_two_workers_run_two_trials_at_once_on_disjoint_cores(tmp_path):
@@ -26,7 +29,7 @@ def test_two_workers_run_two_trials_at_once_on_disjoint_cores(tmp_path):
     cores = sorted(os.sched_getaffinity(0))
     half = len(cores) // 2
     pinned = [line.split()[3] for line in started(marker)]
-    assert sorted(pinned) == sorted(f"cpus={','.join(map(str, c))}" for c in (cores[:half], cores[half:2 * half]))
+    assert sorted(pinned) == sorted(f"cpus={','.join(map(str, c))}" for c in (cores[:half], cores[half : 2 * half]))
     hold.unlink()
     out, _ = agent.communicate(timeout=120)
     assert agent.returncode == 0, out

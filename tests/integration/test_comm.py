@@ -8,8 +8,21 @@ from tests.integration.ranks import ROOT, run_ranks
 
 pytestmark = pytest.mark.slow
 
-KINDS = ("all_reduce", "all_reduce_max", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "CopyTo",
-         "ReduceFrom", "GatherFrom", "ReduceScatterTo", "ScatterTo", "AllToAll", "BroadcastFrom")
+KINDS = (
+    "all_reduce",
+    "all_reduce_max",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "all_to_all",
+    "CopyTo",
+    "ReduceFrom",
+    "GatherFrom",
+    "ReduceScatterTo",
+    "ScatterTo",
+    "AllToAll",
+    "BroadcastFrom",
+)
 
 
 @pytest.mark.parametrize("world", [2, 4])

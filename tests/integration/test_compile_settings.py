@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from core.config import scalar_text
 from autoresearch.space import load_space
+from core.config import scalar_text
 from tests.integration.conftest import losses, run_trial
 
 pytestmark = pytest.mark.slow
@@ -25,9 +25,13 @@ def default_run(tmp_path_factory):
 # that are plain graph options together, graph-kernel fusion (a compiler of its own) alone, PyNative with the
 # thread settings the jit row does not take.
 SETTINGS = {
-    "jit O1 bytecode threads": ["execution.jit_level=O1", "execution.capture_mode=bytecode",
-                                "execution.kernel_threads=2", "execution.dispatch_threads=1",
-                                "execution.host_pipeline=true"],
+    "jit O1 bytecode threads": [
+        "execution.jit_level=O1",
+        "execution.capture_mode=bytecode",
+        "execution.kernel_threads=2",
+        "execution.dispatch_threads=1",
+        "execution.host_pipeline=true",
+    ],
     "graph-kernel fusion": ["execution.graph_kernel_fusion=true"],
     "pynative threads": ["training.mode=pynative", "execution.kernel_threads=1", "execution.dispatch_threads=2"],
     "MindSpore's optimizer kernels": ["execution.cpu_kernels=false"],  # the default runs core.kernels'
@@ -36,10 +40,16 @@ SETTINGS = {
 
 def test_the_rows_cover_every_value_of_the_compile_space():
     covered = {tuple(o.split("=", 1)) for row in SETTINGS.values() for o in row}
-    defaults = {"training.mode": "jit", "execution.jit_level": "O0", "execution.capture_mode": "ast",
-                "execution.graph_kernel_fusion": "false", "execution.kernel_threads": "null",
-                "execution.dispatch_threads": "null", "execution.host_pipeline": "null",
-                "execution.cpu_kernels": "null"}
+    defaults = {
+        "training.mode": "jit",
+        "execution.jit_level": "O0",
+        "execution.capture_mode": "ast",
+        "execution.graph_kernel_fusion": "false",
+        "execution.kernel_threads": "null",
+        "execution.dispatch_threads": "null",
+        "execution.host_pipeline": "null",
+        "execution.cpu_kernels": "null",
+    }
     for name, param in load_space("compile").params.items():
         for value in map(scalar_text, param.values):
             assert (name, value) in covered or defaults[name] == value, (name, value)

@@ -10,8 +10,13 @@ pytestmark = pytest.mark.slow
 
 def test_dp2_matches_single_process(trial):
     single = trial("model=tiny", "trial.max_steps=4", "training.global_batch_size=8", "training.micro_batch_size=2")
-    dp = trial("model=tiny", "trial.max_steps=4", "training.global_batch_size=8", "training.micro_batch_size=2",
-               "parallel.dp_replicate=2")
+    dp = trial(
+        "model=tiny",
+        "trial.max_steps=4",
+        "training.global_batch_size=8",
+        "training.micro_batch_size=2",
+        "parallel.dp_replicate=2",
+    )
     assert single.code == 0, single.output
     assert dp.code == 0, dp.output + (dp.dir / "logs" / "rank_1.log").read_text()
     s = dp.summary
@@ -23,8 +28,14 @@ def test_dp2_matches_single_process(trial):
 
 
 def test_nan_on_every_rank_is_nan(trial):
-    run = trial("model=tiny", "optim.lr=1e8", "optim.warmup_steps=0", "trial.max_steps=20",
-                "parallel.dp_replicate=2", "training.micro_batch_size=4")
+    run = trial(
+        "model=tiny",
+        "optim.lr=1e8",
+        "optim.warmup_steps=0",
+        "trial.max_steps=20",
+        "parallel.dp_replicate=2",
+        "training.micro_batch_size=4",
+    )
     assert run.code == 12, run.output
     assert run.summary["status"] == "nan" and run.summary["steps"] < 20
 
@@ -35,4 +46,4 @@ def test_kill_9_of_a_worker_is_an_error_naming_the_rank(tmp_path):
     s = run.summary
     assert_summary_schema(s)
     assert s["status"] == "error" and s["error"]["rank"] == 1 and "SIGKILL" in s["reason"]
-    assert s["steps"] >= 2                                    # what finished is not lost
+    assert s["steps"] >= 2  # what finished is not lost

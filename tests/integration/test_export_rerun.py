@@ -21,26 +21,56 @@ def run(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def test_exported_overrides_rerun_the_winner(tmp_path):
     space = tmp_path / "rerun.yaml"  # one trial of the tiny model, away from the defaults in several sections
-    space.write_text(yaml.safe_dump({
-        "name": "rerun", "objective": {"metric": "val_loss", "direction": "minimize"}, "world_size": 1,
-        "fixed": {"model": "tiny", "trial.max_steps": 2, "training.seq_len": 32, "optim.warmup_steps": 1,
-                  "optim.schedule": "wsd", "training.eval_batches": 1},
-        "params": {"training.micro_batch_size": {"type": "choice", "values": [4]}}}))
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "name": "rerun",
+                "objective": {"metric": "val_loss", "direction": "minimize"},
+                "world_size": 1,
+                "fixed": {
+                    "model": "tiny",
+                    "trial.max_steps": 2,
+                    "training.seq_len": 32,
+                    "optim.warmup_steps": 1,
+                    "optim.schedule": "wsd",
+                    "training.eval_batches": 1,
+                },
+                "params": {"training.micro_batch_size": {"type": "choice", "values": [4]}},
+            }
+        )
+    )
     trials = tmp_path / "trials"
-    agent = run(sys.executable, "-m", "autoresearch.agent", "--space", str(space), "--trials", "1", "--proposer",
-                "grid", "--trials-dir", str(trials), "--no-progress")
+    agent = run(
+        sys.executable,
+        "-m",
+        "autoresearch.agent",
+        "--space",
+        str(space),
+        "--trials",
+        "1",
+        "--proposer",
+        "grid",
+        "--trials-dir",
+        str(trials),
+        "--no-progress",
+    )
     assert agent.returncode == 0, agent.stdout + agent.stderr
 
     winner = tmp_path / "winner.txt"
-    exported = run(sys.executable, "-m", "autoresearch.export", str(trials / "rerun"), "--to", "overrides",
-                   "--out", str(winner))
+    exported = run(
+        sys.executable, "-m", "autoresearch.export", str(trials / "rerun"), "--to", "overrides", "--out", str(winner)
+    )
     assert exported.returncode == 0, exported.stderr
     assert "(its resolved config)" in exported.stderr  # the real summary's config, not a recomposition
     original = json.loads((trials / "rerun" / "0000" / "trial_summary.json").read_text())
 
     again = tmp_path / "again"  # the documented command line, word splitting and all
-    rerun = run("bash", "-c", f"{shlex.quote(sys.executable)} -m core.train $(cat {shlex.quote(str(winner))}) "
-                              f"trial.dir={shlex.quote(str(again))}")
+    rerun = run(
+        "bash",
+        "-c",
+        f"{shlex.quote(sys.executable)} -m core.train $(cat {shlex.quote(str(winner))}) "
+        f"trial.dir={shlex.quote(str(again))}",
+    )
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     summary = json.loads((again / "trial_summary.json").read_text())
     assert summary["status"] == "ok"

@@ -20,16 +20,26 @@ pytestmark = pytest.mark.slow
 DATA = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "memory_cpu.json").read_text())
 UNSEEN = {
     "jit muon seq192": ("model=tiny", "optim=muon", "training.seq_len=192", "training.global_batch_size=12"),
-    "jit recompute 5 layers seq160": ("model=tiny", "model.n_layers=5", "training.seq_len=160",
-                                      "memory.recompute=full", "training.global_batch_size=8"),
-    "pynative swap seq192": ("model=tiny", "training.mode=pynative", "training.seq_len=192", "memory.swap=true",
-                             "training.global_batch_size=8"),
+    "jit recompute 5 layers seq160": (
+        "model=tiny",
+        "model.n_layers=5",
+        "training.seq_len=160",
+        "memory.recompute=full",
+        "training.global_batch_size=8",
+    ),
+    "pynative swap seq192": (
+        "model=tiny",
+        "training.mode=pynative",
+        "training.seq_len=192",
+        "memory.swap=true",
+        "training.global_batch_size=8",
+    ),
 }
 
 
 @pytest.mark.parametrize("name", UNSEEN)
 def test_estimate_holds_within_15_percent_on_configs_it_never_saw(name, tmp_path):
-    overrides = (*UNSEEN[name], "trial.max_steps=10")   # as long as a study's trials: a peak grows over 10 steps
+    overrides = (*UNSEEN[name], "trial.max_steps=10")  # as long as a study's trials: a peak grows over 10 steps
     assert not any(set(UNSEEN[name]) <= set(row["overrides"]) for row in DATA["rows"])
     run = run_trial(tmp_path / "t", *overrides)
     assert run.code == 0, run.output

@@ -62,8 +62,17 @@ def runs(tmp_path_factory):
 # two states per shard. SP and CP alone place parameters as FSDP and tp do (AdamW suffices); the combined axes
 # run Muon, the harder path (AdamW runs tp x dp_shard in VARIANTS). Running every pair would add ~4 CI minutes
 # and no path.
-CASES = [("dp_shard=2", "adamw"), ("dp_shard=2", "muon"), ("hsdp 2x2", "muon"), ("tp=2", "adamw"), ("tp=2", "muon"),
-         ("tp=2 sp", "adamw"), ("cp=2", "adamw"), ("tp=2 dp_shard=2", "muon"), ("cp=2 tp=2", "muon")]
+CASES = [
+    ("dp_shard=2", "adamw"),
+    ("dp_shard=2", "muon"),
+    ("hsdp 2x2", "muon"),
+    ("tp=2", "adamw"),
+    ("tp=2", "muon"),
+    ("tp=2 sp", "adamw"),
+    ("cp=2", "adamw"),
+    ("tp=2 dp_shard=2", "muon"),
+    ("cp=2 tp=2", "muon"),
+]
 
 
 @pytest.mark.parametrize("layout, optim", CASES + [(variant, "adamw") for variant in VARIANTS])
@@ -113,8 +122,9 @@ def test_resume_on_any_layout_continues_exactly(runs, tmp_path):
         saved = runs(source, "adamw")
         step5 = saved.dir / "checkpoints" / "step_00000005"
         assert (step5 / ("index.json" if source != "single" else ck.FILENAME)).exists()
-        run = run_trial(tmp_path / f"resumed{i}", *BASE, "optim=adamw", *target, f"checkpoint.resume={step5}",
-                        timeout=900)
+        run = run_trial(
+            tmp_path / f"resumed{i}", *BASE, "optim=adamw", *target, f"checkpoint.resume={step5}", timeout=900
+        )
         assert run.code == 0, run.output
         assert_same_run(run, ref, STEPS, first_step=6)
 
@@ -124,8 +134,17 @@ def test_degrees_that_do_not_fit_the_cluster_exit_2(tmp_path):
     from tests.integration.ranks import run_ranks
 
     trial_dir = tmp_path / "misfit"
-    ranks = run_ranks(2, "-m", "core.train", "model=tiny", "parallel.dp_shard=4", "trial.max_steps=2",
-                      f"trial.dir={trial_dir}", log_dir=tmp_path / "logs", timeout=300)
+    ranks = run_ranks(
+        2,
+        "-m",
+        "core.train",
+        "model=tiny",
+        "parallel.dp_shard=4",
+        "trial.max_steps=2",
+        f"trial.dir={trial_dir}",
+        log_dir=tmp_path / "logs",
+        timeout=300,
+    )
     assert [code for code, _ in ranks] == [2, 2], ranks
     report = json.loads((trial_dir / "ranks" / "rank_0.json").read_text())
     assert report["status"] == "invalid" and "multiply to 4" in report["reason"] and "has 2" in report["reason"]

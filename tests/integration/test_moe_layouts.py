@@ -15,8 +15,15 @@ STEPS = 6
 # moe-tiny's own 3 blocks (dense, MoE, MoE): the pipeline splits them 2 + 1, so each stage holds an MoE block
 # and its load-balance loss. Compilation is most of these trials' time and grows with the blocks (the cp x tp
 # layout, 10 steps: 106 s with 2 blocks, 173 s with 4).
-BASE = ("model=moe-tiny", "model.moe_capacity_factor=1.0", "seed=5", f"trial.max_steps={STEPS}",
-        "checkpoint.interval=3", "training.global_batch_size=8", "training.micro_batch_size=2")
+BASE = (
+    "model=moe-tiny",
+    "model.moe_capacity_factor=1.0",
+    "seed=5",
+    f"trial.max_steps={STEPS}",
+    "checkpoint.interval=3",
+    "training.global_batch_size=8",
+    "training.micro_batch_size=2",
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +36,17 @@ def reference(tmp_path_factory):
 EP = ("parallel.dp_shard=2", "parallel.ep=2")
 
 
-@pytest.mark.parametrize("layout", [("parallel.dp_replicate=2",), ("parallel.pp=2", "parallel.pp_layers=[2,1]"), EP,
-                                    (*EP, "parallel.dp_replicate=2"), (*EP, "parallel.tp=2"),
-                                    ("parallel.cp=2", "parallel.tp=2", "parallel.sp=true")])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        ("parallel.dp_replicate=2",),
+        ("parallel.pp=2", "parallel.pp_layers=[2,1]"),
+        EP,
+        (*EP, "parallel.dp_replicate=2"),
+        (*EP, "parallel.tp=2"),
+        ("parallel.cp=2", "parallel.tp=2", "parallel.sp=true"),
+    ],
+)
 def test_moe_layout_reproduces_the_single_process_run(reference, tmp_path, layout):
     run = run_trial(tmp_path / "run", *BASE, *layout, timeout=900)
     assert run.code == 0, run.output + "".join(p.read_text()[-2000:] for p in (run.dir / "logs").glob("rank_*.log"))

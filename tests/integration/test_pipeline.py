@@ -13,8 +13,15 @@ pytestmark = pytest.mark.slow
 
 STEPS = 10
 # tiny with 4 layers (2 per stage, or 1 per virtual stage with 2 per rank); 4 micro-batches of 2 per step
-BASE = ("model=tiny", "model.n_layers=4", "seed=5", f"trial.max_steps={STEPS}", "checkpoint.interval=5",
-        "training.global_batch_size=8", "training.micro_batch_size=2")
+BASE = (
+    "model=tiny",
+    "model.n_layers=4",
+    "seed=5",
+    f"trial.max_steps={STEPS}",
+    "checkpoint.interval=5",
+    "training.global_batch_size=8",
+    "training.micro_batch_size=2",
+)
 PP = ("parallel.pp=2",)
 # A pipeline composed with a data-parallel axis runs with FSDP (dp_shard, whose reduce-scatter is the harder
 # path); with replicas (dp_replicate: one all-reduce of each stage's gradients) it ran here too, and was dropped

@@ -37,10 +37,25 @@ def postgres_url():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     initdb, pg_ctl = BIN
-    subprocess.run([*as_user, initdb, "-D", str(data), "-U", "postgres", "--auth=trust"], check=True,
-                   capture_output=True)
-    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-l", str(log), "-w", "start",
-                    "-o", f"-k {home} -p {port} -c listen_addresses=''"], check=True, capture_output=True)
+    subprocess.run(
+        [*as_user, initdb, "-D", str(data), "-U", "postgres", "--auth=trust"], check=True, capture_output=True
+    )
+    subprocess.run(
+        [
+            *as_user,
+            pg_ctl,
+            "-D",
+            str(data),
+            "-l",
+            str(log),
+            "-w",
+            "start",
+            "-o",
+            f"-k {home} -p {port} -c listen_addresses=''",
+        ],
+        check=True,
+        capture_output=True,
+    )
     try:
         yield f"postgresql://postgres@/postgres?host={home}&port={port}"
     finally:
@@ -50,18 +65,51 @@ def postgres_url():
 
 def test_two_agents_share_one_study(tmp_path, postgres_url):
     space = tmp_path / "shared.yaml"
-    space.write_text(yaml.safe_dump({
-        "name": "shared", "trial_command": "other", "objective": {"metric": "tokens_per_sec", "direction": "maximize"},
-        "fixed": {"training.seq_len": 64, "fake.sleep": 0.3},
-        "params": {"training.micro_batch_size": {"type": "choice", "values": [1, 2, 4, 8, 16, 32, 64]},
-                   "optim.lr": {"type": "choice", "values": [0.001, 0.002]}}}))
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "name": "shared",
+                "trial_command": "other",
+                "objective": {"metric": "tokens_per_sec", "direction": "maximize"},
+                "fixed": {"training.seq_len": 64, "fake.sleep": 0.3},
+                "params": {
+                    "training.micro_batch_size": {"type": "choice", "values": [1, 2, 4, 8, 16, 32, 64]},
+                    "optim.lr": {"type": "choice", "values": [0.001, 0.002]},
+                },
+            }
+        )
+    )
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
 
     def agent(seed: int, trials_dir: Path) -> subprocess.Popen:  # each "machine" keeps its own trial dirs
         return subprocess.Popen(
-            [sys.executable, "-m", "autoresearch.agent", "--space", str(space), "--storage", postgres_url,
-             "--trials-dir", str(trials_dir), "--command", FAKE, "--estimator", "none", "--trials", "8",
-             "--seed", str(seed), "--confirm", "0"], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "autoresearch.agent",
+                "--space",
+                str(space),
+                "--storage",
+                postgres_url,
+                "--trials-dir",
+                str(trials_dir),
+                "--command",
+                FAKE,
+                "--estimator",
+                "none",
+                "--trials",
+                "8",
+                "--seed",
+                str(seed),
+                "--confirm",
+                "0",
+            ],
+            cwd=ROOT,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
 
     agents = [agent(seed, tmp_path / f"host{seed}") for seed in (1, 2)]
     for a in agents:

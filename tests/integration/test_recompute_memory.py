@@ -11,8 +11,15 @@ from tests.integration.conftest import losses, run_trial
 pytestmark = pytest.mark.slow
 
 # tiny with 6 blocks at seq 256, micro-batch 8: saved activations are most of the step's memory under jit
-BASE = ("model=tiny", "model.n_layers=6", "training.seq_len=256", "training.global_batch_size=8",
-        "training.micro_batch_size=8", "trial.max_steps=2", "training.eval_batches=1")
+BASE = (
+    "model=tiny",
+    "model.n_layers=6",
+    "training.seq_len=256",
+    "training.global_batch_size=8",
+    "training.micro_batch_size=8",
+    "trial.max_steps=2",
+    "training.eval_batches=1",
+)
 
 
 def _peaks_and_same_losses(tmp_path, a: tuple, b: tuple) -> tuple[int, int]:
@@ -24,12 +31,14 @@ def _peaks_and_same_losses(tmp_path, a: tuple, b: tuple) -> tuple[int, int]:
 
 
 def test_full_recompute_cuts_the_jit_peak(tmp_path):
-    none, full = _peaks_and_same_losses(tmp_path, ("training.mode=jit",),
-                                        ("training.mode=jit", "memory.recompute=full"))
+    none, full = _peaks_and_same_losses(
+        tmp_path, ("training.mode=jit",), ("training.mode=jit", "memory.recompute=full")
+    )
     assert full <= 0.7 * none, (none, full)
 
 
 def test_swap_cuts_the_pynative_peak(tmp_path):
-    none, swap = _peaks_and_same_losses(tmp_path, ("training.mode=pynative",),
-                                        ("training.mode=pynative", "memory.swap=true"))
+    none, swap = _peaks_and_same_losses(
+        tmp_path, ("training.mode=pynative",), ("training.mode=pynative", "memory.swap=true")
+    )
     assert swap <= 0.9 * none, (none, swap)

@@ -19,7 +19,7 @@ def test_ok_trial_writes_everything(trial):
     assert (s["status"], s["steps"], s["max_steps"], s["tokens"]) == ("ok", 5, 5, 5 * 8 * 64)
     m = s["metrics"]
     assert m["tokens_per_sec"] > 0 and m["step_time_ms_median"] > 0 and 0 < m["mfu"] < 1
-    assert m["peak_memory_bytes"] > 100 * 2**20          # measured VmHWM, MindSpore alone is hundreds of MiB
+    assert m["peak_memory_bytes"] > 100 * 2**20  # measured VmHWM, MindSpore alone is hundreds of MiB
     assert m["val_loss"] is not None and m["final_loss"] == run.metrics()[-1]
     assert run.metrics("step") == [1, 2, 2, 3, 4, 4, 5, 5]  # five steps, validation at 2, 4 and the end
     assert len(run.metrics("val_loss")) == 3
@@ -115,4 +115,3 @@ def test_resume_continues_exactly(trial):
     assert resumed.code == 0, resumed.output
     assert resumed.metrics() == straight.metrics()[5:]
     assert resumed.summary["steps"] == 10
-

@@ -34,17 +34,23 @@ def test_warm_trials_reproduce_cold_ones_and_load_their_graphs(cold, monkeypatch
     monkeypatch.setenv("GLOG_v", "2")  # MindSpore's warnings, among them its compile cache's refusals
     parents = []
     with warm.serving():
-        one = run_agent_trial([*BASE, f"execution.compile_cache_dir={root / 'cache'}"], root / "warm1",
-                              on_start=lambda pid: parents.append(parent_of(pid)))
-        two = run_agent_trial([*BASE, "parallel.dp_replicate=2", f"execution.compile_cache_dir={root / 'cache'}"],
-                              root / "warm2")
+        one = run_agent_trial(
+            [*BASE, f"execution.compile_cache_dir={root / 'cache'}"],
+            root / "warm1",
+            on_start=lambda pid: parents.append(parent_of(pid)),
+        )
+        two = run_agent_trial(
+            [*BASE, "parallel.dp_replicate=2", f"execution.compile_cache_dir={root / 'cache'}"], root / "warm2"
+        )
     assert one.status == "ok" and two.status == "ok", (one.reason, two.reason)
     assert parents and parents[0] != os.getpid()  # the server forked the trial; it is not the runner's child
     assert one.summary["compile_cache"] == "loaded"
     # MindSpore used the cold trial's graphs: its check of the entry script's dependencies passed (it warns
     # "dependency files ... changed" and compiles anew otherwise, as it did before core.warm._as_entry_script).
-    assert "dependency files" not in (one.trial_dir / "stderr.log").read_text() + (
-        one.trial_dir / "stdout.log").read_text()
+    assert (
+        "dependency files"
+        not in (one.trial_dir / "stderr.log").read_text() + (one.trial_dir / "stdout.log").read_text()
+    )
     run = type(cold_run)(0, one.trial_dir, "")
     assert_same_run(run, cold_run, 3)
     # Two data-parallel ranks (scheduler and workers forked from the server) train on the same global batch.

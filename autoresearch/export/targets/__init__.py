@@ -6,7 +6,15 @@ own Hydra overrides are not a table: they are the config itself (``autoresearch.
 """
 
 from autoresearch.export.targets.mindformers import MINDFORMERS
-from autoresearch.export.targets.rules import Exported, Target, canonical, export_config, flatten, import_config, unflatten
+from autoresearch.export.targets.rules import (
+    Exported,
+    Target,
+    canonical,
+    export_config,
+    flatten,
+    import_config,
+    unflatten,
+)
 from autoresearch.export.targets.torchtitan import TORCHTITAN
 
 TARGETS: dict[str, Target] = {t.name: t for t in (MINDFORMERS, TORCHTITAN)}

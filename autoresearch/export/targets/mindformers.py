@@ -30,39 +30,64 @@ so a winner with SWAP exports its swap_config and lists training.mode=pynative a
 
 from __future__ import annotations
 
-from autoresearch.export.targets.rules import (TRIAL_ONLY, Flat, NoCounterpart, Rule, Target, rounded, recompute_spelling, same,
-                                        split_spelling, stage_split)
-
+from autoresearch.export.targets.rules import (
+    TRIAL_ONLY,
+    Flat,
+    NoCounterpart,
+    Rule,
+    Target,
+    recompute_spelling,
+    rounded,
+    same,
+    split_spelling,
+    stage_split,
+)
 
 # --- data parallel: replicas x FSDP shards = data_parallel, sharded by the parallel optimizer ---
 
+
 def _dp_export(c: Flat) -> Flat:
     shard = c["parallel.dp_shard"]
-    out = {"parallel_config.data_parallel": c["parallel.dp_replicate"] * shard,
-           "parallel.enable_parallel_optimizer": shard > 1}
+    out = {
+        "parallel_config.data_parallel": c["parallel.dp_replicate"] * shard,
+        "parallel.enable_parallel_optimizer": shard > 1,
+    }
     if shard > 1:
         out["parallel.parallel_optimizer_config.optimizer_weight_shard_size"] = shard
     return out
 
 
 def _dp_restore(doc: Flat, core: Flat) -> Flat:
-    shard = doc.get("parallel.parallel_optimizer_config.optimizer_weight_shard_size", 1) \
-        if doc.get("parallel.enable_parallel_optimizer") else 1
+    shard = (
+        doc.get("parallel.parallel_optimizer_config.optimizer_weight_shard_size", 1)
+        if doc.get("parallel.enable_parallel_optimizer")
+        else 1
+    )
     return {"parallel.dp_shard": shard, "parallel.dp_replicate": doc["parallel_config.data_parallel"] // shard}
 
 
-DP = Rule(("parallel.dp_replicate", "parallel.dp_shard"),
-          ("parallel_config.data_parallel", "parallel.enable_parallel_optimizer",
-           "parallel.parallel_optimizer_config.optimizer_weight_shard_size"), _dp_export, _dp_restore)
+DP = Rule(
+    ("parallel.dp_replicate", "parallel.dp_shard"),
+    (
+        "parallel_config.data_parallel",
+        "parallel.enable_parallel_optimizer",
+        "parallel.parallel_optimizer_config.optimizer_weight_shard_size",
+    ),
+    _dp_export,
+    _dp_restore,
+)
 
 
 # --- pipeline: schedule and stages per rank, then the layers of each stage as offsets from the even split ---
 
+
 def _schedule_export(c: Flat) -> Flat:
     interleaved = c["parallel.pp_schedule"] == "interleaved"
-    return {"parallel.pipeline_config.pipeline_interleave": interleaved,
-            "parallel.pipeline_config.pipeline_scheduler": "gpipe" if c["parallel.pp_schedule"] == "gpipe" else "1f1b",
-            "model.model_config.pp_interleave_num": c["parallel.pp_virtual"]}
+    return {
+        "parallel.pipeline_config.pipeline_interleave": interleaved,
+        "parallel.pipeline_config.pipeline_scheduler": "gpipe" if c["parallel.pp_schedule"] == "gpipe" else "1f1b",
+        "model.model_config.pp_interleave_num": c["parallel.pp_virtual"],
+    }
 
 
 def _schedule_restore(doc: Flat, core: Flat) -> Flat:
@@ -73,16 +98,23 @@ def _schedule_restore(doc: Flat, core: Flat) -> Flat:
     return {"parallel.pp_schedule": schedule, "parallel.pp_virtual": doc.get("model.model_config.pp_interleave_num", 1)}
 
 
-SCHEDULE = Rule(("parallel.pp_schedule", "parallel.pp_virtual"),
-                ("parallel.pipeline_config.pipeline_interleave", "parallel.pipeline_config.pipeline_scheduler",
-                 "model.model_config.pp_interleave_num"), _schedule_export, _schedule_restore)
+SCHEDULE = Rule(
+    ("parallel.pp_schedule", "parallel.pp_virtual"),
+    (
+        "parallel.pipeline_config.pipeline_interleave",
+        "parallel.pipeline_config.pipeline_scheduler",
+        "model.model_config.pp_interleave_num",
+    ),
+    _schedule_export,
+    _schedule_restore,
+)
 
 
 def per_stage(values: list, pp: int, virtual: int):
     """A per-stage list (core stage s = chunk s // pp on rank s % pp) in MindFormers' shape: flat without
     interleaving, ``[interleave][stage]`` with it."""
     values = list(values)
-    return values if virtual == 1 else [values[c * pp:(c + 1) * pp] for c in range(virtual)]
+    return values if virtual == 1 else [values[c * pp : (c + 1) * pp] for c in range(virtual)]
 
 
 def flat_stages(value) -> list:
@@ -106,46 +138,62 @@ def _offset_restore(doc: Flat, core: Flat) -> Flat:
     return {"parallel.pp_layers": layers, "parallel.pp_offset": offset}
 
 
-OFFSET = Rule(("parallel.pp_layers", "parallel.pp_offset"), ("model.model_config.offset",),
-              _offset_export, _offset_restore)
+OFFSET = Rule(
+    ("parallel.pp_layers", "parallel.pp_offset"), ("model.model_config.offset",), _offset_export, _offset_restore
+)
 
 
 # --- batch: per-device micro-batch, then micro-batches (pipeline) or gradient accumulation (no pipeline) ---
+
 
 def _batch_export(c: Flat) -> Flat:
     dp = c["parallel.dp_replicate"] * c["parallel.dp_shard"]
     steps = c["training.global_batch_size"] // (c["training.micro_batch_size"] * dp)
     piped = c["parallel.pp"] > 1
-    return {"runner_config.batch_size": c["training.micro_batch_size"],
-            "parallel_config.micro_batch_num": steps if piped else 1,
-            "runner_config.gradient_accumulation_steps": 1 if piped else steps}
+    return {
+        "runner_config.batch_size": c["training.micro_batch_size"],
+        "parallel_config.micro_batch_num": steps if piped else 1,
+        "runner_config.gradient_accumulation_steps": 1 if piped else steps,
+    }
 
 
 def _batch_restore(doc: Flat, core: Flat) -> Flat:
     mbs = doc["runner_config.batch_size"]
     steps = doc.get("parallel_config.micro_batch_num", 1) * doc.get("runner_config.gradient_accumulation_steps", 1)
-    return {"training.micro_batch_size": mbs,
-            "training.global_batch_size": mbs * doc["parallel_config.data_parallel"] * steps}
+    return {
+        "training.micro_batch_size": mbs,
+        "training.global_batch_size": mbs * doc["parallel_config.data_parallel"] * steps,
+    }
 
 
-BATCH = Rule(("training.global_batch_size", "training.micro_batch_size"),
-             ("runner_config.batch_size", "parallel_config.micro_batch_num",
-              "runner_config.gradient_accumulation_steps"), _batch_export, _batch_restore)
+BATCH = Rule(
+    ("training.global_batch_size", "training.micro_batch_size"),
+    ("runner_config.batch_size", "parallel_config.micro_batch_num", "runner_config.gradient_accumulation_steps"),
+    _batch_export,
+    _batch_restore,
+)
 
 
 # --- recompute: per stage, how many leading blocks (full: ``recompute``; selective: ``select_recompute``) ---
+
 
 def _recompute_export(c: Flat) -> Flat:
     split, stages = stage_split(c), c["memory.recompute_stages"]
     settings = stages or [c["memory.recompute"]] * len(split)
     if stages is None and c["memory.recompute_layers"] is None:
-        return {"recompute_config.recompute": settings[0] == "full",
-                "recompute_config.select_recompute": settings[0] == "selective"}
+        return {
+            "recompute_config.recompute": settings[0] == "full",
+            "recompute_config.select_recompute": settings[0] == "selective",
+        }
     k = c["memory.recompute_layers"]
     counts = [n if k is None else min(k, n) for n in split]
     pp, v = c["parallel.pp"], c["parallel.pp_virtual"]
-    return {f"recompute_config.{name}": per_stage([n if s == kind else 0 for n, s in zip(counts, settings)], pp, v)
-            for name, kind in (("recompute", "full"), ("select_recompute", "selective"))}
+    return {
+        f"recompute_config.{name}": per_stage(
+            [n if s == kind else 0 for n, s in zip(counts, settings, strict=True)], pp, v
+        )
+        for name, kind in (("recompute", "full"), ("select_recompute", "selective"))
+    }
 
 
 def _recompute_restore(doc: Flat, core: Flat) -> Flat:
@@ -154,22 +202,26 @@ def _recompute_restore(doc: Flat, core: Flat) -> Flat:
     def counts(value) -> list[int]:
         if isinstance(value, bool):
             return [n if value else 0 for n in split]
-        return [n if x is True else int(x) for x, n in zip(flat_stages(value), split)]
+        return [n if x is True else int(x) for x, n in zip(flat_stages(value), split, strict=True)]
 
     full = counts(doc.get("recompute_config.recompute", False))
     select = counts(doc.get("recompute_config.select_recompute", False))
-    settings = ["full" if f else "selective" if s else "none" for f, s in zip(full, select)]
-    blocks = [f or s for f, s in zip(full, select)]
+    settings = ["full" if f else "selective" if s else "none" for f, s in zip(full, select, strict=True)]
+    blocks = [f or s for f, s in zip(full, select, strict=True)]
     k = max(blocks, default=0)
-    if any(s != "none" and b != min(k, n) for s, b, n in zip(settings, blocks, split)):
-        raise ValueError(f"recompute_config {full} / {select} is not the first k blocks of every stage "
-                         "(memory.recompute_layers)")
+    if any(s != "none" and b != min(k, n) for s, b, n in zip(settings, blocks, split, strict=True)):
+        raise ValueError(
+            f"recompute_config {full} / {select} is not the first k blocks of every stage (memory.recompute_layers)"
+        )
     return recompute_spelling(settings, k or None, split)
 
 
-RECOMPUTE = Rule(("memory.recompute", "memory.recompute_layers", "memory.recompute_stages"),
-                 ("recompute_config.recompute", "recompute_config.select_recompute"),
-                 _recompute_export, _recompute_restore)
+RECOMPUTE = Rule(
+    ("memory.recompute", "memory.recompute_layers", "memory.recompute_stages"),
+    ("recompute_config.recompute", "recompute_config.select_recompute"),
+    _recompute_export,
+    _recompute_restore,
+)
 
 
 # --- activation SWAP: which blocks, which of their parts ---
@@ -183,11 +235,18 @@ def _swap_export(c: Flat) -> Flat:
         return {"swap_config.swap": False}
     layers = list(range(c["memory.swap_layers"] or c["model.n_layers"]))
     if c["memory.swap_ops"] is None:
-        return {"swap_config.swap": True,
-                "swap_config.layer_swap": [{"backward_prefetch": PREFETCH, "layers": list(layers)}]}
-    return {"swap_config.swap": True, "swap_config.op_swap": [
-        {"op_name": name, "backward_prefetch": PREFETCH, "layers": list(layers)}
-        for part in c["memory.swap_ops"] for name in OP_NAMES[part]]}
+        return {
+            "swap_config.swap": True,
+            "swap_config.layer_swap": [{"backward_prefetch": PREFETCH, "layers": list(layers)}],
+        }
+    return {
+        "swap_config.swap": True,
+        "swap_config.op_swap": [
+            {"op_name": name, "backward_prefetch": PREFETCH, "layers": list(layers)}
+            for part in c["memory.swap_ops"]
+            for name in OP_NAMES[part]
+        ],
+    }
 
 
 def _swap_restore(doc: Flat, core: Flat) -> Flat:
@@ -203,8 +262,12 @@ def _swap_restore(doc: Flat, core: Flat) -> Flat:
     return {"memory.swap": True, "memory.swap_layers": count, "memory.swap_ops": ops}
 
 
-SWAP = Rule(("memory.swap", "memory.swap_layers", "memory.swap_ops"),
-            ("swap_config.swap", "swap_config.layer_swap", "swap_config.op_swap"), _swap_export, _swap_restore)
+SWAP = Rule(
+    ("memory.swap", "memory.swap_layers", "memory.swap_ops"),
+    ("swap_config.swap", "swap_config.layer_swap", "swap_config.op_swap"),
+    _swap_export,
+    _swap_restore,
+)
 
 
 def _limit_export(c: Flat) -> Flat:
@@ -212,48 +275,82 @@ def _limit_export(c: Flat) -> Flat:
     return {} if limit is None else {"context.max_device_memory": f"{limit:g}GB"}  # null: MindSpore's default
 
 
-LIMIT = Rule(("memory.limit_gb",), ("context.max_device_memory",), _limit_export,
-             lambda doc, core: {"memory.limit_gb": float(doc["context.max_device_memory"].removesuffix("GB"))})
+LIMIT = Rule(
+    ("memory.limit_gb",),
+    ("context.max_device_memory",),
+    _limit_export,
+    lambda doc, core: {"memory.limit_gb": float(doc["context.max_device_memory"].removesuffix("GB"))},
+)
 
 
 # --- optimizer and learning rate ---
+
 
 def _adam_key(c: Flat, name: str) -> str:
     """AdamW's own betas/eps, or those of the AdamW that Muon runs on embeddings, head and 1-D weights."""
     return f"optimizer.{name}" if c["optim.name"] == "adamw" else f"optimizer.adamw_{name}"
 
 
-BETAS = Rule(("optim.beta1", "optim.beta2"), ("optimizer.betas", "optimizer.adamw_betas"),
-             lambda c: {_adam_key(c, "betas"): [c["optim.beta1"], c["optim.beta2"]]},
-             lambda doc, core: dict(zip(("optim.beta1", "optim.beta2"),
-                                        doc.get("optimizer.betas") or doc["optimizer.adamw_betas"])))
-EPS = Rule(("optim.eps",), ("optimizer.eps", "optimizer.adamw_eps"),
-           lambda c: {_adam_key(c, "eps"): c["optim.eps"]},
-           lambda doc, core: {"optim.eps": doc.get("optimizer.eps", doc.get("optimizer.adamw_eps"))})
+BETAS = Rule(
+    ("optim.beta1", "optim.beta2"),
+    ("optimizer.betas", "optimizer.adamw_betas"),
+    lambda c: {_adam_key(c, "betas"): [c["optim.beta1"], c["optim.beta2"]]},
+    lambda doc, core: dict(
+        zip(("optim.beta1", "optim.beta2"), doc.get("optimizer.betas") or doc["optimizer.adamw_betas"], strict=True)
+    ),
+)
+EPS = Rule(
+    ("optim.eps",),
+    ("optimizer.eps", "optimizer.adamw_eps"),
+    lambda c: {_adam_key(c, "eps"): c["optim.eps"]},
+    lambda doc, core: {"optim.eps": doc.get("optimizer.eps", doc.get("optimizer.adamw_eps"))},
+)
 
 
 def muon_only(key: str, path: str) -> Rule:
     """A Muon setting: written under optim.name=muon (under AdamW it has no effect and canonical() resets it)."""
-    return Rule((key,), (path,), lambda c: {path: c[key]} if c["optim.name"] == "muon" else {},
-                lambda doc, core: {key: doc[path]})
+    return Rule(
+        (key,),
+        (path,),
+        lambda c: {path: c[key]} if c["optim.name"] == "muon" else {},
+        lambda doc, core: {key: doc[path]},
+    )
 
 
-SCHEDULES = {"cosine": "CosineWithWarmUpLR", "linear": "PolynomialWithWarmUpLR", "wsd": "WarmUpStableDecayLR",
-             "constant": "ConstantWarmUpLR"}
+SCHEDULES = {
+    "cosine": "CosineWithWarmUpLR",
+    "linear": "PolynomialWithWarmUpLR",
+    "wsd": "WarmUpStableDecayLR",
+    "constant": "ConstantWarmUpLR",
+}
 
-LR_TYPE = Rule(("optim.schedule",), ("lr_schedule.type", "lr_schedule.power"),
-               lambda c: {"lr_schedule.type": SCHEDULES[c["optim.schedule"]]}
-               | ({"lr_schedule.power": 1.0} if c["optim.schedule"] == "linear" else {}),
-               lambda doc, core: {"optim.schedule": {v: k for k, v in SCHEDULES.items()}[doc["lr_schedule.type"]]})
-LR_END = Rule(("optim.min_lr_ratio",), ("lr_schedule.lr_end",),
-              lambda c: {} if c["optim.schedule"] == "constant"
-              else {"lr_schedule.lr_end": rounded(c["optim.lr"] * c["optim.min_lr_ratio"])},
-              lambda doc, core: {"optim.min_lr_ratio":
-                                 rounded(doc["lr_schedule.lr_end"] / doc["lr_schedule.learning_rate"])})
-DECAY = Rule(("optim.decay_ratio",), ("lr_schedule.decay_start_ratio",),
-             lambda c: {"lr_schedule.decay_start_ratio": rounded(1.0 - c["optim.decay_ratio"])}
-             if c["optim.schedule"] == "wsd" else {},
-             lambda doc, core: {"optim.decay_ratio": rounded(1.0 - doc["lr_schedule.decay_start_ratio"])})
+LR_TYPE = Rule(
+    ("optim.schedule",),
+    ("lr_schedule.type", "lr_schedule.power"),
+    lambda c: (
+        {"lr_schedule.type": SCHEDULES[c["optim.schedule"]]}
+        | ({"lr_schedule.power": 1.0} if c["optim.schedule"] == "linear" else {})
+    ),
+    lambda doc, core: {"optim.schedule": {v: k for k, v in SCHEDULES.items()}[doc["lr_schedule.type"]]},
+)
+LR_END = Rule(
+    ("optim.min_lr_ratio",),
+    ("lr_schedule.lr_end",),
+    lambda c: (
+        {}
+        if c["optim.schedule"] == "constant"
+        else {"lr_schedule.lr_end": rounded(c["optim.lr"] * c["optim.min_lr_ratio"])}
+    ),
+    lambda doc, core: {"optim.min_lr_ratio": rounded(doc["lr_schedule.lr_end"] / doc["lr_schedule.learning_rate"])},
+)
+DECAY = Rule(
+    ("optim.decay_ratio",),
+    ("lr_schedule.decay_start_ratio",),
+    lambda c: (
+        {"lr_schedule.decay_start_ratio": rounded(1.0 - c["optim.decay_ratio"])} if c["optim.schedule"] == "wsd" else {}
+    ),
+    lambda doc, core: {"optim.decay_ratio": rounded(1.0 - doc["lr_schedule.decay_start_ratio"])},
+)
 
 
 def _clip_export(c: Flat) -> Flat:
@@ -261,13 +358,20 @@ def _clip_export(c: Flat) -> Flat:
     return {"runner_wrapper.use_clip_grad": g > 0, **({"runner_wrapper.max_grad_norm": g} if g > 0 else {})}
 
 
-CLIP = Rule(("optim.grad_clip",), ("runner_wrapper.use_clip_grad", "runner_wrapper.max_grad_norm"), _clip_export,
-            lambda doc, core: {"optim.grad_clip": doc["runner_wrapper.max_grad_norm"]
-                               if doc["runner_wrapper.use_clip_grad"] else 0.0})
+CLIP = Rule(
+    ("optim.grad_clip",),
+    ("runner_wrapper.use_clip_grad", "runner_wrapper.max_grad_norm"),
+    _clip_export,
+    lambda doc, core: {
+        "optim.grad_clip": doc["runner_wrapper.max_grad_norm"] if doc["runner_wrapper.use_clip_grad"] else 0.0
+    },
+)
 
 
-GRAPH_ONLY = ("MindFormers' YAML trainer runs in GRAPH_MODE only (configuration.md: context.mode); its PyNative "
-              "trainer takes another config")
+GRAPH_ONLY = (
+    "MindFormers' YAML trainer runs in GRAPH_MODE only (configuration.md: context.mode); its PyNative "
+    "trainer takes another config"
+)
 ASCEND_ONLY = "MindFormers runs on Ascend only (configuration.md: context.device_target)"
 
 MINDFORMERS = Target(
@@ -280,23 +384,34 @@ MINDFORMERS = Target(
         same("parallel.cp", "parallel_config.context_parallel"),
         same("parallel.ep", "parallel_config.expert_parallel"),
         same("parallel.sp", "parallel_config.use_seq_parallel"),
-        SCHEDULE, OFFSET, BATCH,
+        SCHEDULE,
+        OFFSET,
+        BATCH,
         same("training.seq_len", "model.model_config.seq_length"),
-        RECOMPUTE, SWAP, LIMIT,
+        RECOMPUTE,
+        SWAP,
+        LIMIT,
         same("optim.name", "optimizer.type", {"adamw": "AdamW", "muon": "Muon"}),
         same("optim.lr", "lr_schedule.learning_rate"),
         same("optim.weight_decay", "optimizer.weight_decay"),
-        BETAS, EPS,
+        BETAS,
+        EPS,
         muon_only("optim.momentum", "optimizer.momentum"),
         muon_only("optim.ns_steps", "optimizer.ns_steps"),
         same("optim.warmup_steps", "lr_schedule.warmup_steps"),
-        LR_TYPE, LR_END, DECAY, CLIP,
+        LR_TYPE,
+        LR_END,
+        DECAY,
+        CLIP,
         same("training.mode", "context.mode", {"jit": 0, "pynative": NoCounterpart(GRAPH_ONLY)}),  # 0: GRAPH_MODE
         same("execution.jit_level", "context.jit_config.jit_level"),
         same("execution.graph_kernel_fusion", "context.enable_graph_kernel"),
         same("seed", "seed"),
-        same("device", "context.device_target", {"Ascend": "Ascend", "CPU": NoCounterpart(ASCEND_ONLY),
-                                                  "GPU": NoCounterpart(ASCEND_ONLY)}),
+        same(
+            "device",
+            "context.device_target",
+            {"Ascend": "Ascend", "CPU": NoCounterpart(ASCEND_ONLY), "GPU": NoCounterpart(ASCEND_ONLY)},
+        ),
     ),
     unmapped={
         "model": "the model is the target run's own (model.model_config); the study's preset only sized the search",
@@ -304,15 +419,15 @@ MINDFORMERS = Target(
         "trial": "the trial's budget and directory; the run's length is the target's own (runner_config.epochs)",
         "checkpoint": "the trial's checkpoints; the target configures its own CheckpointMonitor",
         "memory.swap_prefetch": "counts blocks loaded ahead in the core; MindFormers' backward_prefetch counts its "
-                                "own scheduling steps (written as its default, 1): tune it on the device",
+        "own scheduling steps (written as its default, 1): tune it on the device",
         "execution.capture_mode": "how mindspore.jit turns the core's Python into a graph; MindFormers compiles "
-                                  "its Cells itself",
+        "its Cells itself",
         "execution.kernel_threads": "the core's CPU kernel thread pool; no MindFormers setting",
         "execution.dispatch_threads": "the core's runtime thread count on CPU; no MindFormers setting",
         "execution.host_pipeline": "the core's CPU workaround for MindSpore's spinning host queues; MindFormers "
-                                   "keeps MindSpore's default",
+        "keeps MindSpore's default",
         "execution.cpu_kernels": "the core's fused CPU kernels for its clipping norm and AdamW update; MindFormers "
-                                 "uses MindSpore's optimizer kernels",
+        "uses MindSpore's optimizer kernels",
         "execution.eval_mode": TRIAL_ONLY,
         "execution.compile_cache": TRIAL_ONLY,
         "execution.compile_cache_dir": TRIAL_ONLY,

@@ -15,8 +15,9 @@ is exact on the canonical form.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Optional
+from typing import Any
 
 from core.config import MemoryConfig, OptimConfig, ParallelConfig
 
@@ -34,13 +35,13 @@ class NoCounterpart(Exception):
 
 @dataclass(frozen=True)
 class Rule:
-    keys: tuple[str, ...]                     # the core keys this rule carries
-    paths: tuple[str, ...]                    # the target keys it may write (flat, dotted)
-    export: Callable[[Flat], Flat]            # canonical core config -> {target path: value}; may raise NoCounterpart
-    restore: Callable[[Flat, Flat], Flat]     # (target doc, core config so far) -> {core key: value}
+    keys: tuple[str, ...]  # the core keys this rule carries
+    paths: tuple[str, ...]  # the target keys it may write (flat, dotted)
+    export: Callable[[Flat], Flat]  # canonical core config -> {target path: value}; may raise NoCounterpart
+    restore: Callable[[Flat, Flat], Flat]  # (target doc, core config so far) -> {core key: value}
 
 
-def same(key: str, path: str, values: Optional[dict] = None) -> Rule:
+def same(key: str, path: str, values: dict | None = None) -> Rule:
     """One core key to one target key. ``values`` maps each core value to the target's spelling (the way back is
     its inverse); a value mapped to a ``NoCounterpart`` is one the target cannot say."""
     back = {v: k for k, v in (values or {}).items() if not isinstance(v, NoCounterpart)}
@@ -62,19 +63,20 @@ def same(key: str, path: str, values: Optional[dict] = None) -> Rule:
 
 @dataclass(frozen=True)
 class Target:
-    name: str                      # the --to choice
-    title: str                     # what the output is, for its header
+    name: str  # the --to choice
+    title: str  # what the output is, for its header
     rules: tuple[Rule, ...]
-    unmapped: dict[str, str]       # core key, or a whole section ("model"), -> why the target has no counterpart
+    unmapped: dict[str, str]  # core key, or a whole section ("model"), -> why the target has no counterpart
 
     def mapped_keys(self) -> list[str]:
         return [k for rule in self.rules for k in rule.keys]
 
-    def unmapped_reason(self, key: str) -> Optional[str]:
+    def unmapped_reason(self, key: str) -> str | None:
         return self.unmapped.get(key) or self.unmapped.get(key.split(".")[0] if "." in key else "")
 
 
 # --- flat <-> nested -------------------------------------------------------------------------------------------
+
 
 def flatten(nested: dict, prefix: str = "") -> Flat:
     """{"parallel": {"tp": 2}} -> {"parallel.tp": 2}; lists (and what they hold) are values."""
@@ -105,12 +107,13 @@ def section(flat: Flat, name: str) -> dict:
 
 # --- what the config means: stage split, recompute per stage, the canonical spelling ---------------------------
 
+
 def stage_split(c: Flat) -> list[int]:
     """Layers per pipeline stage (pp * pp_virtual of them), as the core splits them."""
     return ParallelConfig(**section(c, "parallel")).stage_split(c["model.n_layers"])
 
 
-def split_spelling(split: list[int], n_layers: int) -> tuple[Optional[list[int]], int]:
+def split_spelling(split: list[int], n_layers: int) -> tuple[list[int] | None, int]:
     """(parallel.pp_layers, parallel.pp_offset) for a split: the even split moved by an offset when it is one
     (how the core spells it by default), else the layers per stage."""
     stages = len(split)
@@ -124,20 +127,23 @@ def split_spelling(split: list[int], n_layers: int) -> tuple[Optional[list[int]]
     return list(split), 0
 
 
-def recompute_spelling(settings: list[str], count: Optional[int], split: list[int]) -> Flat:
+def recompute_spelling(settings: list[str], count: int | None, split: list[int]) -> Flat:
     """memory.recompute / recompute_stages / recompute_layers for per-stage settings and a block count:
     one setting for all stages is ``recompute``; a count covering every recomputed stage's blocks is null."""
     uniform = len(set(settings)) == 1
-    recomputed = [n for n, s in zip(split, settings) if s != "none"]
+    recomputed = [n for n, s in zip(split, settings, strict=True) if s != "none"]
     if count is not None and all(count >= n for n in recomputed):
         count = None
-    return {"memory.recompute": settings[0] if uniform else DEFAULTS["memory.recompute"],
-            "memory.recompute_stages": None if uniform else list(settings),
-            "memory.recompute_layers": count}
+    return {
+        "memory.recompute": settings[0] if uniform else DEFAULTS["memory.recompute"],
+        "memory.recompute_stages": None if uniform else list(settings),
+        "memory.recompute_layers": count,
+    }
 
 
-DEFAULTS: Flat = {f"optim.{f.name}": f.default for f in fields(OptimConfig)} | \
-                 {f"memory.{f.name}": f.default for f in fields(MemoryConfig)}
+DEFAULTS: Flat = {f"optim.{f.name}": f.default for f in fields(OptimConfig)} | {
+    f"memory.{f.name}": f.default for f in fields(MemoryConfig)
+}
 
 
 def canonical(c: Flat) -> Flat:
@@ -172,10 +178,11 @@ def rounded(value: float) -> float:
 
 # --- export and import -----------------------------------------------------------------------------------------
 
+
 @dataclass
 class Exported:
-    doc: dict                                  # the target's nested document
-    dropped: dict[str, tuple[Any, str]]        # core key -> (its value in the trial, why it is not in doc)
+    doc: dict  # the target's nested document
+    dropped: dict[str, tuple[Any, str]]  # core key -> (its value in the trial, why it is not in doc)
 
 
 def export_config(target: Target, c: Flat) -> Exported:
@@ -197,8 +204,10 @@ def export_config(target: Target, c: Flat) -> Exported:
         if key not in mapped:
             reason = target.unmapped_reason(key)
             if reason is None:  # a new core key: the table must say where it goes (the coverage test fails too)
-                raise KeyError(f"{target.name}: core key {key} is neither mapped nor listed as unmapped in "
-                               f"autoresearch/targets/{target.name}.py")
+                raise KeyError(
+                    f"{target.name}: core key {key} is neither mapped nor listed as unmapped in "
+                    f"autoresearch/targets/{target.name}.py"
+                )
             dropped[key] = (c[key], reason)
     return Exported(unflatten(written), {k: dropped[k] for k in c if k in dropped})
 

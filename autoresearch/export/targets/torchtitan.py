@@ -17,21 +17,34 @@ torchtitan's tensor parallel shards the norms along the sequence (SequenceParall
 
 from __future__ import annotations
 
+import itertools
 import math
 
-from autoresearch.export.targets.rules import (DEFAULTS, TRIAL_ONLY, Flat, NoCounterpart, Rule, Target, same,
-                                        split_spelling, stage_split)
+from autoresearch.export.targets.rules import (
+    DEFAULTS,
+    TRIAL_ONLY,
+    Flat,
+    NoCounterpart,
+    Rule,
+    Target,
+    same,
+    split_spelling,
+    stage_split,
+)
 
 
 def _sp_export(c: Flat) -> Flat:
     if c["parallel.tp"] > 1 and not c["parallel.sp"]:
-        raise NoCounterpart("torchtitan's tensor parallel always shards the norms along the sequence "
-                            "(SequenceParallel); it cannot run tp > 1 without it")
+        raise NoCounterpart(
+            "torchtitan's tensor parallel always shards the norms along the sequence "
+            "(SequenceParallel); it cannot run tp > 1 without it"
+        )
     return {}
 
 
-SP = Rule(("parallel.sp",), (), _sp_export,
-          lambda doc, core: {"parallel.sp": doc["parallelism.tensor_parallel_degree"] > 1})
+SP = Rule(
+    ("parallel.sp",), (), _sp_export, lambda doc, core: {"parallel.sp": doc["parallelism.tensor_parallel_degree"] > 1}
+)
 
 
 def _split_export(c: Flat) -> Flat:
@@ -44,13 +57,20 @@ def _split_restore(doc: Flat, core: Flat) -> Flat:
     starts = [int(p.removeprefix("layers.")) for p in doc["parallelism.pipeline_parallel_split_points"]]
     n = core["model.n_layers"]
     bounds = [0, *starts, n]
-    layers, offset = split_spelling([b - a for a, b in zip(bounds, bounds[1:])], n)
-    return {"parallel.pp_layers": layers, "parallel.pp_offset": offset,
-            "parallel.pp_virtual": (len(bounds) - 1) // doc["parallelism.pipeline_parallel_degree"]}
+    layers, offset = split_spelling([b - a for a, b in itertools.pairwise(bounds)], n)
+    return {
+        "parallel.pp_layers": layers,
+        "parallel.pp_offset": offset,
+        "parallel.pp_virtual": (len(bounds) - 1) // doc["parallelism.pipeline_parallel_degree"],
+    }
 
 
-SPLIT = Rule(("parallel.pp_layers", "parallel.pp_offset", "parallel.pp_virtual"),
-             ("parallelism.pipeline_parallel_split_points",), _split_export, _split_restore)
+SPLIT = Rule(
+    ("parallel.pp_layers", "parallel.pp_offset", "parallel.pp_virtual"),
+    ("parallelism.pipeline_parallel_split_points",),
+    _split_export,
+    _split_restore,
+)
 
 
 def _batch_export(c: Flat) -> Flat:
@@ -60,8 +80,11 @@ def _batch_export(c: Flat) -> Flat:
     if c["parallel.pp"] == 1:
         return {"training.global_batch_size": gbs, "training.local_batch_size": mbs}
     dp = c["parallel.dp_replicate"] * c["parallel.dp_shard"]
-    return {"training.global_batch_size": gbs, "training.local_batch_size": gbs // dp,
-            "parallelism.pipeline_parallel_microbatch_size": mbs}
+    return {
+        "training.global_batch_size": gbs,
+        "training.local_batch_size": gbs // dp,
+        "parallelism.pipeline_parallel_microbatch_size": mbs,
+    }
 
 
 def _batch_restore(doc: Flat, core: Flat) -> Flat:
@@ -70,27 +93,42 @@ def _batch_restore(doc: Flat, core: Flat) -> Flat:
     return {"training.global_batch_size": doc["training.global_batch_size"], "training.micro_batch_size": mbs}
 
 
-BATCH = Rule(("training.global_batch_size", "training.micro_batch_size"),
-             ("training.global_batch_size", "training.local_batch_size",
-              "parallelism.pipeline_parallel_microbatch_size"), _batch_export, _batch_restore)
+BATCH = Rule(
+    ("training.global_batch_size", "training.micro_batch_size"),
+    ("training.global_batch_size", "training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size"),
+    _batch_export,
+    _batch_restore,
+)
 
 
 def _recompute_export(c: Flat) -> Flat:
     if c["memory.recompute_stages"] is not None:
-        raise NoCounterpart("torchtitan's [activation_checkpoint] applies one mode to every block; "
-                            f"memory.recompute_stages={c['memory.recompute_stages']} differs per stage")
+        raise NoCounterpart(
+            "torchtitan's [activation_checkpoint] applies one mode to every block; "
+            f"memory.recompute_stages={c['memory.recompute_stages']} differs per stage"
+        )
     if c["memory.recompute_layers"] is not None:
-        raise NoCounterpart("torchtitan's selective_ac_option=<int> recomputes every n-th block, not the first "
-                            f"{c['memory.recompute_layers']} (memory.recompute_layers)")
+        raise NoCounterpart(
+            "torchtitan's selective_ac_option=<int> recomputes every n-th block, not the first "
+            f"{c['memory.recompute_layers']} (memory.recompute_layers)"
+        )
     mode = c["memory.recompute"]
-    return {"activation_checkpoint.mode": mode,
-            **({"activation_checkpoint.selective_ac_option": "op"} if mode == "selective" else {})}
+    return {
+        "activation_checkpoint.mode": mode,
+        **({"activation_checkpoint.selective_ac_option": "op"} if mode == "selective" else {}),
+    }
 
 
-RECOMPUTE = Rule(("memory.recompute", "memory.recompute_layers", "memory.recompute_stages"),
-                 ("activation_checkpoint.mode", "activation_checkpoint.selective_ac_option"), _recompute_export,
-                 lambda doc, core: {"memory.recompute": doc["activation_checkpoint.mode"],
-                                    "memory.recompute_layers": None, "memory.recompute_stages": None})
+RECOMPUTE = Rule(
+    ("memory.recompute", "memory.recompute_layers", "memory.recompute_stages"),
+    ("activation_checkpoint.mode", "activation_checkpoint.selective_ac_option"),
+    _recompute_export,
+    lambda doc, core: {
+        "memory.recompute": doc["activation_checkpoint.mode"],
+        "memory.recompute_layers": None,
+        "memory.recompute_stages": None,
+    },
+)
 
 
 def _schedule_export(c: Flat) -> Flat:
@@ -110,22 +148,29 @@ def _schedule_restore(doc: Flat, core: Flat) -> Flat:
         schedule, floor = "constant", DEFAULTS["optim.min_lr_ratio"]
     else:
         schedule = doc["lr_scheduler.decay_type"]
-    return {"optim.schedule": schedule, "optim.min_lr_ratio": floor,
-            "optim.decay_ratio": DEFAULTS["optim.decay_ratio"] if decay is None else decay}
+    return {
+        "optim.schedule": schedule,
+        "optim.min_lr_ratio": floor,
+        "optim.decay_ratio": DEFAULTS["optim.decay_ratio"] if decay is None else decay,
+    }
 
 
-SCHEDULE = Rule(("optim.schedule", "optim.min_lr_ratio", "optim.decay_ratio"),
-                ("lr_scheduler.decay_type", "lr_scheduler.lr_min", "lr_scheduler.decay_ratio"),
-                _schedule_export, _schedule_restore)
+SCHEDULE = Rule(
+    ("optim.schedule", "optim.min_lr_ratio", "optim.decay_ratio"),
+    ("lr_scheduler.decay_type", "lr_scheduler.lr_min", "lr_scheduler.decay_ratio"),
+    _schedule_export,
+    _schedule_restore,
+)
 
-CLIP = Rule(("optim.grad_clip",), ("training.max_norm",),
-            lambda c: {"training.max_norm": c["optim.grad_clip"] or math.inf},  # inf: clipping never scales
-            lambda doc, core: {"optim.grad_clip": 0.0 if math.isinf(doc["training.max_norm"])
-                               else doc["training.max_norm"]})
+CLIP = Rule(
+    ("optim.grad_clip",),
+    ("training.max_norm",),
+    lambda c: {"training.max_norm": c["optim.grad_clip"] or math.inf},  # inf: clipping never scales
+    lambda doc, core: {"optim.grad_clip": 0.0 if math.isinf(doc["training.max_norm"]) else doc["training.max_norm"]},
+)
 
 NO_MUON = "torchtitan's [optimizer] builds Adam and AdamW only (torchtitan/components/optimizer.py)"
-NO_SWAP = ("torchtitan has no activation offload (training.enable_cpu_offload moves FSDP parameters, not "
-           "activations)")
+NO_SWAP = "torchtitan has no activation offload (training.enable_cpu_offload moves FSDP parameters, not activations)"
 MINDSPORE_ONLY = "a MindSpore compiler/runtime setting; PyTorch has no counterpart"
 
 TORCHTITAN = Target(
@@ -139,9 +184,13 @@ TORCHTITAN = Target(
         same("parallel.cp", "parallelism.context_parallel_degree"),
         same("parallel.ep", "parallelism.expert_parallel_degree"),
         SP,
-        same("parallel.pp_schedule", "parallelism.pipeline_parallel_schedule",
-             {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}),
-        SPLIT, BATCH,
+        same(
+            "parallel.pp_schedule",
+            "parallelism.pipeline_parallel_schedule",
+            {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"},
+        ),
+        SPLIT,
+        BATCH,
         same("training.seq_len", "training.seq_len"),
         RECOMPUTE,
         same("training.mode", "training.compile", {"jit": True, "pynative": False}),  # compiled vs eager steps
@@ -152,7 +201,8 @@ TORCHTITAN = Target(
         same("optim.eps", "optimizer.eps"),
         same("optim.weight_decay", "optimizer.weight_decay"),
         same("optim.warmup_steps", "lr_scheduler.warmup_steps"),
-        SCHEDULE, CLIP,
+        SCHEDULE,
+        CLIP,
         same("seed", "training.seed"),
     ),
     unmapped={

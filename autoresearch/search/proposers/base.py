@@ -8,8 +8,9 @@ costs nothing but a fallback. Proposals are data: the agent checks them against 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import optuna
@@ -36,7 +37,7 @@ class ProposalContext:
     a duplicate, dominated by a known failure, predicted to exceed the memory limit), or None when they would run.
     """
 
-    space: "SearchSpace"
+    space: SearchSpace
     table: list[dict] = field(default_factory=list)
     check: Callable[[dict], str | None] = lambda params: None
 
@@ -49,5 +50,5 @@ class Proposer(ABC):
     name: str = "proposer"
 
     @abstractmethod
-    def propose(self, study: "optuna.Study", ctx: ProposalContext) -> Proposal | None:
+    def propose(self, study: optuna.Study, ctx: ProposalContext) -> Proposal | None:
         """The next trial's params, or None to let the study's sampler choose them."""

@@ -113,11 +113,17 @@ class ClaudeProposer(Proposer):
         self.last_usage: dict | None = None  # usage of the latest propose(), also when it fell back to TPE
         self.disabled: str | None = None  # set after a permanent error: why Claude is no longer asked
         if self.model in DEPRECATED_MODELS:
-            log.warning("claude: model %r is deprecated and reaches end of life on %s; pick a newer one with --model",
-                        self.model, DEPRECATED_MODELS[self.model])
+            log.warning(
+                "claude: model %r is deprecated and reaches end of life on %s; pick a newer one with --model",
+                self.model,
+                DEPRECATED_MODELS[self.model],
+            )
         elif self.model not in sdk_models():
-            log.warning("claude: model %r is not in anthropic %s's model list; using it as given",
-                        self.model, anthropic.__version__)
+            log.warning(
+                "claude: model %r is not in anthropic %s's model list; using it as given",
+                self.model,
+                anthropic.__version__,
+            )
         if self.total_cost_usd is None:
             log.warning("claude: no price on file for %r: tokens are counted, cost is not", self.model)
 
@@ -159,8 +165,12 @@ class ClaudeProposer(Proposer):
         if self.disabled:  # no call, so last_usage stays that of the last call made
             log.info("claude: not asked (%s); TPE chooses this trial", self.disabled)
             return None
-        usage = {"input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0 if self.total_cost_usd is not None
-                 else None, "calls": 0}
+        usage = {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cost_usd": 0.0 if self.total_cost_usd is not None else None,
+            "calls": 0,
+        }
         self.last_usage = usage
         try:
             if not self._ensure_client():
@@ -169,16 +179,25 @@ class ClaudeProposer(Proposer):
             return self._propose(ctx, usage)
         except _PERMANENT as e:
             self.disabled = f"{type(e).__name__} (HTTP {e.status_code})"
-            log.error("claude: %s: %s; Claude is disabled for this study, TPE chooses the trials",
-                      self.disabled, self._redact(_short(e)))
+            log.error(
+                "claude: %s: %s; Claude is disabled for this study, TPE chooses the trials",
+                self.disabled,
+                self._redact(_short(e)),
+            )
         except anthropic.APIStatusError as e:
-            log.warning("claude: API error %s (HTTP %s) after %s SDK retries: %s; TPE chooses this trial",
-                        type(e).__name__, e.status_code, self._client_args["max_retries"], self._redact(_short(e)))
+            log.warning(
+                "claude: API error %s (HTTP %s) after %s SDK retries: %s; TPE chooses this trial",
+                type(e).__name__,
+                e.status_code,
+                self._client_args["max_retries"],
+                self._redact(_short(e)),
+            )
         except anthropic.APIError as e:  # connection, timeout, response validation
             log.warning("claude: %s: %s; TPE chooses this trial", type(e).__name__, self._redact(_short(e)))
         except json.JSONDecodeError as e:  # what the SDK raises for a 200 whose body is not JSON
-            log.warning("claude: malformed response (%s: %s); TPE chooses this trial",
-                        type(e).__name__, self._redact(_short(e)))
+            log.warning(
+                "claude: malformed response (%s: %s); TPE chooses this trial", type(e).__name__, self._redact(_short(e))
+            )
         except Exception as e:  # the study must go on whatever happened here
             log.warning("claude: unexpected %s: %s; TPE chooses this trial", type(e).__name__, self._redact(_short(e)))
             log.debug("claude: traceback", exc_info=True)
@@ -217,10 +236,10 @@ class ClaudeProposer(Proposer):
                 if response.stop_reason == "max_tokens":
                     error += f" (the answer was cut at max_tokens={self.max_tokens}; keep the rationale short)"
             log.info("claude: proposal rejected (attempt %d/%d): %s", attempt, self.max_invalid, error)
-            _append_feedback(messages, response.content, uses,
-                             invalid_feedback(error, attempt, self.max_invalid))
-        log.warning("claude: no valid proposal after %d attempts (last: %s); TPE chooses this trial",
-                    self.max_invalid, error)
+            _append_feedback(messages, response.content, uses, invalid_feedback(error, attempt, self.max_invalid))
+        log.warning(
+            "claude: no valid proposal after %d attempts (last: %s); TPE chooses this trial", self.max_invalid, error
+        )
         return None
 
     def _validate(self, raw: Any, ctx: ProposalContext) -> tuple[dict | None, str, str]:
@@ -277,8 +296,9 @@ def _echo(content: list) -> list[dict]:
             blocks.append({"type": "text", "text": b.text})
         elif kind == "tool_use":
             # The API only accepts an object here; a malformed input is reported in the tool_result instead.
-            blocks.append({"type": "tool_use", "id": b.id, "name": b.name,
-                           "input": b.input if isinstance(b.input, dict) else {}})
+            blocks.append(
+                {"type": "tool_use", "id": b.id, "name": b.name, "input": b.input if isinstance(b.input, dict) else {}}
+            )
     return blocks
 
 

@@ -34,8 +34,13 @@ def _turn(k: int, f: Fraction) -> bool:
 class HybridProposer(Proposer):
     name = "hybrid"
 
-    def __init__(self, claude: ClaudeProposer, fraction: float = 0.3, every: int | None = None,
-                 sampler_half: Proposer | None = None):
+    def __init__(
+        self,
+        claude: ClaudeProposer,
+        fraction: float = 0.3,
+        every: int | None = None,
+        sampler_half: Proposer | None = None,
+    ):
         """`every=n` is shorthand for fraction 1/n (Claude proposes every n-th trial); it overrides `fraction`.
         ``sampler_half``: the proposer of the other turns and of a turn Claude declines (None: the study's
         sampler)."""

@@ -29,7 +29,7 @@ from autoresearch.search import surrogate
 from autoresearch.search.proposers.base import Proposal, ProposalContext, Proposer
 
 MAX_GRID = 4096  # a grid up to this size is the candidate set; a larger one is sampled
-SAMPLED = 1024   # candidates drawn per round otherwise (half from the grid, half uniformly at random)
+SAMPLED = 1024  # candidates drawn per round otherwise (half from the grid, half uniformly at random)
 
 
 class ModelBasedProposer(Proposer):
@@ -43,8 +43,14 @@ class ModelBasedProposer(Proposer):
     def propose(self, study, ctx: ProposalContext) -> Proposal | None:
         space = ctx.space
         # Runs of this space's params only (a resumed study may hold trials of an older version of the file).
-        ran = [r for r in ctx.table if r.status in RAN and r.status != Status.INVALID
-               and r.confirmation_of is None and set(r.params) == set(space.params)]
+        ran = [
+            r
+            for r in ctx.table
+            if r.status in RAN
+            and r.status != Status.INVALID
+            and r.confirmation_of is None
+            and set(r.params) == set(space.params)
+        ]
         seen = {config_key(r.params) for r in ctx.table if r.params}  # config_key: 4 == 4.0
         candidates = [p for p in self._candidates(space, len(ctx.table)) if config_key(p) not in seen]
         if not candidates:
@@ -55,8 +61,12 @@ class ModelBasedProposer(Proposer):
             k = len(ran)
             target = qmc.Sobol(x.shape[1], scramble=True, seed=self.seed).random(2 ** math.ceil(math.log2(k + 1)))[k]
             order = np.argsort(((x - target) ** 2).sum(1), kind="stable")
-            return self._first_runnable(ctx, candidates, order, lambda i: (
-                f"start-up design point {k + 1}/{self.n_init} (scrambled Sobol, nearest runnable config)"))
+            return self._first_runnable(
+                ctx,
+                candidates,
+                order,
+                lambda i: f"start-up design point {k + 1}/{self.n_init} (scrambled Sobol, nearest runnable config)",
+            )
         sign = -1.0 if space.maximize else 1.0
         xo = np.stack([surrogate.encode(space, r.params) for r in ok])
         y = surrogate.copula(np.array([sign * r.objective for r in ok]))
@@ -67,9 +77,15 @@ class ModelBasedProposer(Proposer):
         failed = np.array([float(r.status != Status.OK) for r in ran])
         p_fail = surrogate.failure_probability(x, xr, failed, gp.lengths)
         order = np.argsort(-(ei * (1.0 - p_fail)), kind="stable")
-        return self._first_runnable(ctx, candidates, order, lambda i: (
-            f"expected improvement {ei[i]:.3g} x P(no failure) {1 - p_fail[i]:.2f}: the best runnable of "
-            f"{len(candidates)} candidates (GP of {len(ok)} ok runs)"))
+        return self._first_runnable(
+            ctx,
+            candidates,
+            order,
+            lambda i: (
+                f"expected improvement {ei[i]:.3g} x P(no failure) {1 - p_fail[i]:.2f}: the best runnable of "
+                f"{len(candidates)} candidates (GP of {len(ok)} ok runs)"
+            ),
+        )
 
     def _first_runnable(self, ctx: ProposalContext, candidates: list[dict], order, rationale) -> Proposal | None:
         """The best-ranked candidate the agent would run (``ctx.check``: space, dominance, memory gate), checked
@@ -94,4 +110,3 @@ class ModelBasedProposer(Proposer):
             except ValueError:
                 break
         return out
-

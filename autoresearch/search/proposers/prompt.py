@@ -101,8 +101,9 @@ def _select_rows(table: list[TrialRow], max_rows: int, direction: str) -> tuple[
     return recent, len(table) - len(recent)
 
 
-def trial_table(table: list[TrialRow], direction: str = "minimize", max_rows: int = 200,
-                reason_chars: int = 160) -> str:
+def trial_table(
+    table: list[TrialRow], direction: str = "minimize", max_rows: int = 200, reason_chars: int = 160
+) -> str:
     """The trials so far as a markdown table, one row per trial, oldest first."""
     if not table:
         return "(no trials yet: this is the first one)"
@@ -144,8 +145,11 @@ def user_prompt(space: Any, table: list[TrialRow]) -> str:
     metric = getattr(space, "objective_metric", "objective")
     goal = "lower is better" if direction == "minimize" else "higher is better"
     best = best_row(table, direction)
-    best_text = (f"Best so far: trial {best.number} with {metric} = {_number(best.objective)}."
-                 if best else "No trial has finished with an objective yet.")
+    best_text = (
+        f"Best so far: trial {best.number} with {metric} = {_number(best.objective)}."
+        if best
+        else "No trial has finished with an objective yet."
+    )
     return "\n\n".join(
         [
             f"# Search space\n{space.describe()}",

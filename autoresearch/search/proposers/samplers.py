@@ -15,8 +15,8 @@ import optuna
 from optuna.trial import TrialState
 
 from autoresearch.records import ABANDONED, config_key
-from autoresearch.study.storage import status_of
 from autoresearch.search.proposers.base import Proposal, ProposalContext, Proposer, SearchExhausted
+from autoresearch.study.storage import status_of
 
 
 def tpe_gamma(n: int) -> int:
@@ -27,8 +27,9 @@ def tpe_gamma(n: int) -> int:
     return min(math.ceil(0.25 * n), 25)
 
 
-def make_sampler(name: str, seed: int | None = None, n_startup_trials: int = 10,
-                 concurrent: bool = False) -> optuna.samplers.BaseSampler:
+def make_sampler(
+    name: str, seed: int | None = None, n_startup_trials: int = 10, concurrent: bool = False
+) -> optuna.samplers.BaseSampler:
     """The study's sampler for a proposer name. Grid and LLM proposals are enqueued; when an LLM proposer
     declines a trial, TPE chooses it. ``concurrent``: trials run side by side, so TPE treats the running ones as
     already bad (the "constant liar", Ginsbourger et al. 2010) instead of proposing the same point again."""
@@ -42,8 +43,9 @@ def make_sampler(name: str, seed: int | None = None, n_startup_trials: int = 10,
     # tests/unit/test_agent.py::test_tpe_with_typed_constraints_avoids_the_oom_region says what that costs.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*`gamma` has been deprecated", category=FutureWarning)
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials, multivariate=False,
-                                          gamma=tpe_gamma, constant_liar=concurrent)
+        return optuna.samplers.TPESampler(
+            seed=seed, n_startup_trials=n_startup_trials, multivariate=False, gamma=tpe_gamma, constant_liar=concurrent
+        )
 
 
 class GridProposer(Proposer):
@@ -59,8 +61,11 @@ class GridProposer(Proposer):
         if self._grid is None:
             self._grid = ctx.space.grid(self.points_per_float)
         # Abandoned trials (reaped, interrupted) are queued again by the agent; don't count them as seen.
-        seen = {config_key(t.params) for t in study.get_trials(deepcopy=False)
-                if t.state != TrialState.WAITING and status_of(t) not in ABANDONED}
+        seen = {
+            config_key(t.params)
+            for t in study.get_trials(deepcopy=False)
+            if t.state != TrialState.WAITING and status_of(t) not in ABANDONED
+        }
         for i, point in enumerate(self._grid):
             if config_key(ctx.space.coerce(point)) not in seen:
                 return Proposal(params=point, proposer=self.name, rationale=f"grid point {i + 1}/{len(self._grid)}")

@@ -89,7 +89,7 @@ class _AllGather(nn.Cell):
             # (30 gathers over 4 ranks in one graph: 9-11 s against 3.2-3.4 s; a dp_shard=4 trial: ~10% less CPU).
             mask = self.mask.astype(x.dtype).reshape((self.n,) + (1,) * (x.ndim - d))
             blocks = x.expand_dims(d) * mask
-            return self.op(blocks.reshape(x.shape[:d] + (self.n * x.shape[d],) + x.shape[d + 1:]))
+            return self.op(blocks.reshape(x.shape[:d] + (self.n * x.shape[d],) + x.shape[d + 1 :]))
         return _along_dim(self.op, x, d)
 
 
@@ -155,19 +155,18 @@ class _AllToAll(nn.Cell):
         if self.composed:
             self.gather = _AllGather(group, 0)
         else:
-            self.op = ops.AlltoAll(split_count=group.size, split_dim=split_dim, concat_dim=concat_dim,
-                                   group=group.name)
+            self.op = ops.AlltoAll(split_count=group.size, split_dim=split_dim, concat_dim=concat_dim, group=group.name)
 
     def construct(self, x):
         if not self.composed:
             return self.op(x)
-        every = self.gather(x.expand_dims(0))                       # (n, *x.shape): every rank's x
+        every = self.gather(x.expand_dims(0))  # (n, *x.shape): every rank's x
         size = x.shape[self.split_dim] // self.n
         mine = mint.narrow(every, self.split_dim + 1, self.index * size, size)  # (n, *block): my block from each
         c = self.concat_dim  # the n blocks concatenated along c: move the rank axis before c, merge the two
         moved = ops.transpose(mine, tuple(range(1, c + 1)) + (0,) + tuple(range(c + 1, mine.ndim)))
         block = mine.shape[1:]
-        return moved.reshape(block[:c] + (self.n * block[c],) + block[c + 1:])
+        return moved.reshape(block[:c] + (self.n * block[c],) + block[c + 1 :])
 
 
 def all_reduce(group: Group) -> nn.Cell:

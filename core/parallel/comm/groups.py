@@ -13,7 +13,7 @@ from mindspore.communication import GlobalComm, create_group, get_group_size, ge
 
 from core.runtime.cluster import is_worker_process, wait_for_slow_peers
 
-_GROUPS: dict[tuple[int, ...], "Group"] = {}
+_GROUPS: dict[tuple[int, ...], Group] = {}
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,9 @@ def new_group(ranks: tuple[int, ...], rank: int, world_size: int, label: str = "
     return group
 
 
-def mesh_groups(dims, names=("tp", "cp", "dp_shard", "dp_replicate", "pp", "batch", "fsdp", "loss", "shard",
-                              "model")) -> dict:
+def mesh_groups(
+    dims, names=("tp", "cp", "dp_shard", "dp_replicate", "pp", "batch", "fsdp", "loss", "shard", "model")
+) -> dict:
     """{axis or view: Group} for this rank, created in one fixed order on every rank (so rendezvous match); with
     a pipeline, "embed" joins the first and the last stage (the two copies of a tied embedding), on those ranks."""
     world = dims.world_size

@@ -64,7 +64,7 @@ def own_part(group: Group, dim: int, order=None) -> nn.Cell:
     if order is None:
         return chunk(group, dim)
     n = len(order) // group.size
-    return _Take(np.argsort(order)[group.index * n:(group.index + 1) * n], dim)
+    return _Take(np.argsort(order)[group.index * n : (group.index + 1) * n], dim)
 
 
 # Forward and backward get separate raw Cells: under jit, a helper called from both a bprop-Cell's construct and

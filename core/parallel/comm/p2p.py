@@ -10,7 +10,6 @@ from mindspore.communication import create_group, get_group_size
 
 from core.parallel.comm.collectives import compose_from_all_reduce
 
-
 _P2P_READY = False
 
 

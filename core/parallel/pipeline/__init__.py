@@ -8,9 +8,20 @@ into stages, and the step that runs a schedule over this rank's stages.
 
 import lazy_loader
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "runtime": ["PipelineStep"],
-    "schedules": ["SCHEDULES", "Action", "ScheduleError", "Timing", "build", "compute_order", "simulate",
-                  "stage_layers"],
-    "stages": ["Stage", "StageFns", "accumulate", "split_stages"],
-})
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "runtime": ["PipelineStep"],
+        "schedules": [
+            "SCHEDULES",
+            "Action",
+            "ScheduleError",
+            "Timing",
+            "build",
+            "compute_order",
+            "simulate",
+            "stage_layers",
+        ],
+        "stages": ["Stage", "StageFns", "accumulate", "split_stages"],
+    },
+)

@@ -18,8 +18,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn
 
-from core.data import micro_batches
 from core.config import TrainConfig
+from core.data import micro_batches
 from core.parallel.comm import enable_p2p, recv, send
 from core.parallel.dims import ParallelDims
 from core.parallel.pipeline.schedules import Action, build
@@ -36,8 +36,15 @@ class PipelineStep:
     (``core.training.step``): the mean of the micro-batches' losses (``None`` on ranks without the last stage) and
     the sum of their gradients for ``params`` (this rank's stages' parameters, in order)."""
 
-    def __init__(self, stages: dict[int, Stage], *, losses: tuple[nn.Cell, nn.Cell], params: list,
-                 dims: ParallelDims, cfg: TrainConfig):
+    def __init__(
+        self,
+        stages: dict[int, Stage],
+        *,
+        losses: tuple[nn.Cell, nn.Cell],
+        params: list,
+        dims: ParallelDims,
+        cfg: TrainConfig,
+    ):
         """``stages``: {global stage: Stage} this rank holds; ``losses``: the (train, eval) loss cells of the last
         stage; ``dims``: the mesh (this rank's pipeline group, and whether sequence parallelism splits the hidden
         states between stages); ``cfg``: the schedule, micro-batches and modes."""
@@ -48,8 +55,10 @@ class PipelineStep:
         # hidden states between stages are split on the sequence by cp, and by tp with sequence parallelism
         self.seq_split, self.d_model = (dims.tp if dims.sp else 1), next(iter(stages.values())).cfg.d_model
         self.index = next(s for s in stages) % self.pp
-        self.fns = {s: StageFns(stage, loss=losses[0], eval_loss=losses[1], jit=jit, jit_eval=cfg.eval_compiled)
-                    for s, stage in stages.items()}
+        self.fns = {
+            s: StageFns(stage, loss=losses[0], eval_loss=losses[1], jit=jit, jit_eval=cfg.eval_compiled)
+            for s, stage in stages.items()
+        }
         self.last = max(stages) == p.stages - 1
         self.actions = build(p.pp_schedule, self.pp, cfg.grad_accum_steps, p.pp_virtual)[self.index]
         # one micro-batch's forwards, in the schedule's chunk order: evaluation repeats them per micro-batch
@@ -79,10 +88,10 @@ class PipelineStep:
 
     def _execute(self, actions, inputs, targets, positions, grads):
         b = self.mbs
-        batches = list(micro_batches(inputs, targets, b))          # (b, S) each
-        box: dict[tuple, Tensor] = {}   # (kind, mb, stage) -> a tensor received, computed to send, or stashed
+        batches = list(micro_batches(inputs, targets, b))  # (b, S) each
+        box: dict[tuple, Tensor] = {}  # (kind, mb, stage) -> a tensor received, computed to send, or stashed
         losses = []
-        shape = (b, positions.shape[0] // self.seq_split, self.d_model)   # what passes between stages
+        shape = (b, positions.shape[0] // self.seq_split, self.d_model)  # what passes between stages
         for a in actions:
             fns = self.fns.get(a.stage)
             if a.op == "recv_F" or a.op == "recv_B":

@@ -37,8 +37,9 @@ class Action:
     peer: int = -1  # the other rank of a send or receive
 
     def __repr__(self) -> str:
-        return f"{self.op}{self.mb}@{self.stage}" + (f"->{self.peer}" if self.op.startswith("send") else
-                                                      f"<-{self.peer}" if self.op.startswith("recv") else "")
+        return f"{self.op}{self.mb}@{self.stage}" + (
+            f"->{self.peer}" if self.op.startswith("send") else f"<-{self.peer}" if self.op.startswith("recv") else ""
+        )
 
 
 def stage_layers(n_layers: int, stages: int, split: list[int] | None = None) -> list[range]:
@@ -50,7 +51,7 @@ def stage_layers(n_layers: int, stages: int, split: list[int] | None = None) -> 
     if len(split) != stages or sum(split) != n_layers or min(split) < 1:
         raise ValueError(f"split {split} must give each of {stages} stages >= 1 layer, {n_layers} in all")
     starts = [sum(split[:i]) for i in range(stages)]
-    return [range(a, a + n) for a, n in zip(starts, split)]
+    return [range(a, a + n) for a, n in zip(starts, split, strict=True)]
 
 
 def compute_order(schedule: str, pp: int, micro_batches: int, virtual: int, rank: int) -> list[tuple[str, int, int]]:
@@ -65,7 +66,7 @@ def compute_order(schedule: str, pp: int, micro_batches: int, virtual: int, rank
     if schedule == "interleaved" and m % p:
         raise ValueError(f"the interleaved schedule needs the micro-batches ({m}) to be a multiple of pp ({p})")
 
-    def forward(k):   # the k-th forward of this rank: groups of pp micro-batches, chunk by chunk
+    def forward(k):  # the k-th forward of this rank: groups of pp micro-batches, chunk by chunk
         return ("F", (k // (p * v)) * p + k % p, ((k // p) % v) * p + rank)
 
     def backward(k):  # the same micro-batch order, chunks in reverse
@@ -112,8 +113,8 @@ class ScheduleError(RuntimeError):
 @dataclass
 class Timing:
     makespan: float
-    busy: list[float]      # per rank
-    in_flight: list[int]   # per rank: the most micro-batch stages forwarded and not yet backwarded (stashed inputs)
+    busy: list[float]  # per rank
+    in_flight: list[int]  # per rank: the most micro-batch stages forwarded and not yet backwarded (stashed inputs)
 
     @property
     def bubble(self) -> float:
@@ -121,17 +122,18 @@ class Timing:
         return 1.0 - sum(self.busy) / (len(self.busy) * self.makespan)
 
 
-def simulate(actions: list[list[Action]], micro_batches: int, virtual: int = 1, t_forward: float = 1.0,
-             t_backward: float = 1.0) -> Timing:
+def simulate(
+    actions: list[list[Action]], micro_batches: int, virtual: int = 1, t_forward: float = 1.0, t_backward: float = 1.0
+) -> Timing:
     """Run the ranks' lists (a forward of one stage takes ``t_forward / virtual``, a backward ``t_backward /
     virtual``, messages take no time) and check them; see the module docstring."""
     pp = len(actions)
     stages = pp * virtual
-    sent: dict[tuple[str, int, int], float] = {}         # (kind, mb, stage) -> time its message left
-    done: dict[tuple[str, int, int], float] = {}         # (op, mb, stage) -> time it finished
+    sent: dict[tuple[str, int, int], float] = {}  # (kind, mb, stage) -> time its message left
+    done: dict[tuple[str, int, int], float] = {}  # (op, mb, stage) -> time it finished
     clock, pos = [0.0] * pp, [0] * pp
     received: list[set] = [set() for _ in range(pp)]
-    queues: dict[tuple[int, int], list] = {}              # (src, dst) -> keys sent, not yet received, in order
+    queues: dict[tuple[int, int], list] = {}  # (src, dst) -> keys sent, not yet received, in order
     busy = [0.0] * pp
     live, in_flight = [0] * pp, [0] * pp
     while any(pos[r] < len(actions[r]) for r in range(pp)):
@@ -142,7 +144,7 @@ def simulate(actions: list[list[Action]], micro_batches: int, virtual: int = 1, 
                 if a.op.startswith("recv"):
                     key, channel = (a.op[-1], a.mb, a.stage), queues.setdefault((a.peer, r), [])
                     if not channel:
-                        break                                # blocks until the peer sends something
+                        break  # blocks until the peer sends something
                     if channel[0] != key:
                         raise ScheduleError(f"rank {r}: {a} would receive {channel[0]} (messages arrive in order)")
                     channel.pop(0)

@@ -43,7 +43,7 @@ class Stage(nn.Cell):
         if last and not model.tie_embeddings:
             self.lm_head = model.lm_head
         elif last and not first and not head_copy:
-            self.embed = model.embed   # for its table only: a stage that is not first does not embed
+            self.embed = model.embed  # for its table only: a stage that is not first does not embed
         elif last and not first:
             table = model.embed.weight
             self.embed = type(model.embed)(*table.shape, model.cfg.init_std)  # the head's copy of the table
@@ -57,9 +57,9 @@ class Stage(nn.Cell):
         return self.embed.weight if self.tie_embeddings else self.lm_head.weight
 
     def construct(self, x, positions):
-        cos = ops.gather(self.rope_cos, positions, 0)    # (S, E/2)
-        sin = ops.gather(self.rope_sin, positions, 0)    # (S, E/2)
-        h = self.embed(x) if self.first else x           # (B, S, D)
+        cos = ops.gather(self.rope_cos, positions, 0)  # (S, E/2)
+        sin = ops.gather(self.rope_sin, positions, 0)  # (S, E/2)
+        h = self.embed(x) if self.first else x  # (B, S, D)
         for block in self.layers:
             h = block(h, cos, sin, positions)
         return self.norm(h) if self.last else h
@@ -82,6 +82,7 @@ class StageFns:
         owners = (stage, loss, eval_loss)  # the cells whose Parameters the graphs read (graphs.jit)
         wrap = compiled_if(jit, owners=owners)
         if stage.last:
+
             def loss_fn(x, targets, positions):
                 return loss(stage(x, positions), stage.head_weight(), targets)
 
@@ -91,6 +92,7 @@ class StageFns:
             self.loss_and_grads = wrap(ms.value_and_grad(loss_fn, 0, self.params))
             self.eval = compiled_if(jit_eval, owners=owners)(eval_fn)
         else:
+
             def vjp(x, positions, dy):  # d/dx, d/dW of <stage(x), dy> is the vector-Jacobian product
                 return (stage(x, positions) * dy).sum()
 
@@ -103,5 +105,5 @@ class StageFns:
 
 def accumulate(grads: list, slots: list[int], g, add) -> None:
     """grads[slots[j]] += g[j] (a parameter's first gradient of the step is taken as it is)."""
-    for i, gi in zip(slots, g):
+    for i, gi in zip(slots, g, strict=True):
         grads[i] = gi if grads[i] is None else add(grads[i], gi)

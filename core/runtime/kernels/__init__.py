@@ -42,8 +42,10 @@ def use_cpu_kernels(device: str, setting: bool | None) -> bool:
         return False
     if library_path() is not None:
         return True
-    why = (f"the extension {MODULE} is not built (pip builds it when a C++ compiler is on the PATH: reinstall "
-           "with one, pip install -e .)")
+    why = (
+        f"the extension {MODULE} is not built (pip builds it when a C++ compiler is on the PATH: reinstall "
+        "with one, pip install -e .)"
+    )
     if setting:
         raise RuntimeError(f"execution.cpu_kernels=true, but {why}; or set execution.cpu_kernels=null or false")
     log.warning("execution.cpu_kernels: %s; the optimizer runs MindSpore's own kernels", why)

@@ -21,7 +21,14 @@ def test_booleans_are_not_counts_and_none_is_not_a_string():
 
 def test_exit_codes_name_the_core_statuses():
     assert {code: Status.of_exit(code) for code in (0, 1, 2, 10, 11, 12, 13)} == {
-        0: "ok", 1: "error", 2: "invalid", 10: "oom", 11: "compile_error", 12: "nan", 13: "timeout"}
+        0: "ok",
+        1: "error",
+        2: "invalid",
+        10: "oom",
+        11: "compile_error",
+        12: "nan",
+        13: "timeout",
+    }
     assert Status.of_exit(99) == Status.of_exit(None) == Status.ERROR  # an unknown end is an error
     assert set(records.FAILURE_KINDS) < set(records.RAN) and "space" in records.CONSTRAINT_KEYS
     assert not set(records.SKIPPED) & set(records.RAN) and not set(records.ABANDONED) & set(records.RAN)

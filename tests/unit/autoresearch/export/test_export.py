@@ -4,18 +4,18 @@ core's own overrides (round trips, coverage of every parallel and memory key, pi
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import fields
 
 import optuna
 import pytest
+import tomllib
 import yaml
 
 from autoresearch import export
 from autoresearch.export.__main__ import main as export_main
-from autoresearch.study.storage import load_study
 from autoresearch.export.targets import TARGETS, canonical, export_config, flatten, import_config
 from autoresearch.export.targets.rules import NoCounterpart, same
+from autoresearch.study.storage import load_study
 from core.config import MemoryConfig, ParallelConfig, load_config, to_dict
 from tests.agent_support import run_agent
 
@@ -24,10 +24,17 @@ MBS, REC, LR = "training.micro_batch_size", "memory.recompute", "optim.lr"
 
 def core_space(tmp_path, name="exp", lrs=(0.001, 0.1)):
     """A space of the core's own keys only (no fake.* knobs), so that its overrides compose with core.config."""
-    doc = {"name": name, "objective": {"metric": "tokens_per_sec", "direction": "maximize"}, "world_size": 1,
-           "fixed": {"model": "tiny", "training.seq_len": 64, "trial.max_steps": 2},
-           "params": {MBS: {"type": "choice", "values": [4, 8]}, REC: {"type": "choice", "values": ["full", "none"]},
-                      LR: {"type": "choice", "values": list(lrs)}}}
+    doc = {
+        "name": name,
+        "objective": {"metric": "tokens_per_sec", "direction": "maximize"},
+        "world_size": 1,
+        "fixed": {"model": "tiny", "training.seq_len": 64, "trial.max_steps": 2},
+        "params": {
+            MBS: {"type": "choice", "values": [4, 8]},
+            REC: {"type": "choice", "values": ["full", "none"]},
+            LR: {"type": "choice", "values": list(lrs)},
+        },
+    }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -50,6 +57,7 @@ def flat(*overrides: str) -> dict:
 
 
 # --- which trial and its config -------------------------------------------------------------------------------
+
 
 def test_the_winner_is_the_best_ok_trial(fake_study):
     study = load(fake_study)
@@ -75,8 +83,11 @@ def test_a_trial_that_did_not_run_ok_or_does_not_exist_is_refused(fake_study, tm
 def test_the_config_comes_from_the_summary_else_the_space(fake_study):
     study = load(fake_study)
     best = export.pick_trial(study)
-    expected = to_dict(load_config(["model=tiny", "training.seq_len=64", "trial.max_steps=2", f"{MBS}=8",
-                                    f"{REC}=none", f"{LR}=0.001"]))
+    expected = to_dict(
+        load_config(
+            ["model=tiny", "training.seq_len=64", "trial.max_steps=2", f"{MBS}=8", f"{REC}=none", f"{LR}=0.001"]
+        )
+    )
     # The fake trial's summary holds its raw key=value pairs, not the core's config: composed from its overrides.
     resolved = export.resolved_config(study, best)
     assert resolved.source.endswith("trial_summary.json (composed from its overrides)")
@@ -110,6 +121,7 @@ def test_a_summary_with_the_core_config_is_used_as_it_is(fake_study, tmp_path):
 
 # --- the outputs, end to end through the CLI --------------------------------------------------------------------
 
+
 def test_every_target_writes_a_file_its_reader_parses(fake_study, tmp_path, capsys):
     study = load(fake_study)
     best = export.pick_trial(study)
@@ -125,33 +137,57 @@ def test_every_target_writes_a_file_its_reader_parses(fake_study, tmp_path, caps
             lines = text.split()
             assert all("=" in line for line in lines)
             again = flatten(to_dict(load_config(lines)))
-            assert {k: v for k, v in again.items() if k != "trial.dir"} == \
-                   {k: v for k, v in cfg.items() if k != "trial.dir"}
+            assert {k: v for k, v in again.items() if k != "trial.dir"} == {
+                k: v for k, v in cfg.items() if k != "trial.dir"
+            }
             continue
-        assert head[1] == (f"# exported by autoresearch.export from study 'exp', trial {best.number}: "
-                           f"tokens_per_sec = {best.value:.6g} (maximize)")
+        assert head[1] == (
+            f"# exported by autoresearch.export from study 'exp', trial {best.number}: "
+            f"tokens_per_sec = {best.value:.6g} (maximize)"
+        )
         assert head[2].startswith("# config: ") and head[2].endswith("(composed from its overrides)")
         doc = tomllib.loads(body) if to == "torchtitan" else yaml.safe_load(body)
         exported = export_config(TARGETS[to], cfg)
         assert doc == exported.doc
         not_exported = [line for line in head if line.startswith("# not exported: ")]
         assert len(not_exported) == len(exported.dropped)
-        for line, (key, (value, reason)) in zip(not_exported, exported.dropped.items()):
+        for line, (key, (value, reason)) in zip(not_exported, exported.dropped.items(), strict=True):
             assert line == f"# not exported: {key}={export.value_text(value)} — {reason}"
         assert "# not exported: model.n_layers=3 — the model is the target run's own" in text
 
 
 def test_toml_writer_reads_back_exactly():
-    doc = {"a": {"x": 1, "y": 1e-8, "z": float("inf"), "s": 'say "hi"\\', "t": True, "l": ["layers.2", "layers.4"],
-                 "n": [1, 2]}, "b": {"k": "1F1B"}}
+    doc = {
+        "a": {
+            "x": 1,
+            "y": 1e-8,
+            "z": float("inf"),
+            "s": 'say "hi"\\',
+            "t": True,
+            "l": ["layers.2", "layers.4"],
+            "n": [1, 2],
+        },
+        "b": {"k": "1F1B"},
+    }
     assert tomllib.loads(export.toml_text(doc)) == doc
     with pytest.raises(TypeError, match=r"\[a\]: only flat tables"):
         export.toml_text({"a": {"deep": {"x": 1}}})
 
 
 def test_overrides_add_the_keys_a_preset_brings(tmp_path):
-    cfg = to_dict(load_config(["model=moe-tiny", "parallel.dp_shard=2", "parallel.ep=2", "parallel.pp_layers=[1,2]",
-                               "parallel.pp=2", "memory.swap_ops=null", f"trial.dir={tmp_path}"]))
+    cfg = to_dict(
+        load_config(
+            [
+                "model=moe-tiny",
+                "parallel.dp_shard=2",
+                "parallel.ep=2",
+                "parallel.pp_layers=[1,2]",
+                "parallel.pp=2",
+                "memory.swap_ops=null",
+                f"trial.dir={tmp_path}",
+            ]
+        )
+    )
     lines = export.to_overrides(cfg)
     assert "++model.n_experts=4" in lines and "model.n_layers=3" in lines and "parallel.pp_layers=[1,2]" in lines
     assert "parallel.pp_schedule='1f1b'" in lines and not any(line.startswith("trial.dir") for line in lines)
@@ -167,23 +203,77 @@ def test_overrides_add_the_keys_a_preset_brings(tmp_path):
 
 CASES = {
     "defaults": [],
-    "hsdp-tp-sp-cp-pp": ["model=small", "parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.tp=2",
-                         "parallel.sp=true", "parallel.cp=2", "parallel.pp=2", "training.global_batch_size=16",
-                         "training.micro_batch_size=1", "memory.recompute=full", "memory.recompute_layers=1",
-                         "parallel.pp_schedule=gpipe", "optim.grad_clip=0.5", "memory.limit_gb=12.5"],
-    "interleaved-uneven": ["model=small", "model.n_layers=6", "parallel.pp=2", "parallel.pp_virtual=2",
-                           "parallel.pp_schedule=interleaved", "parallel.pp_layers=[2,1,1,2]",
-                           "training.micro_batch_size=2", "memory.recompute_stages=[full,none,selective,none]",
-                           "memory.recompute_layers=1", "training.mode=pynative", "optim=muon", "optim.schedule=wsd",
-                           "optim.decay_ratio=0.3", "optim.momentum=0.9", "optim.ns_steps=4"],
-    "offset-constant": ["model=small", "parallel.pp=2", "parallel.pp_offset=1", "optim.schedule=constant",
-                        "optim.grad_clip=0", "memory.recompute=selective", "training.mode=pynative", "seed=7"],
-    "swap": ["model=tiny", "training.mode=pynative", "memory.swap=true", "memory.swap_layers=2",
-             "memory.swap_ops=[attention,norm]", "optim.schedule=linear", "optim.min_lr_ratio=0.05"],
-    "swap-all": ["model=tiny", "training.mode=pynative", "memory.swap=true", "optim.lr=0.0007",
-                 "optim.warmup_steps=3", "optim.beta2=0.99", "optim.eps=1e-6", "optim.weight_decay=0.05"],
-    "moe-ep": ["model=moe-tiny", "parallel.dp_shard=2", "parallel.ep=2", "training.seq_len=128",
-               "execution.jit_level=O1", "execution.graph_kernel_fusion=true", "device=Ascend"],
+    "hsdp-tp-sp-cp-pp": [
+        "model=small",
+        "parallel.dp_replicate=2",
+        "parallel.dp_shard=2",
+        "parallel.tp=2",
+        "parallel.sp=true",
+        "parallel.cp=2",
+        "parallel.pp=2",
+        "training.global_batch_size=16",
+        "training.micro_batch_size=1",
+        "memory.recompute=full",
+        "memory.recompute_layers=1",
+        "parallel.pp_schedule=gpipe",
+        "optim.grad_clip=0.5",
+        "memory.limit_gb=12.5",
+    ],
+    "interleaved-uneven": [
+        "model=small",
+        "model.n_layers=6",
+        "parallel.pp=2",
+        "parallel.pp_virtual=2",
+        "parallel.pp_schedule=interleaved",
+        "parallel.pp_layers=[2,1,1,2]",
+        "training.micro_batch_size=2",
+        "memory.recompute_stages=[full,none,selective,none]",
+        "memory.recompute_layers=1",
+        "training.mode=pynative",
+        "optim=muon",
+        "optim.schedule=wsd",
+        "optim.decay_ratio=0.3",
+        "optim.momentum=0.9",
+        "optim.ns_steps=4",
+    ],
+    "offset-constant": [
+        "model=small",
+        "parallel.pp=2",
+        "parallel.pp_offset=1",
+        "optim.schedule=constant",
+        "optim.grad_clip=0",
+        "memory.recompute=selective",
+        "training.mode=pynative",
+        "seed=7",
+    ],
+    "swap": [
+        "model=tiny",
+        "training.mode=pynative",
+        "memory.swap=true",
+        "memory.swap_layers=2",
+        "memory.swap_ops=[attention,norm]",
+        "optim.schedule=linear",
+        "optim.min_lr_ratio=0.05",
+    ],
+    "swap-all": [
+        "model=tiny",
+        "training.mode=pynative",
+        "memory.swap=true",
+        "optim.lr=0.0007",
+        "optim.warmup_steps=3",
+        "optim.beta2=0.99",
+        "optim.eps=1e-6",
+        "optim.weight_decay=0.05",
+    ],
+    "moe-ep": [
+        "model=moe-tiny",
+        "parallel.dp_shard=2",
+        "parallel.ep=2",
+        "training.seq_len=128",
+        "execution.jit_level=O1",
+        "execution.graph_kernel_fusion=true",
+        "device=Ascend",
+    ],
 }
 
 
@@ -223,12 +313,20 @@ def test_every_parallel_and_memory_key_is_mapped_or_listed(target):
 
 def test_mindformers_pins_the_parallel_keys():
     doc = export_config(TARGETS["mindformers"], flat(*CASES["hsdp-tp-sp-cp-pp"])).doc
-    assert doc["parallel_config"] == {"data_parallel": 4, "model_parallel": 2, "pipeline_stage": 2,
-                                      "context_parallel": 2, "expert_parallel": 1, "use_seq_parallel": True,
-                                      "micro_batch_num": 4}  # 16 / (1 * 4): a pipeline's micro-batches
-    assert doc["parallel"] == {"enable_parallel_optimizer": True,
-                               "parallel_optimizer_config": {"optimizer_weight_shard_size": 2},
-                               "pipeline_config": {"pipeline_interleave": False, "pipeline_scheduler": "gpipe"}}
+    assert doc["parallel_config"] == {
+        "data_parallel": 4,
+        "model_parallel": 2,
+        "pipeline_stage": 2,
+        "context_parallel": 2,
+        "expert_parallel": 1,
+        "use_seq_parallel": True,
+        "micro_batch_num": 4,
+    }  # 16 / (1 * 4): a pipeline's micro-batches
+    assert doc["parallel"] == {
+        "enable_parallel_optimizer": True,
+        "parallel_optimizer_config": {"optimizer_weight_shard_size": 2},
+        "pipeline_config": {"pipeline_interleave": False, "pipeline_scheduler": "gpipe"},
+    }
     assert doc["runner_config"] == {"batch_size": 1, "gradient_accumulation_steps": 1}
     assert doc["model"]["model_config"] == {"pp_interleave_num": 1, "offset": 0, "seq_length": 64}
     assert doc["recompute_config"] == {"recompute": [1, 1], "select_recompute": [0, 0]}  # 1 of 2 blocks a stage
@@ -242,10 +340,21 @@ def test_mindformers_pins_the_parallel_keys():
     assert doc["recompute_config"] == {"recompute": [[1, 0], [0, 0]], "select_recompute": [[0, 0], [1, 0]]}
     assert doc["runner_config"] == {"batch_size": 2, "gradient_accumulation_steps": 1}
     assert doc["parallel_config"]["micro_batch_num"] == 4
-    assert doc["optimizer"] == {"type": "Muon", "weight_decay": 0.1, "adamw_betas": [0.9, 0.95], "adamw_eps": 1e-8,
-                                "momentum": 0.9, "ns_steps": 4}
-    assert doc["lr_schedule"] == {"learning_rate": 0.02, "warmup_steps": 10, "type": "WarmUpStableDecayLR",
-                                  "lr_end": 0.002, "decay_start_ratio": 0.7}
+    assert doc["optimizer"] == {
+        "type": "Muon",
+        "weight_decay": 0.1,
+        "adamw_betas": [0.9, 0.95],
+        "adamw_eps": 1e-8,
+        "momentum": 0.9,
+        "ns_steps": 4,
+    }
+    assert doc["lr_schedule"] == {
+        "learning_rate": 0.02,
+        "warmup_steps": 10,
+        "type": "WarmUpStableDecayLR",
+        "lr_end": 0.002,
+        "decay_start_ratio": 0.7,
+    }
     assert "mode" not in doc["context"]  # MindFormers' YAML trainer is graph mode only; the header says so
 
     doc = export_config(TARGETS["mindformers"], flat(*CASES["offset-constant"])).doc
@@ -255,21 +364,32 @@ def test_mindformers_pins_the_parallel_keys():
     assert doc["lr_schedule"] == {"learning_rate": 0.003, "warmup_steps": 10, "type": "ConstantWarmUpLR"}
     assert doc["runner_wrapper"] == {"use_clip_grad": False}
     dropped = export_config(TARGETS["mindformers"], flat(*CASES["offset-constant"])).dropped
-    assert dropped["training.mode"] == ("pynative", "MindFormers' YAML trainer runs in GRAPH_MODE only "
-                                                    "(configuration.md: context.mode); its PyNative trainer takes "
-                                                    "another config")
+    assert dropped["training.mode"] == (
+        "pynative",
+        "MindFormers' YAML trainer runs in GRAPH_MODE only "
+        "(configuration.md: context.mode); its PyNative trainer takes "
+        "another config",
+    )
     assert dropped["device"][1] == "MindFormers runs on Ascend only (configuration.md: context.device_target)"
 
     doc = export_config(TARGETS["mindformers"], flat(*CASES["moe-ep"])).doc
     assert doc["parallel_config"]["expert_parallel"] == 2 and doc["parallel_config"]["data_parallel"] == 2
     assert doc["runner_config"] == {"batch_size": 4, "gradient_accumulation_steps": 1}
-    assert doc["context"] == {"mode": 0, "jit_config": {"jit_level": "O1"}, "enable_graph_kernel": True,
-                              "device_target": "Ascend"}
+    assert doc["context"] == {
+        "mode": 0,
+        "jit_config": {"jit_level": "O1"},
+        "enable_graph_kernel": True,
+        "device_target": "Ascend",
+    }
 
     doc = export_config(TARGETS["mindformers"], flat(*CASES["swap"])).doc
-    assert doc["swap_config"] == {"swap": True, "op_swap": [
-        {"op_name": name, "backward_prefetch": 1, "layers": [0, 1]}
-        for name in ("attention", "attention_norm", "ffn_norm")]}
+    assert doc["swap_config"] == {
+        "swap": True,
+        "op_swap": [
+            {"op_name": name, "backward_prefetch": 1, "layers": [0, 1]}
+            for name in ("attention", "attention_norm", "ffn_norm")
+        ],
+    }
     assert doc["lr_schedule"]["type"] == "PolynomialWithWarmUpLR" and doc["lr_schedule"]["power"] == 1.0
     doc = export_config(TARGETS["mindformers"], flat(*CASES["swap-all"])).doc
     assert doc["swap_config"] == {"swap": True, "layer_swap": [{"backward_prefetch": 1, "layers": [0, 1, 2]}]}
@@ -278,12 +398,24 @@ def test_mindformers_pins_the_parallel_keys():
 def test_torchtitan_pins_the_parallel_keys():
     doc = export_config(TARGETS["torchtitan"], flat(*CASES["hsdp-tp-sp-cp-pp"])).doc
     assert doc["parallelism"] == {
-        "data_parallel_replicate_degree": 2, "data_parallel_shard_degree": 2, "tensor_parallel_degree": 2,
-        "pipeline_parallel_degree": 2, "context_parallel_degree": 2, "expert_parallel_degree": 1,
-        "pipeline_parallel_schedule": "GPipe", "pipeline_parallel_split_points": ["layers.2"],
-        "pipeline_parallel_microbatch_size": 1}
-    assert doc["training"] == {"global_batch_size": 16, "local_batch_size": 4, "seq_len": 64, "compile": True,
-                               "max_norm": 0.5, "seed": 0}  # with a pipeline a rank's batch is its micro-batches
+        "data_parallel_replicate_degree": 2,
+        "data_parallel_shard_degree": 2,
+        "tensor_parallel_degree": 2,
+        "pipeline_parallel_degree": 2,
+        "context_parallel_degree": 2,
+        "expert_parallel_degree": 1,
+        "pipeline_parallel_schedule": "GPipe",
+        "pipeline_parallel_split_points": ["layers.2"],
+        "pipeline_parallel_microbatch_size": 1,
+    }
+    assert doc["training"] == {
+        "global_batch_size": 16,
+        "local_batch_size": 4,
+        "seq_len": 64,
+        "compile": True,
+        "max_norm": 0.5,
+        "seed": 0,
+    }  # with a pipeline a rank's batch is its micro-batches
     exported = export_config(TARGETS["torchtitan"], flat(*CASES["hsdp-tp-sp-cp-pp"]))
     assert "activation_checkpoint" not in exported.doc  # the first k blocks: no torchtitan counterpart
     assert exported.dropped["memory.recompute_layers"][1].startswith("torchtitan's selective_ac_option=<int>")
@@ -291,10 +423,16 @@ def test_torchtitan_pins_the_parallel_keys():
     exported = export_config(TARGETS["torchtitan"], flat(*CASES["interleaved-uneven"]))
     assert exported.doc["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
     assert exported.doc["parallelism"]["pipeline_parallel_split_points"] == ["layers.2", "layers.3", "layers.4"]
-    assert exported.doc["lr_scheduler"] == {"warmup_steps": 10, "decay_type": "linear", "lr_min": 0.1,
-                                            "decay_ratio": 0.3}
-    assert exported.dropped["optim.name"] == ("muon", "torchtitan's [optimizer] builds Adam and AdamW only "
-                                                      "(torchtitan/components/optimizer.py)")
+    assert exported.doc["lr_scheduler"] == {
+        "warmup_steps": 10,
+        "decay_type": "linear",
+        "lr_min": 0.1,
+        "decay_ratio": 0.3,
+    }
+    assert exported.dropped["optim.name"] == (
+        "muon",
+        "torchtitan's [optimizer] builds Adam and AdamW only (torchtitan/components/optimizer.py)",
+    )
     assert "name" not in exported.doc["optimizer"]
 
     doc = export_config(TARGETS["torchtitan"], flat(*CASES["offset-constant"])).doc
@@ -307,8 +445,14 @@ def test_torchtitan_pins_the_parallel_keys():
 
     doc = export_config(TARGETS["torchtitan"], flat(*CASES["moe-ep"])).doc
     assert doc["parallelism"]["expert_parallel_degree"] == 2 and doc["parallelism"]["data_parallel_shard_degree"] == 2
-    assert doc["training"] == {"global_batch_size": 8, "local_batch_size": 4, "seq_len": 128, "compile": True,
-                               "max_norm": 1.0, "seed": 0}  # no pipeline: 8 / (4 * 2) = 1 step, no accumulation
+    assert doc["training"] == {
+        "global_batch_size": 8,
+        "local_batch_size": 4,
+        "seq_len": 128,
+        "compile": True,
+        "max_norm": 1.0,
+        "seed": 0,
+    }  # no pipeline: 8 / (4 * 2) = 1 step, no accumulation
     assert doc["activation_checkpoint"] == {"mode": "none"}  # torchtitan's own default is selective
 
 
@@ -321,15 +465,26 @@ def test_tensor_parallel_without_sequence_parallel_has_no_torchtitan_counterpart
 
 def test_canonical_spells_equal_configs_one_way():
     # an explicit split equal to the even one moved by an offset; per-stage recompute that is the same everywhere
-    a = canonical(flat("model=small", "parallel.pp=2", "parallel.pp_layers=[3,1]",
-                       "memory.recompute_stages=[full,full]", "memory.recompute_layers=3"))
+    a = canonical(
+        flat(
+            "model=small",
+            "parallel.pp=2",
+            "parallel.pp_layers=[3,1]",
+            "memory.recompute_stages=[full,full]",
+            "memory.recompute_layers=3",
+        )
+    )
     b = canonical(flat("model=small", "parallel.pp=2", "parallel.pp_offset=1", "memory.recompute=full"))
     assert a == b and (b["parallel.pp_layers"], b["parallel.pp_offset"]) == (None, 1)
     assert b["memory.recompute_layers"] is None  # 3 blocks cover both stages (3 and 1 layers)
     # settings without effect go to their defaults: decay_ratio outside WSD, Muon's under AdamW
     c = canonical(flat("optim.decay_ratio=0.5", "optim.momentum=0.5", "optim.min_lr_ratio=1.0"))
-    assert (c["optim.decay_ratio"], c["optim.momentum"], c["optim.schedule"], c["optim.min_lr_ratio"]) == \
-           (0.2, 0.95, "constant", 0.1)
+    assert (c["optim.decay_ratio"], c["optim.momentum"], c["optim.schedule"], c["optim.min_lr_ratio"]) == (
+        0.2,
+        0.95,
+        "constant",
+        0.1,
+    )
 
 
 def test_a_value_mapped_to_no_counterpart_is_raised_and_the_rest_restore():

@@ -13,17 +13,40 @@ import pandas as pd
 import pytest
 
 from autoresearch.records import TrialRow
-from autoresearch.study import ledger
 from autoresearch.report import plots
 from autoresearch.report.__main__ import main as report_main
-from autoresearch.study import storage
+from autoresearch.study import ledger, storage
 from tests.agent_support import ESTIMATOR, MBS, REC, run_agent, space_file
 
-COLUMNS = ["number", "status", "exit_code", MBS, REC, "optim.lr", "objective", "peak_mem_mib", "wall_time_sec",
-           "ranks", "device_sec", "startup_sec", "compile_sec", "steps_sec", "llm_tokens", "llm_usd",
-           "proposer", "reason"]
-PNGS = ["objective_by_trial.png", f"objective_vs_{MBS}.png", f"objective_vs_{REC}.png", "objective_vs_optim.lr.png",
-        "best_vs_device_time.png", "memory_predicted_vs_measured.png", "parallel_coordinates.png"]
+COLUMNS = [
+    "number",
+    "status",
+    "exit_code",
+    MBS,
+    REC,
+    "optim.lr",
+    "objective",
+    "peak_mem_mib",
+    "wall_time_sec",
+    "ranks",
+    "device_sec",
+    "startup_sec",
+    "compile_sec",
+    "steps_sec",
+    "llm_tokens",
+    "llm_usd",
+    "proposer",
+    "reason",
+]
+PNGS = [
+    "objective_by_trial.png",
+    f"objective_vs_{MBS}.png",
+    f"objective_vs_{REC}.png",
+    "objective_vs_optim.lr.png",
+    "best_vs_device_time.png",
+    "memory_predicted_vs_measured.png",
+    "parallel_coordinates.png",
+]
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +72,7 @@ def report_text(capsys, *argv) -> str:
 
 def objectives_sorted(values, maximize):
     present = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    missing_at_end = all(v is None or (isinstance(v, float) and math.isnan(v)) for v in values[len(present):])
+    missing_at_end = all(v is None or (isinstance(v, float) and math.isnan(v)) for v in values[len(present) :])
     return missing_at_end and present == sorted(present, reverse=maximize)
 
 
@@ -177,8 +200,11 @@ def test_html_report_holds_the_studys_trials_the_ledger_and_the_plots(studies, c
         t = by_number[int(r[0])]
         assert r[1] == t.user_attrs["status"]
         objective = t.user_attrs.get("objective")  # None for failures, absent for skipped proposals
-        assert (r[COLUMNS.index("objective")] == "") if objective is None else \
-            float(r[COLUMNS.index("objective")]) == pytest.approx(objective, rel=1e-5)
+        assert (
+            (r[COLUMNS.index("objective")] == "")
+            if objective is None
+            else float(r[COLUMNS.index("objective")]) == pytest.approx(objective, rel=1e-5)
+        )
     assert parsed.ids == [f"trial-{n}" for n in sorted(by_number)]  # every trial explained, in trial order
     totals = ledger.format_totals(ledger.study_totals(storage.trial_rows(study)))
     assert f"<pre>{totals}</pre>" in page
@@ -189,10 +215,18 @@ def test_html_report_holds_the_studys_trials_the_ledger_and_the_plots(studies, c
 
 def test_best_so_far_per_proposer_against_device_time():
     led = lambda seconds: {"device_sec": seconds}  # noqa: E731
-    rows = [TrialRow(number=i, state="COMPLETE", status="ok", proposer=who, objective=value, ledger=spent)
-            for i, (who, value, spent) in enumerate([
-                ("tpe", 5.0, led(2.0)), ("claude", None, led(1.0)), ("tpe", 3.0, led(0.0)), ("claude", 7.0, led(4.0)),
-                ("tpe", None, None)])]  # the last still running: not on the curves
+    rows = [
+        TrialRow(number=i, state="COMPLETE", status="ok", proposer=who, objective=value, ledger=spent)
+        for i, (who, value, spent) in enumerate(
+            [
+                ("tpe", 5.0, led(2.0)),
+                ("claude", None, led(1.0)),
+                ("tpe", 3.0, led(0.0)),
+                ("claude", 7.0, led(4.0)),
+                ("tpe", None, None),
+            ]
+        )
+    ]  # the last still running: not on the curves
     curves = plots.best_so_far_curves(rows, maximize=True)
     assert curves["all"][0] == [2.0, 3.0, 3.0, 7.0] and curves["all"][1] == [5.0, 5.0, 5.0, 7.0]
     assert curves["tpe"] == ([2.0, 2.0], [5.0, 5.0])

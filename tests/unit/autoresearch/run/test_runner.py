@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from autoresearch import core_adapter
-from autoresearch.run import runner
-from core.trial import processes
-from core.config import override_value
 from autoresearch.core_adapter import read_result, watchdog_seconds
+from autoresearch.run import runner
 from autoresearch.run.runner import run_trial
+from core.config import override_value
+from core.trial import processes
 from tests.schema import assert_summary_schema
 
 FAKE = [sys.executable, str(Path(__file__).resolve().parents[3] / "fake_trial.py")]
@@ -30,19 +30,22 @@ def test_ok_trial_reads_summary_and_objective(tmp_path):
     assert_summary_schema(r.summary)  # the fake writes what the core writes
     step_ms = 5.0 + 0.02 * 4 * 256
     assert r.objective == pytest.approx(4 * 256 / step_ms * 1000.0)
-    assert r.metrics["peak_memory_bytes"] == int(int((64 * 2**20 + 4 * 256 * 128 * 1024)) * 1.1)
+    assert r.metrics["peak_memory_bytes"] == int(int(64 * 2**20 + 4 * 256 * 128 * 1024) * 1.1)
     assert r.trial_dir == tmp_path / "t"
     assert (tmp_path / "t" / "stdout.log").exists() and (tmp_path / "t" / "stderr.log").exists()
 
 
-@pytest.mark.parametrize("overrides, status, code", [
-    (["training.micro_batch_size=64", "training.seq_len=256"], "oom", 10),
-    (["optim.lr=0.5"], "nan", 12),
-    (["fake.compile_error=true"], "compile_error", 11),
-    (["fake.error=true"], "error", 1),
-    (["not_a_key.x=1"], "invalid", 2),
-    (["fake.sleep=5", "trial.max_wall_time_sec=0.2"], "timeout", 13),
-])
+@pytest.mark.parametrize(
+    "overrides, status, code",
+    [
+        (["training.micro_batch_size=64", "training.seq_len=256"], "oom", 10),
+        (["optim.lr=0.5"], "nan", 12),
+        (["fake.compile_error=true"], "compile_error", 11),
+        (["fake.error=true"], "error", 1),
+        (["not_a_key.x=1"], "invalid", 2),
+        (["fake.sleep=5", "trial.max_wall_time_sec=0.2"], "timeout", 13),
+    ],
+)
 def test_typed_failures(tmp_path, overrides, status, code):
     r = run(tmp_path, *overrides)
     assert (r.status, r.exit_code) == (status, code)
@@ -66,7 +69,9 @@ def test_crash_without_summary_records_signal_and_stderr_tail(tmp_path):
 
 
 def test_nonzero_exit_without_summary_keeps_its_code(tmp_path):
-    r = run_trial(["x=1"], tmp_path / "t", command=[sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(10)"])
+    r = run_trial(
+        ["x=1"], tmp_path / "t", command=[sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(10)"]
+    )
     assert (r.status, r.exit_code) == ("oom", 10)
     assert "without writing trial_summary.json" in r.reason and "boom" in r.reason
 
@@ -119,8 +124,10 @@ def test_argument_list_passes_values_verbatim(tmp_path):
     # No shell: a value with shell syntax reaches the trial as one literal argument.
     r = run(tmp_path, "fake.note=$(touch pwned); echo hi")
     assert r.status == "ok"
-    assert json.loads((tmp_path / "t" / "trial_summary.json").read_text())["config"]["fake.note"] == \
-        "$(touch pwned); echo hi"
+    assert (
+        json.loads((tmp_path / "t" / "trial_summary.json").read_text())["config"]["fake.note"]
+        == "$(touch pwned); echo hi"
+    )
     assert not Path("pwned").exists()
 
 

@@ -13,10 +13,11 @@ from optuna.trial import TrialState
 
 from autoresearch import cli as agent
 from autoresearch import records as outcomes
-from autoresearch.study import reaper, storage
 from autoresearch.run.options import AgentOptions
 from autoresearch.run.session import Session
+from autoresearch.study import reaper, storage
 from tests.agent_support import ESTIMATOR, FAKE, MBS, REC, ScriptedProposer, load, run_agent, space_file
+
 
 def in_region(params, region):
     return params[MBS] >= region[MBS] and ["full", "none"].index(params[REC]) >= ["full", "none"].index(region[REC])
@@ -60,7 +61,9 @@ def test_default_study_records_every_trial(tmp_path, capsys, monkeypatch):
     assert sorted(csv["number"]) == [t.number for t in study.trials]
     best = storage.best_trial(study)
     assert best.user_attrs["status"] == "ok" and study.best_trial.number == best.number
-    assert out.splitlines()[-1] == f"best (unconfirmed, --confirm 0): trial {best.number}, tokens_per_sec={best.value:.6g}"
+    assert (
+        out.splitlines()[-1] == f"best (unconfirmed, --confirm 0): trial {best.number}, tokens_per_sec={best.value:.6g}"
+    )
 
 
 def test_repeats_do_not_spend_the_budget_and_the_search_ends_when_nothing_is_new(tmp_path, capsys):
@@ -69,8 +72,8 @@ def test_repeats_do_not_spend_the_budget_and_the_search_ends_when_nothing_is_new
     assert "no config left that is new" in capsys.readouterr().out
     study = load(tmp_path)
     ran = [t for t in study.trials if t.state == TrialState.COMPLETE]
-    assert sorted(t.params[MBS] for t in ran) == [8, 16]                   # each config ran exactly once
-    assert storage.finished_count(study) == 2                               # repeats were not counted
+    assert sorted(t.params[MBS] for t in ran) == [8, 16]  # each config ran exactly once
+    assert storage.finished_count(study) == 2  # repeats were not counted
     assert all(t.user_attrs["status"] == "duplicate" for t in study.trials if t.state == TrialState.PRUNED)
 
 
@@ -133,7 +136,10 @@ def test_random_proposer_and_space_rejections_do_not_count(tmp_path):
     repeats = [t for t in study.trials if t.user_attrs["status"] == "duplicate"]
     assert storage.finished_count(study) == 6 == len(study.trials) - len(rejected) - len(repeats)
     assert {t.user_attrs["proposer"] for t in study.trials} <= {
-        "random", "random (random repeated a config)", "random (random broke the space's constraints)"}
+        "random",
+        "random (random repeated a config)",
+        "random (random broke the space's constraints)",
+    }
 
 
 def test_a_sampler_that_keeps_breaking_the_space_gets_a_valid_config(tmp_path):
@@ -184,19 +190,34 @@ def test_errors_fail_and_the_agent_gives_up_after_max_errors(tmp_path):
 
 def test_enqueued_proposals_invalid_ones_and_the_cost_ledger(tmp_path):
     space = space_file(tmp_path)
-    opts = AgentOptions(space=str(space), proposer="tpe", trials=4, trials_dir=str(tmp_path / "trials"),
-                        command=shlex.split(FAKE), estimator=None, max_cost=0.035, seed=0, progress=False)
+    opts = AgentOptions(
+        space=str(space),
+        proposer="tpe",
+        trials=4,
+        trials_dir=str(tmp_path / "trials"),
+        command=shlex.split(FAKE),
+        estimator=None,
+        max_cost=0.035,
+        seed=0,
+        progress=False,
+    )
     loop = Session(opts, "tpe")
-    loop.chooser.proposer = ScriptedProposer([
-        {MBS: 16, REC: "none", "optim.lr": 0.001},
-        {MBS: 12, REC: "none", "optim.lr": 0.001},  # not a choice: ignored, TPE picks this trial
-        None,
-        {MBS: 8, REC: "full", "optim.lr": 0.001}])
+    loop.chooser.proposer = ScriptedProposer(
+        [
+            {MBS: 16, REC: "none", "optim.lr": 0.001},
+            {MBS: 12, REC: "none", "optim.lr": 0.001},  # not a choice: ignored, TPE picks this trial
+            None,
+            {MBS: 8, REC: "full", "optim.lr": 0.001},
+        ]
+    )
     assert loop.run().code == 0
     study = load(tmp_path)
     t0, t1, t2, t3 = study.trials[:4]
-    assert (t0.params, t0.user_attrs["proposer"], t0.user_attrs["rationale"]) == \
-        ({MBS: 16, REC: "none", "optim.lr": 0.001}, "scripted", "because")
+    assert (t0.params, t0.user_attrs["proposer"], t0.user_attrs["rationale"]) == (
+        {MBS: 16, REC: "none", "optim.lr": 0.001},
+        "scripted",
+        "because",
+    )
     assert t1.user_attrs["proposer"] == "tpe" and t2.user_attrs["proposer"] == "tpe"
     assert all(t.user_attrs["llm_usage"]["cost_usd"] == 0.01 for t in (t0, t1, t2, t3))
     assert len(study.trials) == 4 and storage.llm_cost(study) == pytest.approx(0.04)  # stopped at max-cost
@@ -209,9 +230,11 @@ def test_enqueued_proposals_invalid_ones_and_the_cost_ledger(tmp_path):
 
 def test_tpe_with_typed_constraints_avoids_the_oom_region(tmp_path):
     """Same budget and seed: TPE, told OOMs as infeasible, proposes the OOM region far less than random."""
-    params = {MBS: {"type": "choice", "values": [4, 8, 16, 32, 64, 128], "memory": "up"},
-              REC: {"type": "choice", "values": ["full", "none"], "memory": "up"},
-              "optim.lr": {"type": "float", "low": 1e-4, "high": 3e-2, "log": True, "memory": "none"}}
+    params = {
+        MBS: {"type": "choice", "values": [4, 8, 16, 32, 64, 128], "memory": "up"},
+        REC: {"type": "choice", "values": ["full", "none"], "memory": "up"},
+        "optim.lr": {"type": "float", "low": 1e-4, "high": 3e-2, "log": True, "memory": "none"},
+    }
     counts = {}
     for proposer in ("tpe", "random"):
         space = space_file(tmp_path, name=proposer, params=params)
@@ -219,7 +242,7 @@ def test_tpe_with_typed_constraints_avoids_the_oom_region(tmp_path):
         trials = load(tmp_path, proposer).trials
         oom = [(t.params[MBS] >= 32 and t.params[REC] == "none") or t.params[MBS] >= 128 for t in trials]
         assert any(oom), "both must meet the OOM region to learn from it"
-        half = oom[len(oom) // 2:]
+        half = oom[len(oom) // 2 :]
         counts[proposer] = sum(half) / len(half)
     assert counts["tpe"] <= 0.1
     assert counts["random"] >= 0.2
@@ -259,12 +282,16 @@ def test_reap_only_trials_whose_agent_is_gone(tmp_path):
     notes = reaper.reap_stale(study, store)
 
     def states():
-        return {name: t.state for name, t in zip(cases, study.get_trials()[:len(cases)])}
+        return {name: t.state for name, t in zip(cases, study.get_trials()[: len(cases)], strict=True)}
 
     # just asked: its agent may be about to tag it (another agent starting now must leave it alone)
-    assert states() == {"dead agent here": TrialState.FAIL, "live agent here": TrialState.RUNNING,
-                        "other host, fresh heartbeat": TrialState.RUNNING, "other host, silent": TrialState.FAIL,
-                        "never tagged": TrialState.RUNNING}
+    assert states() == {
+        "dead agent here": TrialState.FAIL,
+        "live agent here": TrialState.RUNNING,
+        "other host, fresh heartbeat": TrialState.RUNNING,
+        "other host, silent": TrialState.FAIL,
+        "never tagged": TrialState.RUNNING,
+    }
     assert sum("reaped on resume" in n for n in notes) == 2 and sum("left alone" in n for n in notes) == 3
     notes = reaper.reap_stale(study, store, now=time.time() + reaper.UNTAGGED_GRACE_SEC + 1)
     assert states()["never tagged"] == TrialState.FAIL and states()["other host, fresh heartbeat"] == TrialState.RUNNING
@@ -292,8 +319,9 @@ def test_hybrid_through_the_sdk_enqueues_claude_and_records_every_call(tmp_path,
     # for every turn rather than a sequence of trials.
     claude_turns = [t for t in trials if is_claude_turn(t.number, 0.5)]  # the odd numbers
     assert len(claude_turns) >= 3 and claude_turns[0].number == 1
-    assert trials[1].user_attrs["proposer"] == "claude" and trials[1].params == \
-        {k: v for k, v in proposal.items() if k != "rationale"}
+    assert trials[1].user_attrs["proposer"] == "claude" and trials[1].params == {
+        k: v for k, v in proposal.items() if k != "rationale"
+    }
     assert trials[1].user_attrs["rationale"] == "largest micro-batch that fits"
     # Every later Claude turn repeats trial 1: Claude is told so, gives up after its retries, and the hybrid's
     # classical half takes the trial, named as what chose it; the decline and the tokens spent stay on the record.

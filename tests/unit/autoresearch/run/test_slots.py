@@ -10,12 +10,15 @@ def test_one_worker_gets_the_whole_machine():
     assert make_slots(1) == [Slot(0, "")]
 
 
-@pytest.mark.parametrize("cores, workers, sets", [
-    ([0, 1], 2, ["0", "1"]),
-    ([0, 1, 2, 3, 4, 5, 6, 7], 2, ["0-3", "4-7"]),
-    ([0, 1, 2, 3, 4, 5, 6], 3, ["0-1", "2-3", "4-5"]),   # the odd core stays unused: equal shares
-    ([2, 3, 5, 8, 9], 2, ["2-3", "5,8"]),                 # an affinity with holes
-])
+@pytest.mark.parametrize(
+    "cores, workers, sets",
+    [
+        ([0, 1], 2, ["0", "1"]),
+        ([0, 1, 2, 3, 4, 5, 6, 7], 2, ["0-3", "4-7"]),
+        ([0, 1, 2, 3, 4, 5, 6], 3, ["0-1", "2-3", "4-5"]),  # the odd core stays unused: equal shares
+        ([2, 3, 5, 8, 9], 2, ["2-3", "5,8"]),  # an affinity with holes
+    ],
+)
 def test_cpu_slots_split_the_cores(monkeypatch, cores, workers, sets):
     monkeypatch.setattr(slots.shutil, "which", lambda name: f"/usr/bin/{name}")
     got = make_slots(workers, "CPU", cores=cores)

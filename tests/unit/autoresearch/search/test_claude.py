@@ -8,7 +8,6 @@ returns a validated Proposal or None (TPE chooses that trial).
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import logging
 import socket
@@ -19,11 +18,11 @@ import optuna
 import pytest
 from anthropic.resources.messages import DEPRECATED_MODELS
 
+from autoresearch.records import TrialRow
 from autoresearch.search.proposers.base import Proposal, ProposalContext
 from autoresearch.search.proposers.claude import DEFAULT_MODEL, ClaudeProposer, cost_usd, model_price, sdk_models
 from autoresearch.search.proposers.hybrid import HybridProposer, is_claude_turn
 from autoresearch.search.proposers.prompt import EXIT_CODES, TOOL_NAME, system_prompt, trial_table
-from autoresearch.records import TrialRow
 from autoresearch.space import ChoiceParam, FloatParam, SearchSpace
 from tests.fake_anthropic import FakeAnthropic
 
@@ -35,8 +34,11 @@ LR, MB, OPT = "optim.lr", "training.micro_batch_size", "optim"
 
 def toy_space() -> SearchSpace:
     return SearchSpace(
-        name="toy", description="learning rate and micro-batch of a tiny GPT",
-        objective={"metric": "val_loss", "direction": "minimize"}, world_size=2, fixed={"model": "tiny"},
+        name="toy",
+        description="learning rate and micro-batch of a tiny GPT",
+        objective={"metric": "val_loss", "direction": "minimize"},
+        world_size=2,
+        fixed={"model": "tiny"},
         params={
             LR: FloatParam(low=1e-4, high=1e-1, log=True, nan="up"),
             MB: ChoiceParam(values=[1, 2, 4, 8], memory="up"),
@@ -47,14 +49,39 @@ def toy_space() -> SearchSpace:
 
 
 TABLE = [
-    TrialRow(number=0, state="COMPLETE", params={LR: 0.003, MB: 2, OPT: "adamw"}, status="ok", exit_code=0,
-             objective=3.2145, peak_memory_bytes=512 * 2**20, predicted_memory_bytes=480 * 2**20, reason=""),
-    TrialRow(number=1, state="COMPLETE", params={LR: 0.003, MB: 4, OPT: "adamw"}, status="oom", exit_code=10,
-             objective=None, peak_memory_bytes=2048 * 2**20, predicted_memory_bytes=1900 * 2**20,
-             reason="rank 1 out of memory: limit 2 GiB"),
-    TrialRow(number=2, state="COMPLETE", params={LR: 0.09, MB: 1, OPT: "muon"}, status="nan", exit_code=12,
-             objective=None, peak_memory_bytes=300 * 2**20, predicted_memory_bytes=None,
-             reason="loss became NaN at step 7"),
+    TrialRow(
+        number=0,
+        state="COMPLETE",
+        params={LR: 0.003, MB: 2, OPT: "adamw"},
+        status="ok",
+        exit_code=0,
+        objective=3.2145,
+        peak_memory_bytes=512 * 2**20,
+        predicted_memory_bytes=480 * 2**20,
+        reason="",
+    ),
+    TrialRow(
+        number=1,
+        state="COMPLETE",
+        params={LR: 0.003, MB: 4, OPT: "adamw"},
+        status="oom",
+        exit_code=10,
+        objective=None,
+        peak_memory_bytes=2048 * 2**20,
+        predicted_memory_bytes=1900 * 2**20,
+        reason="rank 1 out of memory: limit 2 GiB",
+    ),
+    TrialRow(
+        number=2,
+        state="COMPLETE",
+        params={LR: 0.09, MB: 1, OPT: "muon"},
+        status="nan",
+        exit_code=12,
+        objective=None,
+        peak_memory_bytes=300 * 2**20,
+        predicted_memory_bytes=None,
+        reason="loss became NaN at step 7",
+    ),
 ]
 
 GOOD = {LR: 0.001, MB: 2, OPT: "muon", "rationale": "muon at a safe lr"}
@@ -143,10 +170,14 @@ def test_prompt_carries_table_and_exit_codes(fake, ctx):
     assert toy_space().describe() in user
     assert "minimize `val_loss` (lower is better). Best so far: trial 0 with val_loss = 3.2145." in user
     # One row per trial: params, status, exit code, objective, measured and predicted MiB, reason.
-    assert '| 0 | {"optim":"adamw","optim.lr":0.003,"training.micro_batch_size":2} | ok | 0 | 3.2145 | 512 | 480 ' \
-           '| - |' in user
-    assert '| 1 | {"optim":"adamw","optim.lr":0.003,"training.micro_batch_size":4} | oom | 10 | - | 2048 | 1900 | ' \
-           'rank 1 out of memory: limit 2 GiB |' in user
+    assert (
+        '| 0 | {"optim":"adamw","optim.lr":0.003,"training.micro_batch_size":2} | ok | 0 | 3.2145 | 512 | 480 '
+        "| - |" in user
+    )
+    assert (
+        '| 1 | {"optim":"adamw","optim.lr":0.003,"training.micro_batch_size":4} | oom | 10 | - | 2048 | 1900 | '
+        "rank 1 out of memory: limit 2 GiB |" in user
+    )
     assert "| 2 |" in user and "| nan | 12 |" in user and "loss became NaN at step 7" in user
 
 
@@ -205,8 +236,10 @@ def test_constraint_violation_is_fed_back(fake, ctx):
     fake.tool_use(GOOD)
     assert make(fake).propose(None, ctx) is not None
     [result] = tool_results(fake.messages_requests[1])
-    assert "violates the search space: constraint violated: training.micro_batch_size * world_size <= 8" \
+    assert (
+        "violates the search space: constraint violated: training.micro_batch_size * world_size <= 8"
         in result["content"]
+    )
 
 
 def test_duplicate_is_asked_again(fake, ctx):
@@ -255,12 +288,25 @@ def test_accepts_a_given_client(ctx):
     def handler(request):
         seen.append(json.loads(request.content))
         block = {"type": "tool_use", "id": "toolu_1", "name": TOOL_NAME, "input": GOOD}
-        return httpx2.Response(200, json={"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
-                                          "content": [block], "stop_reason": "tool_use", "stop_sequence": None,
-                                          "usage": {"input_tokens": 7, "output_tokens": 3}})
+        return httpx2.Response(
+            200,
+            json={
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "model": "m",
+                "content": [block],
+                "stop_reason": "tool_use",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 7, "output_tokens": 3},
+            },
+        )
 
-    client = anthropic.Anthropic(base_url="http://mock.invalid", max_retries=0,
-                                 http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
+    client = anthropic.Anthropic(
+        base_url="http://mock.invalid",
+        max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )
     p = ClaudeProposer(client=client).propose(None, ctx)
     assert p.params == {LR: 0.001, MB: 2, OPT: "muon"}
     assert p.usage["input_tokens"] == 7 and seen[0]["tool_choice"]["name"] == TOOL_NAME
@@ -341,8 +387,9 @@ def test_api_key_never_logged_or_returned(fake, ctx, caplog):
         assert proposer.propose(None, ctx) is None
     assert p is not None
     # The key did travel, in the request header only, so the test would notice if it were not the one in use.
-    assert KEY in fake.messages_requests[0].headers.get("authorization", "") + \
-        fake.messages_requests[0].headers.get("x-api-key", "")
+    assert KEY in fake.messages_requests[0].headers.get("authorization", "") + fake.messages_requests[0].headers.get(
+        "x-api-key", ""
+    )
     logged = caplog.text + " ".join(str(r.args) for r in caplog.records)
     assert "upstream rejected credentials ***" in caplog.text
     assert KEY not in logged
@@ -355,8 +402,10 @@ def test_api_key_never_logged_or_returned(fake, ctx, caplog):
 
 def test_trial_table_empty_and_bounded():
     assert "first one" in trial_table([])
-    rows = [TrialRow(number=i, state="COMPLETE", params={"x": i}, status="ok", exit_code=0,
-                     objective=10.0 - (i == 3) * 5) for i in range(10)]
+    rows = [
+        TrialRow(number=i, state="COMPLETE", params={"x": i}, status="ok", exit_code=0, objective=10.0 - (i == 3) * 5)
+        for i in range(10)
+    ]
     text = trial_table(rows, "minimize", max_rows=4)
     numbers = [line.split("|")[1].strip() for line in text.splitlines()[2:] if line.startswith("| ")]
     assert numbers == ["3", "6", "7", "8", "9"]  # the best (trial 3) is kept beside the most recent four

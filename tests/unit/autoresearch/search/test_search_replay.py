@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.search.feasibility import FeasibilityMemory
 from autoresearch.records import config_key
+from autoresearch.search.feasibility import FeasibilityMemory
 from autoresearch.space import load_space
 
 pytestmark = pytest.mark.slow  # ~40 s: a few hundred replayed trials, each its own process
@@ -46,8 +46,12 @@ def outcome(lr: float, seq: int, batch: int) -> tuple[str, int, float | None]:
         return "nan", 12, None
     if seq * batch >= 256 * 16:  # the OOM region: monotone in both, as the annotations say
         return "oom", 10, None
-    loss = 2.0 + 0.3 * (math.log10(lr) - math.log10(0.03)) ** 2 + 0.1 * (SEQS.index(seq) - 1) ** 2 \
+    loss = (
+        2.0
+        + 0.3 * (math.log10(lr) - math.log10(0.03)) ** 2
+        + 0.1 * (SEQS.index(seq) - 1) ** 2
         + 0.1 * (BATCHES.index(batch) - 1) ** 2
+    )
     return "ok", 0, loss
 
 
@@ -71,12 +75,27 @@ def table(tmp_path_factory):
     for i, (lr, seq, batch) in enumerate((a, b, c) for a in LRS for b in SEQS for c in BATCHES):
         status, code, loss = outcome(lr, seq, batch)
         params = {"optim.lr": lr, "training.seq_len": seq, "training.global_batch_size": batch}
-        rows.append({"index": i, "params": params, "param_overrides": {k: str(v) for k, v in params.items()},
-                     "status": status, "exit_code": code, "objective": loss,
-                     "summary": {"status": status, "exit_code": code, "reason": status,
-                                 "metrics": {} if loss is None else {"val_loss": loss}}})
-    data = {"space": str(root / "synthetic.yaml"), "objective": {"metric": "val_loss", "direction": "minimize"},
-            "rows": rows}
+        rows.append(
+            {
+                "index": i,
+                "params": params,
+                "param_overrides": {k: str(v) for k, v in params.items()},
+                "status": status,
+                "exit_code": code,
+                "objective": loss,
+                "summary": {
+                    "status": status,
+                    "exit_code": code,
+                    "reason": status,
+                    "metrics": {} if loss is None else {"val_loss": loss},
+                },
+            }
+        )
+    data = {
+        "space": str(root / "synthetic.yaml"),
+        "objective": {"metric": "val_loss", "direction": "minimize"},
+        "rows": rows,
+    }
     path = root / "table.json"
     path.write_text(json.dumps(data))
     return path, data
@@ -110,7 +129,8 @@ def replays(ae, table, tmp_path_factory) -> dict:
                 name = f"{method}-s{seed}"
                 study = optuna.load_study(study_name=name, storage=st.default_storage(work, name))
                 out.setdefault(method, []).append(
-                    (result, sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)))
+                    (result, sorted(study.get_trials(deepcopy=False), key=lambda t: t.number))
+                )
     if shm:
         shutil.rmtree(shm, ignore_errors=True)
     return out

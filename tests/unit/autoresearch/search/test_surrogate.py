@@ -9,8 +9,7 @@ import pytest
 from scipy import optimize
 
 from autoresearch.search import surrogate
-from autoresearch.space import ChoiceParam, FloatParam
-from autoresearch.space import SearchSpace
+from autoresearch.space import ChoiceParam, FloatParam, SearchSpace
 
 
 def _data(n: int = 14, dim: int = 3, seed: int = 0):
@@ -65,14 +64,19 @@ def test_expected_improvement_matches_monte_carlo(mean, std, best):
 
 
 def test_encode_positions_log_ranges_and_one_hot_names():
-    space = SearchSpace(name="s", objective={"metric": "val_loss", "direction": "minimize"}, params={
-        "optim.lr": FloatParam(low=1e-4, high=1e-2, log=True),
-        "training.micro_batch_size": ChoiceParam(values=[1, 2, 4, 8]),
-        "optim": ChoiceParam(values=["adamw", "muon", "sgd"]),
-        "parallel.sp": ChoiceParam(values=[False, True]),
-    })
-    f = surrogate.encode(space, {"optim.lr": 1e-3, "training.micro_batch_size": 4, "optim": "muon",
-                                 "parallel.sp": True})
+    space = SearchSpace(
+        name="s",
+        objective={"metric": "val_loss", "direction": "minimize"},
+        params={
+            "optim.lr": FloatParam(low=1e-4, high=1e-2, log=True),
+            "training.micro_batch_size": ChoiceParam(values=[1, 2, 4, 8]),
+            "optim": ChoiceParam(values=["adamw", "muon", "sgd"]),
+            "parallel.sp": ChoiceParam(values=[False, True]),
+        },
+    )
+    f = surrogate.encode(
+        space, {"optim.lr": 1e-3, "training.micro_batch_size": 4, "optim": "muon", "parallel.sp": True}
+    )
     np.testing.assert_allclose(f, [0.5, 2 / 3, 0.0, 1.0, 0.0, 1.0])
 
 
@@ -87,12 +91,15 @@ def test_copula_keeps_the_order_and_bounds_an_outlier():
 def test_failure_probability_rises_near_failures_and_is_even_without_evidence():
     ran = np.array([[0.0, 0.0], [0.1, 0.0], [1.0, 1.0]])
     failed = np.array([1.0, 1.0, 0.0])
-    p = surrogate.failure_probability(np.array([[0.05, 0.0], [1.0, 0.95], [40.0, 40.0]]), ran, failed,
-                                      np.array([0.2, 0.2]))
+    p = surrogate.failure_probability(
+        np.array([[0.05, 0.0], [1.0, 0.95], [40.0, 40.0]]), ran, failed, np.array([0.2, 0.2])
+    )
     assert p[0] > 0.6 > 0.4 > p[1]
     assert p[2] == pytest.approx(0.5, abs=1e-6)
-    assert surrogate.failure_probability(np.zeros((2, 2)), np.zeros((0, 2)), np.zeros(0), np.ones(2)).tolist() == \
-        [0.5, 0.5]
+    assert surrogate.failure_probability(np.zeros((2, 2)), np.zeros((0, 2)), np.zeros(0), np.ones(2)).tolist() == [
+        0.5,
+        0.5,
+    ]
 
 
 def test_the_same_config_run_twice_fits_and_predicts_between_its_two_values():

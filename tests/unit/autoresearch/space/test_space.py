@@ -9,9 +9,9 @@ import textwrap
 import numpy as np
 import pytest
 
+from autoresearch.space import SPACES_DIR, SearchSpace, SpaceError, load_space
 from autoresearch.space.params import FloatParam, IntParam, ParamError
 from core.config import format_value
-from autoresearch.space import SPACES_DIR, SearchSpace, SpaceError, load_space
 
 # ---------------------------------------------------------------------------------------------- the schema
 
@@ -47,11 +47,14 @@ def space(tmp_path) -> SearchSpace:
 
 
 def test_good_space_loads_with_every_field(space):
-    assert (space.name, space.objective_metric, space.direction, space.world_size) == \
-        ("demo", "val_loss", "minimize", 2)
+    assert (space.name, space.objective_metric, space.direction, space.world_size) == (
+        "demo",
+        "val_loss",
+        "minimize",
+        2,
+    )
     assert space.fixed == {"model": "tiny", "training.global_batch_size": 16}
-    assert list(space.params) == ["optim.lr", "training.micro_batch_size", "memory.recompute",
-                                  "parallel.dp_replicate"]
+    assert list(space.params) == ["optim.lr", "training.micro_batch_size", "memory.recompute", "parallel.dp_replicate"]
     lr = space.params["optim.lr"]
     assert (lr.type, lr.low, lr.high, lr.log, lr.nan, lr.memory) == ("float", 1e-4, 0.1, True, "up", "none")
     assert space.params["training.micro_batch_size"].step == 2
@@ -75,60 +78,173 @@ MALFORMED = [
     ("empty-file", "", "file", "is empty", None),
     ("bad-yaml", "params: {x: [1, 2\n", "yaml", "not valid YAML", None),
     ("duplicate-key", replace(MB, MB + MB), "params.training.micro_batch_size", "duplicate key", 11),
-    ("bad-direction", replace("direction: minimize", "direction: lowest"), "objective.direction",
-     "minimize or maximize", 3),
-    ("unknown-metric", replace("metric: val_loss", "metric: accuracy"), "objective.metric",
-     "is not a trial metric", 3),
-    ("objective-extra-key", replace("direction: minimize}", "direction: minimize, goal: 1}"), "objective.goal",
-     "unknown key", 3),
+    (
+        "bad-direction",
+        replace("direction: minimize", "direction: lowest"),
+        "objective.direction",
+        "minimize or maximize",
+        3,
+    ),
+    ("unknown-metric", replace("metric: val_loss", "metric: accuracy"), "objective.metric", "is not a trial metric", 3),
+    (
+        "objective-extra-key",
+        replace("direction: minimize}", "direction: minimize, goal: 1}"),
+        "objective.goal",
+        "unknown key",
+        3,
+    ),
     ("world-size-float", replace("world_size: 2", "world_size: 2.5"), "world_size", "must be an integer", 4),
     ("world-size-zero", replace("world_size: 2", "world_size: 0"), "world_size", "must be > 0", 4),
-    ("unknown-param-key", replace(MB, "  training.micro_batch_size: {type: int, low: 2, high: 8, stp: 2}\n"),
-     "params.training.micro_batch_size.stp", "unknown key; allowed: type, low, high, step", 10),
-    ("unknown-type", replace(MB, "  training.micro_batch_size: {type: integer, low: 2, high: 8}\n"),
-     "params.training.micro_batch_size.type", "must be one of choice, int, float", 10),
-    ("param-not-mapping", replace(MB, "  training.micro_batch_size: 4\n"), "params.training.micro_batch_size",
-     "must be a mapping with a type", 10),
-    ("low-ge-high", replace(LR, "  optim.lr: {type: float, low: 0.1, high: 0.1}\n"), "params.optim.lr.high",
-     "low must be below high", 9),
-    ("log-nonpositive-low", replace(LR, "  optim.lr: {type: float, low: 0.0, high: 0.1, log: true}\n"),
-     "params.optim.lr.low", "needs low > 0", 9),
-    ("int-low-float", replace(MB, "  training.micro_batch_size: {type: int, low: 2.5, high: 8}\n"),
-     "params.training.micro_batch_size.low", "must be an integer", 10),
-    ("float-low-string", replace(LR, "  optim.lr: {type: float, low: small, high: 0.1}\n"),
-     "params.optim.lr.low", "must be a finite number", 9),
-    ("step-off-grid", replace(MB, "  training.micro_batch_size: {type: int, low: 2, high: 8, step: 4}\n"),
-     "params.training.micro_batch_size.step", "not a multiple of step 4", 10),
-    ("log-with-float-step", replace(LR, "  optim.lr: {type: float, low: 0.1, high: 0.5, log: true, step: 0.1}\n"),
-     "params.optim.lr.step", "log and step cannot be combined", 9),
-    ("empty-choice", replace("values: [full, none]", "values: []"), "params.memory.recompute.values",
-     "non-empty list", 11),
-    ("duplicate-choice", replace("values: [full, none]", "values: [full, full]"),
-     "params.memory.recompute.values", "duplicate value full", 11),
-    ("choice-with-low", replace("values: [1, 2]}", "values: [1, 2], low: 1}"),
-     "params.parallel.dp_replicate.low", "unknown key; allowed: type, values", 12),
-    ("bad-annotation", replace("memory: up}\n  memory.recompute", "memory: more}\n  memory.recompute"),
-     "params.training.micro_batch_size.memory", "must be up, down or none", 10),
-    ("reserved-param-name", replace(MB, "  world_size: {type: int, low: 1, high: 2}\n"), "params.world_size",
-     "is reserved", 10),
-    ("param-name-not-dotted", replace(MB, "  micro batch: {type: int, low: 1, high: 2}\n"), "params.micro batch",
-     "is not a dotted name", 10),
-    ("no-params", GOOD[:GOOD.index("params:")] + "params: {}\n", "params", "needs at least one param", 8),
-    ("fixed-collides", replace("model: tiny", "model: tiny\n  optim.lr: 0.01"), "fixed.optim.lr",
-     "is also a param", 7),
+    (
+        "unknown-param-key",
+        replace(MB, "  training.micro_batch_size: {type: int, low: 2, high: 8, stp: 2}\n"),
+        "params.training.micro_batch_size.stp",
+        "unknown key; allowed: type, low, high, step",
+        10,
+    ),
+    (
+        "unknown-type",
+        replace(MB, "  training.micro_batch_size: {type: integer, low: 2, high: 8}\n"),
+        "params.training.micro_batch_size.type",
+        "must be one of choice, int, float",
+        10,
+    ),
+    (
+        "param-not-mapping",
+        replace(MB, "  training.micro_batch_size: 4\n"),
+        "params.training.micro_batch_size",
+        "must be a mapping with a type",
+        10,
+    ),
+    (
+        "low-ge-high",
+        replace(LR, "  optim.lr: {type: float, low: 0.1, high: 0.1}\n"),
+        "params.optim.lr.high",
+        "low must be below high",
+        9,
+    ),
+    (
+        "log-nonpositive-low",
+        replace(LR, "  optim.lr: {type: float, low: 0.0, high: 0.1, log: true}\n"),
+        "params.optim.lr.low",
+        "needs low > 0",
+        9,
+    ),
+    (
+        "int-low-float",
+        replace(MB, "  training.micro_batch_size: {type: int, low: 2.5, high: 8}\n"),
+        "params.training.micro_batch_size.low",
+        "must be an integer",
+        10,
+    ),
+    (
+        "float-low-string",
+        replace(LR, "  optim.lr: {type: float, low: small, high: 0.1}\n"),
+        "params.optim.lr.low",
+        "must be a finite number",
+        9,
+    ),
+    (
+        "step-off-grid",
+        replace(MB, "  training.micro_batch_size: {type: int, low: 2, high: 8, step: 4}\n"),
+        "params.training.micro_batch_size.step",
+        "not a multiple of step 4",
+        10,
+    ),
+    (
+        "log-with-float-step",
+        replace(LR, "  optim.lr: {type: float, low: 0.1, high: 0.5, log: true, step: 0.1}\n"),
+        "params.optim.lr.step",
+        "log and step cannot be combined",
+        9,
+    ),
+    (
+        "empty-choice",
+        replace("values: [full, none]", "values: []"),
+        "params.memory.recompute.values",
+        "non-empty list",
+        11,
+    ),
+    (
+        "duplicate-choice",
+        replace("values: [full, none]", "values: [full, full]"),
+        "params.memory.recompute.values",
+        "duplicate value full",
+        11,
+    ),
+    (
+        "choice-with-low",
+        replace("values: [1, 2]}", "values: [1, 2], low: 1}"),
+        "params.parallel.dp_replicate.low",
+        "unknown key; allowed: type, values",
+        12,
+    ),
+    (
+        "bad-annotation",
+        replace("memory: up}\n  memory.recompute", "memory: more}\n  memory.recompute"),
+        "params.training.micro_batch_size.memory",
+        "must be up, down or none",
+        10,
+    ),
+    (
+        "reserved-param-name",
+        replace(MB, "  world_size: {type: int, low: 1, high: 2}\n"),
+        "params.world_size",
+        "is reserved",
+        10,
+    ),
+    (
+        "param-name-not-dotted",
+        replace(MB, "  micro batch: {type: int, low: 1, high: 2}\n"),
+        "params.micro batch",
+        "is not a dotted name",
+        10,
+    ),
+    ("no-params", GOOD[: GOOD.index("params:")] + "params: {}\n", "params", "needs at least one param", 8),
+    ("fixed-collides", replace("model: tiny", "model: tiny\n  optim.lr: 0.01"), "fixed.optim.lr", "is also a param", 7),
     ("fixed-not-scalar", replace("model: tiny", "model: [tiny]"), "fixed.model", "must be a scalar", 6),
-    ("constraint-does-not-parse", replace('- "parallel.dp_replicate <= world_size"',
-                                          '- "parallel.dp_replicate <= "'), "constraints[0]", "does not parse", 14),
-    ("constraint-unknown-name", replace("parallel.dp_replicate <= world_size", "parallel.tp <= world_size"),
-     "constraints[0]", "unknown name(s) parallel.tp", 14),
-    ("constraint-calls-code", replace('- "parallel.dp_replicate <= world_size"', "- \"__import__('os')\""),
-     "constraints[0]", "does not parse", 14),
-    ("constraint-not-condition", replace("parallel.dp_replicate <= world_size", "parallel.dp_replicate + 1"),
-     "constraints[0]", "is not a condition", 14),
-    ("constraint-not-string", replace('- "parallel.dp_replicate <= world_size"', "- 3"), "constraints[0]",
-     "must be a string", 14),
-    ("constraints-not-list", replace('constraints:\n  - "parallel.dp_replicate <= world_size"\n  - ',
-                                     "constraints: "), "constraints", "must be a list", 13),
+    (
+        "constraint-does-not-parse",
+        replace('- "parallel.dp_replicate <= world_size"', '- "parallel.dp_replicate <= "'),
+        "constraints[0]",
+        "does not parse",
+        14,
+    ),
+    (
+        "constraint-unknown-name",
+        replace("parallel.dp_replicate <= world_size", "parallel.tp <= world_size"),
+        "constraints[0]",
+        "unknown name(s) parallel.tp",
+        14,
+    ),
+    (
+        "constraint-calls-code",
+        replace('- "parallel.dp_replicate <= world_size"', "- \"__import__('os')\""),
+        "constraints[0]",
+        "does not parse",
+        14,
+    ),
+    (
+        "constraint-not-condition",
+        replace("parallel.dp_replicate <= world_size", "parallel.dp_replicate + 1"),
+        "constraints[0]",
+        "is not a condition",
+        14,
+    ),
+    (
+        "constraint-not-string",
+        replace('- "parallel.dp_replicate <= world_size"', "- 3"),
+        "constraints[0]",
+        "must be a string",
+        14,
+    ),
+    (
+        "constraints-not-list",
+        replace('constraints:\n  - "parallel.dp_replicate <= world_size"\n  - ', "constraints: "),
+        "constraints",
+        "must be a list",
+        13,
+    ),
     ("budget-unknown-key", replace("dollars: 1.0}", "euros: 1.0}"), "budget.euros", "unknown key", 16),
     ("budget-negative", replace("trials: 12", "trials: -1"), "budget.trials", "must be > 0", 16),
     ("bad-name", replace("name: demo", "name: my space!"), "name", "letters, digits", 1),
@@ -166,7 +282,7 @@ def test_resolution_order_cwd_then_search_spaces(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert load_space("parallel.yaml").path == str(SPACES_DIR / "parallel.yaml")
     assert load_space("parallel").path == str(SPACES_DIR / "parallel.yaml")
-    (tmp_path / "parallel.yaml").write_text(GOOD)      # a local file of the same name wins
+    (tmp_path / "parallel.yaml").write_text(GOOD)  # a local file of the same name wins
     assert load_space("parallel.yaml").name == "demo"
     assert load_space("parallel").name == "demo"
 
@@ -176,14 +292,17 @@ def test_param_rules_hold_when_built_in_code():
         IntParam(low=1, high=10, step=1, log=True, memory="sideways")
     assert info.value.field == "memory"
     with pytest.raises(SpaceError, match="is also a param"):
-        SearchSpace(name="s", objective={"metric": "val_loss", "direction": "minimize"}, fixed={"x": 1},
-                    params={"x": IntParam(low=0, high=3)})
+        SearchSpace(
+            name="s",
+            objective={"metric": "val_loss", "direction": "minimize"},
+            fixed={"x": 1},
+            params={"x": IntParam(low=0, high=3)},
+        )
 
 
 # ---------------------------------------------------------------------------------------------- operations
 
-GOOD_POINT = {"optim.lr": 0.01, "training.micro_batch_size": 4, "memory.recompute": "none",
-              "parallel.dp_replicate": 2}
+GOOD_POINT = {"optim.lr": 0.01, "training.micro_batch_size": 4, "memory.recompute": "none", "parallel.dp_replicate": 2}
 
 
 def test_check_accepts_a_valid_point_and_ints_for_floats(space):
@@ -192,16 +311,19 @@ def test_check_accepts_a_valid_point_and_ints_for_floats(space):
     assert space.check({**GOOD_POINT, "optim.lr": 0}) == ["optim.lr=0: below the minimum 0.0001"]
 
 
-@pytest.mark.parametrize("change, reason", [
-    ({"optim.lr": 0.5}, "optim.lr=0.5: above the maximum 0.1"),
-    ({"optim.lr": "0.01"}, "optim.lr='0.01': must be a finite number"),
-    ({"training.micro_batch_size": 3}, "training.micro_batch_size=3: not on the grid 2 + k * 2"),
-    ({"training.micro_batch_size": 4.0}, "training.micro_batch_size=4.0: must be an integer"),
-    ({"training.micro_batch_size": True}, "training.micro_batch_size=True: must be an integer"),
-    ({"memory.recompute": "some"}, "memory.recompute='some': not one of full, none"),
-    ({"parallel.dp_replicate": True}, "parallel.dp_replicate=True: not one of 1, 2"),
-    ({"extra": 1}, "unknown param extra"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({"optim.lr": 0.5}, "optim.lr=0.5: above the maximum 0.1"),
+        ({"optim.lr": "0.01"}, "optim.lr='0.01': must be a finite number"),
+        ({"training.micro_batch_size": 3}, "training.micro_batch_size=3: not on the grid 2 + k * 2"),
+        ({"training.micro_batch_size": 4.0}, "training.micro_batch_size=4.0: must be an integer"),
+        ({"training.micro_batch_size": True}, "training.micro_batch_size=True: must be an integer"),
+        ({"memory.recompute": "some"}, "memory.recompute='some': not one of full, none"),
+        ({"parallel.dp_replicate": True}, "parallel.dp_replicate=True: not one of 1, 2"),
+        ({"extra": 1}, "unknown param extra"),
+    ],
+)
 def test_check_names_each_problem(space, change, reason):
     reasons = space.check({**GOOD_POINT, **change})
     assert len(reasons) == 1 and reasons[0].startswith(reason)
@@ -212,14 +334,21 @@ def test_check_reports_missing_keys_and_violated_constraints(space):
     del point["memory.recompute"]
     assert space.check(point) == ["missing param memory.recompute"]
     reasons = space.check({**GOOD_POINT, "training.micro_batch_size": 6})
-    assert reasons == ["constraint violated: training.global_batch_size % (training.micro_batch_size * "
-                       "parallel.dp_replicate) == 0 (with parallel.dp_replicate=2, training.global_batch_size=16, "
-                       "training.micro_batch_size=6)"]
+    assert reasons == [
+        "constraint violated: training.global_batch_size % (training.micro_batch_size * "
+        "parallel.dp_replicate) == 0 (with parallel.dp_replicate=2, training.global_batch_size=16, "
+        "training.micro_batch_size=6)"
+    ]
 
 
 def test_coerce_turns_llm_text_into_typed_values(space):
-    raw = {"optim.lr": "1e-2", "training.micro_batch_size": "4", "memory.recompute": "none",
-           "parallel.dp_replicate": "2", "rationale": "kept as is"}
+    raw = {
+        "optim.lr": "1e-2",
+        "training.micro_batch_size": "4",
+        "memory.recompute": "none",
+        "parallel.dp_replicate": "2",
+        "rationale": "kept as is",
+    }
     out = space.coerce(raw)
     assert out == {**GOOD_POINT, "rationale": "kept as is"}
     assert type(out["training.micro_batch_size"]) is int and type(out["parallel.dp_replicate"]) is int
@@ -228,13 +357,16 @@ def test_coerce_turns_llm_text_into_typed_values(space):
     assert space.coerce({"parallel.dp_replicate": 2.0})["parallel.dp_replicate"] == 2
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"training.micro_batch_size": "four"}, "training.micro_batch_size: 'four' is not an integer"),
-    ({"training.micro_batch_size": 4.5}, "training.micro_batch_size: 4.5 is not an integer"),
-    ({"optim.lr": "nan"}, "optim.lr: nan is not a finite number"),
-    ({"optim.lr": None}, "optim.lr: None is not a number"),
-    ({"memory.recompute": "partial"}, "memory.recompute: 'partial' is not one of full, none"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"training.micro_batch_size": "four"}, "training.micro_batch_size: 'four' is not an integer"),
+        ({"training.micro_batch_size": 4.5}, "training.micro_batch_size: 4.5 is not an integer"),
+        ({"optim.lr": "nan"}, "optim.lr: nan is not a finite number"),
+        ({"optim.lr": None}, "optim.lr: None is not a number"),
+        ({"memory.recompute": "partial"}, "memory.recompute: 'partial' is not one of full, none"),
+    ],
+)
 def test_coerce_rejects_with_a_clear_reason(space, change, message):
     with pytest.raises(ValueError) as info:
         space.coerce(change)
@@ -248,16 +380,34 @@ def test_constraint_values_are_zero_when_satisfied_and_graded_when_not(space):
 
 def test_overrides_are_hydra_strings_fixed_first(space):
     assert space.overrides({**GOOD_POINT, "optim.lr": 3e-05}) == [
-        "model=tiny", "training.global_batch_size=16", "optim.lr=3e-05", "training.micro_batch_size=4",
-        "memory.recompute=none", "parallel.dp_replicate=2"]
+        "model=tiny",
+        "training.global_batch_size=16",
+        "optim.lr=3e-05",
+        "training.micro_batch_size=4",
+        "memory.recompute=none",
+        "parallel.dp_replicate=2",
+    ]
     with pytest.raises(ValueError, match="missing"):
         space.overrides({"optim.lr": 0.01})
 
 
-@pytest.mark.parametrize("value, text", [
-    (True, "true"), (False, "false"), (None, "null"), (0.1, "0.1"), (1e-05, "1e-05"), (2.0, "2.0"), (3, "3"),
-    ("adamw", "adamw"), ("true", "'true'"), ("1", "'1'"), ("a b", "'a b'"), ("it's", "'it\\'s'"),
-])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (True, "true"),
+        (False, "false"),
+        (None, "null"),
+        (0.1, "0.1"),
+        (1e-05, "1e-05"),
+        (2.0, "2.0"),
+        (3, "3"),
+        ("adamw", "adamw"),
+        ("true", "'true'"),
+        ("1", "'1'"),
+        ("a b", "'a b'"),
+        ("it's", "'it\\'s'"),
+    ],
+)
 def test_override_values_round_trip_through_hydra(value, text):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -273,8 +423,13 @@ def test_json_schema_describes_every_param_plus_rationale(space):
     props = schema["properties"]
     assert props["optim.lr"]["type"] == "number"
     assert (props["optim.lr"]["minimum"], props["optim.lr"]["maximum"]) == (1e-4, 0.1)
-    assert props["training.micro_batch_size"] == {**props["training.micro_batch_size"], "type": "integer",
-                                                  "minimum": 2, "maximum": 8, "multipleOf": 2}
+    assert props["training.micro_batch_size"] == {
+        **props["training.micro_batch_size"],
+        "type": "integer",
+        "minimum": 2,
+        "maximum": 8,
+        "multipleOf": 2,
+    }
     assert props["memory.recompute"]["enum"] == ["full", "none"] and props["memory.recompute"]["type"] == "string"
     assert props["parallel.dp_replicate"]["enum"] == [1, 2]
     assert props["rationale"]["type"] == "string"
@@ -284,13 +439,17 @@ def test_json_schema_describes_every_param_plus_rationale(space):
 def test_grid_is_the_product_filtered_by_constraints(space):
     grid = space.grid(points_per_float=3)
     lrs = sorted({p["optim.lr"] for p in grid})
-    assert lrs == [0.0001, 0.00316227766017, 0.1]                 # log-spaced, tidied
+    assert lrs == [0.0001, 0.00316227766017, 0.1]  # log-spaced, tidied
     # 3 lr x (4 micro x 2 recompute x 2 dp) minus micro 6 (16 % 6, 16 % 12) and dp 2 with micro 6 or 8 (16 % 16 ok)
     valid = [(m, d) for m in (2, 4, 6, 8) for d in (1, 2) if 16 % (m * d) == 0]
     assert len(grid) == 3 * 2 * len(valid)
     assert all(space.check(p) == [] for p in grid)
-    assert grid[0] == {"optim.lr": 0.0001, "training.micro_batch_size": 2, "memory.recompute": "full",
-                       "parallel.dp_replicate": 1}
+    assert grid[0] == {
+        "optim.lr": 0.0001,
+        "training.micro_batch_size": 2,
+        "memory.recompute": "full",
+        "parallel.dp_replicate": 1,
+    }
 
 
 def test_grid_values_for_steps_and_long_int_ranges():
@@ -330,26 +489,34 @@ def test_distributions_match_the_params(space):
 
 def test_describe_mentions_objective_params_constraints_and_budget(space):
     text = space.describe()
-    for needle in ("space demo: a sample space", "minimize val_loss", "fixed: model=tiny",
-                   "optim.lr: float in [0.0001, 0.1] log-scale (nan: up)",
-                   "training.micro_batch_size: int in [2, 8] step 2 (memory: up)",
-                   "memory.recompute: one of [full, none] (memory: up)",
-                   "- parallel.dp_replicate <= world_size", "budget: 12 trials, 0.5 h, $1.00 LLM"):
+    for needle in (
+        "space demo: a sample space",
+        "minimize val_loss",
+        "fixed: model=tiny",
+        "optim.lr: float in [0.0001, 0.1] log-scale (nan: up)",
+        "training.micro_batch_size: int in [2, 8] step 2 (memory: up)",
+        "memory.recompute: one of [full, none] (memory: up)",
+        "- parallel.dp_replicate <= world_size",
+        "budget: 12 trials, 0.5 h, $1.00 LLM",
+    ):
         assert needle in text, needle
 
 
 # ---------------------------------------------------------------------------------------------- shipped spaces
 
 
-@pytest.mark.parametrize("name, objective, world_size", [
-    ("parallel", ("tokens_per_sec", "maximize"), 2),
-    ("moe", ("val_loss", "minimize"), 2),
-    ("hparams", ("val_loss", "minimize"), 1),
-])
+@pytest.mark.parametrize(
+    "name, objective, world_size",
+    [
+        ("parallel", ("tokens_per_sec", "maximize"), 2),
+        ("moe", ("val_loss", "minimize"), 2),
+        ("hparams", ("val_loss", "minimize"), 1),
+    ],
+)
 def test_shipped_spaces_load_with_their_objective_and_budget(name, objective, world_size):
     space = load_space(name)
     assert (space.objective_metric, space.direction, space.world_size) == (*objective, world_size)
-    assert space.trial_command == "core.train"          # so load_space checked it against core.config
+    assert space.trial_command == "core.train"  # so load_space checked it against core.config
     assert space.grid() and all(space.check(p) == [] for p in space.grid())
     assert space.budget.trials and space.budget.hours and space.budget.dollars is not None
 
@@ -358,10 +525,20 @@ def test_parallel_space_grid_is_the_layouts_the_core_runs():
     grid = load_space("parallel").grid()
     layouts = {tuple(p[f"parallel.{k}"] for k in ("dp_replicate", "dp_shard", "tp", "sp", "cp", "pp")) for p in grid}
     # every layout of 1 or 2 ranks the core runs; sp only with tp
-    assert layouts == {(1, 1, 1, False, 1, 1), (2, 1, 1, False, 1, 1), (1, 2, 1, False, 1, 1),
-                       (1, 1, 2, False, 1, 1), (1, 1, 2, True, 1, 1), (1, 1, 1, False, 2, 1), (1, 1, 1, False, 1, 2)}
-    pipelines = {tuple(p[f"parallel.{k}"] for k in ("pp_schedule", "pp_virtual", "pp_offset")) for p in grid
-                 if p["parallel.pp"] == 2}
+    assert layouts == {
+        (1, 1, 1, False, 1, 1),
+        (2, 1, 1, False, 1, 1),
+        (1, 2, 1, False, 1, 1),
+        (1, 1, 2, False, 1, 1),
+        (1, 1, 2, True, 1, 1),
+        (1, 1, 1, False, 2, 1),
+        (1, 1, 1, False, 1, 2),
+    }
+    pipelines = {
+        tuple(p[f"parallel.{k}"] for k in ("pp_schedule", "pp_virtual", "pp_offset"))
+        for p in grid
+        if p["parallel.pp"] == 2
+    }
     # gpipe and 1f1b with each offset; interleaved with 2 one-block stages per rank
     assert pipelines == {(s, 1, o) for s in ("gpipe", "1f1b") for o in (-1, 0, 1)} | {("interleaved", 2, 0)}
     # one batch rank (1 process, tp, tp+sp, cp): micro 1, 2, 4, 8; two (dp_replicate or dp_shard = 2): micro 1,
@@ -377,8 +554,8 @@ def test_shipped_space_points_compose_into_valid_configs(name, stride):
     from core.config import load_config
 
     space = load_space(name)
-    points = space.grid(points_per_float=2)[::stride]    # a spread in which every value of every param appears
+    points = space.grid(points_per_float=2)[::stride]  # a spread in which every value of every param appears
     for key, param in space.params.items():
         assert {str(p[key]) for p in points} == {str(v) for v in param.grid_values(2)}
     for point in points:
-        load_config(space.overrides(point))             # raises ConfigError on a key or rule the core rejects
+        load_config(space.overrides(point))  # raises ConfigError on a key or rule the core rejects

@@ -9,9 +9,8 @@ from pathlib import Path
 from optuna.trial import TrialState
 from pytest import approx
 
-from autoresearch.study import confirm
-from autoresearch.study import reaper, storage
 from autoresearch.space import load_space
+from autoresearch.study import confirm, reaper, storage
 from tests.agent_support import MBS, load, run_agent, space_file
 
 NOISE = {"fake.noise": 0.05}
@@ -37,12 +36,14 @@ def test_front_runners_rerun_interleaved_and_a_clear_lead_names_the_winner(tmp_p
     assert storage.finished_count(study) == 3 and len(runs) == 6
     assert [t.user_attrs["repeat"] for t in runs] == [0, 0, 1, 1, 2, 2]
     assert all(t.user_attrs["proposer"] == "confirm" and t.state == TrialState.COMPLETE for t in runs)
-    search = sorted((t for t in study.trials if not storage.is_confirmation(t) and storage.feasible(t)),
-                    key=lambda t: -t.value)
+    search = sorted(
+        (t for t in study.trials if not storage.is_confirmation(t) and storage.feasible(t)), key=lambda t: -t.value
+    )
     assert {t.user_attrs["confirmation_of"] for t in runs} == {search[0].number, search[1].number}
     assert storage.best_trial(study).number == search[0].number  # a lucky repeat is never the search's best
-    by_origin = {n: [t.value for t in runs if t.user_attrs["confirmation_of"] == n] for n in
-                 (search[0].number, search[1].number)}
+    by_origin = {
+        n: [t.value for t in runs if t.user_attrs["confirmation_of"] == n] for n in (search[0].number, search[1].number)
+    }
     v = confirm.verdict(study, 2, 3)
     for c in v.configs:  # mean ± σ of the confirmation runs alone, computed here from the study
         assert c.mean == approx(statistics.mean(by_origin[c.trial]), rel=1e-12)
@@ -59,8 +60,11 @@ def test_front_runners_rerun_interleaved_and_a_clear_lead_names_the_winner(tmp_p
 
 def test_configs_within_noise_are_reported_as_a_tie(tmp_path, capsys):
     """Two configs that differ only in a key the fake trial ignores: the same throughput, 5% noise apart."""
-    space = space_file(tmp_path, fixed={**NOISE, MBS: 16, "seed": 1},  # fixed draws (seed 0's are a 2.8σ fluke)
-                       params={"fake.label": {"type": "choice", "values": ["a", "b"]}})
+    space = space_file(
+        tmp_path,
+        fixed={**NOISE, MBS: 16, "seed": 1},  # fixed draws (seed 0's are a 2.8σ fluke)
+        params={"fake.label": {"type": "choice", "values": ["a", "b"]}},
+    )
     assert run_agent(tmp_path, space, "--proposer", "grid", "--trials", "2", "--repeats", "4", confirm=2) == 0
     study = load(tmp_path)
     runs = confirmations(study)
@@ -76,8 +80,13 @@ def test_configs_within_noise_are_reported_as_a_tie(tmp_path, capsys):
 
 
 def test_a_loss_objective_repeats_with_other_seeds(tmp_path):
-    space = space_file(tmp_path, fixed={**NOISE, "seed": 7}, metric="val_loss", direction="minimize",
-                       params={"optim.lr": {"type": "choice", "values": [0.001, 0.003, 0.01]}})
+    space = space_file(
+        tmp_path,
+        fixed={**NOISE, "seed": 7},
+        metric="val_loss",
+        direction="minimize",
+        params={"optim.lr": {"type": "choice", "values": [0.001, 0.003, 0.01]}},
+    )
     assert run_agent(tmp_path, space, "--proposer", "grid", "--trials", "3", "--repeats", "2", confirm=2) == 0
     runs = confirmations(load(tmp_path))
     seeds = [json.loads((Path(t.user_attrs["trial_dir"]) / "trial_summary.json").read_text())["seed"] for t in runs]
@@ -119,6 +128,7 @@ def test_no_confirmation_without_a_feasible_trial(tmp_path, capsys):
 def test_the_lead_must_clear_2_sigma_at_its_confidence_with_few_runs():
     """With σ estimated from 3 runs each, a 2.5σ lead is within noise (Student's t, 4 degrees of freedom: 2σ's
     95.45% needs 2.87σ); with 30 runs each the same 2.5σ lead names the winner."""
+
     def verdict_for(n: int, lead_sigmas: float) -> confirm.Verdict:
         spread = [-1.0, 0.0, 1.0] * (n // 3)  # the same spread around each mean
         sd = statistics.stdev(spread)
@@ -142,8 +152,9 @@ def test_a_lucky_search_run_loses_to_the_confirmed_winner_and_export_follows_the
     was its lucky one, and 4 repeats each put label a ahead by more than the noise (2.77σ, 2.62σ needed)."""
     from autoresearch import export
 
-    space = space_file(tmp_path, fixed={**NOISE, MBS: 16, "seed": 0},
-                       params={"fake.label": {"type": "choice", "values": ["a", "b"]}})
+    space = space_file(
+        tmp_path, fixed={**NOISE, MBS: 16, "seed": 0}, params={"fake.label": {"type": "choice", "values": ["a", "b"]}}
+    )
     assert run_agent(tmp_path, space, "--proposer", "grid", "--trials", "2", "--repeats", "4", confirm=2) == 0
     study = load(tmp_path)
     v = confirm.recorded_verdict(study)

@@ -13,27 +13,40 @@ from optuna.trial import TrialState
 
 from autoresearch import cli as agent
 from autoresearch.records import TrialRow
-from autoresearch.study import ledger
-from autoresearch.study import storage
 from autoresearch.report.explain import breakdown_text, params_label, short_names
-from tests.fake_trial import PHASE_SHARES
+from autoresearch.study import ledger, storage
 from tests.agent_support import MBS, load, run_agent, space_file
+from tests.fake_trial import PHASE_SHARES
 
 SLEEP = 0.25  # seconds each fake trial "trains": its nominal start-up phases are shares of it
 
 
 def summary(phases=None, median_ms=None, world_size=2, wall=None):
-    return {"startup_phases_sec": phases, "metrics": {"step_time_ms_median": median_ms},
-            "layout": {"world_size": world_size}, "wall_time_sec": wall}
+    return {
+        "startup_phases_sec": phases,
+        "metrics": {"step_time_ms_median": median_ms},
+        "layout": {"world_size": world_size},
+        "wall_time_sec": wall,
+    }
 
 
 # --- one trial ---
 
+
 def test_a_trial_with_phases_and_a_steady_step_splits_into_parts_that_sum_to_the_total():
     phases = {"launch": 0.5, "imports": 1.0, "cluster": 0.2, "build": 0.3, "first_step": 3.0}
     led = ledger.trial_ledger(summary(phases, median_ms=500.0), wall_sec=10.0)
-    assert led == {"ranks": 2, "wall_sec": 10.0, "device_sec": 20.0, "startup_sec": 4.0, "compile_sec": 5.0,
-                   "steps_sec": 11.0, "llm_calls": 0, "llm_tokens": 0, "llm_usd": 0.0}
+    assert led == {
+        "ranks": 2,
+        "wall_sec": 10.0,
+        "device_sec": 20.0,
+        "startup_sec": 4.0,
+        "compile_sec": 5.0,
+        "steps_sec": 11.0,
+        "llm_calls": 0,
+        "llm_tokens": 0,
+        "llm_usd": 0.0,
+    }
     # A first step quicker than the median (PyNative): no compile time, never a negative one.
     led = ledger.trial_ledger(summary({**phases, "first_step": 0.4}, median_ms=500.0, world_size=1), 10.0)
     assert (led["startup_sec"], led["compile_sec"], led["steps_sec"]) == (2.0, 0.0, 8.0)
@@ -58,9 +71,17 @@ def test_llm_usage_and_skipped_proposals():
     assert ledger.llm_part(usage) == {"llm_calls": 3, "llm_tokens": 1050, "llm_usd": 0.02}
     assert ledger.llm_part({"calls": 1, "input_tokens": 10, "output_tokens": 0, "cost_usd": None})["llm_usd"] is None
     assert ledger.llm_part({"calls": 1})["llm_tokens"] is None
-    assert ledger.skipped_ledger(usage) == {"ranks": 0, "wall_sec": 0.0, "device_sec": 0.0, "startup_sec": 0.0,
-                                            "compile_sec": 0.0, "steps_sec": 0.0, "llm_calls": 3,
-                                            "llm_tokens": 1050, "llm_usd": 0.02}
+    assert ledger.skipped_ledger(usage) == {
+        "ranks": 0,
+        "wall_sec": 0.0,
+        "device_sec": 0.0,
+        "startup_sec": 0.0,
+        "compile_sec": 0.0,
+        "steps_sec": 0.0,
+        "llm_calls": 3,
+        "llm_tokens": 1050,
+        "llm_usd": 0.02,
+    }
 
 
 def row(status: str, led: dict | None = None, **fields) -> TrialRow:
@@ -68,18 +89,46 @@ def row(status: str, led: dict | None = None, **fields) -> TrialRow:
 
 
 def test_study_totals_from_rows():
-    split = {"ranks": 1, "wall_sec": 10.0, "device_sec": 10.0, "startup_sec": 2.0, "compile_sec": 3.0,
-             "steps_sec": 5.0, **ledger.llm_part(None)}
+    split = {
+        "ranks": 1,
+        "wall_sec": 10.0,
+        "device_sec": 10.0,
+        "startup_sec": 2.0,
+        "compile_sec": 3.0,
+        "steps_sec": 5.0,
+        **ledger.llm_part(None),
+    }
     unsplit = {**split, "ranks": 2, "device_sec": 6.0, "startup_sec": 1.0, "compile_sec": None, "steps_sec": None}
     unknown = {**split, "device_sec": None, "startup_sec": None, "compile_sec": None, "steps_sec": None}
     skipped = ledger.skipped_ledger({"calls": 1, "input_tokens": 90, "output_tokens": 10, "cost_usd": 0.5})
     unpriced = {**split, **ledger.llm_part({"calls": 2, "input_tokens": 5, "output_tokens": 5, "cost_usd": None})}
-    rows = [row(status, led) for status, led in (("ok", split), ("oom", unsplit), ("interrupted", unknown),
-                                                 ("pruned", skipped), ("ok", unpriced), ("running", None))]
+    rows = [
+        row(status, led)
+        for status, led in (
+            ("ok", split),
+            ("oom", unsplit),
+            ("interrupted", unknown),
+            ("pruned", skipped),
+            ("ok", unpriced),
+            ("running", None),
+        )
+    ]
     t = ledger.study_totals(rows)
-    assert t == {"trials": 5, "ran": 4, "skipped": 1, "unknown_trials": 1, "device_sec": 26.0,
-                 "startup_sec": 5.0, "compile_sec": 6.0, "steps_sec": 10.0, "unsplit_sec": 5.0,
-                 "llm_calls": 3, "llm_tokens": 110, "llm_usd": 0.5, "llm_unpriced_trials": 1}
+    assert t == {
+        "trials": 5,
+        "ran": 4,
+        "skipped": 1,
+        "unknown_trials": 1,
+        "device_sec": 26.0,
+        "startup_sec": 5.0,
+        "compile_sec": 6.0,
+        "steps_sec": 10.0,
+        "unsplit_sec": 5.0,
+        "llm_calls": 3,
+        "llm_tokens": 110,
+        "llm_usd": 0.5,
+        "llm_unpriced_trials": 1,
+    }
     assert t["startup_sec"] + t["compile_sec"] + t["steps_sec"] + t["unsplit_sec"] == t["device_sec"]
     text = ledger.format_totals(t)
     assert "device time 0.007222 h = 26.0 device-s" in text and "1 trial(s) ran for an unknown time" in text
@@ -108,8 +157,7 @@ def test_memory_breakdown_for_a_core_config_and_a_reason_otherwise(tmp_path):
     (trial_dir / "trial_summary.json").write_text(json.dumps({"overrides": ["fake.sleep=0", *core]}))
     text, note = breakdown_text(row("ok", trial_dir=str(trial_dir)), space=CoreSpace(core))
     assert text is None and note.startswith("not a config the core knows (fake.sleep")
-    assert breakdown_text(row("ok")) == (
-        None, "no config to estimate (neither a trial summary nor the space file)")
+    assert breakdown_text(row("ok")) == (None, "no config to estimate (neither a trial summary nor the space file)")
 
 
 class CoreSpace:
@@ -124,15 +172,22 @@ class CoreSpace:
 
 # --- a study run by the agent on the fake trial ---
 
+
 @pytest.fixture(scope="module")
 def study_run(tmp_path_factory):
     """A grid over micro-batch x tp x crash: ok trials on 1 and 2 ranks, OOMs, crashes without a summary, and
     proposals the feasibility memory skips."""
     tmp = tmp_path_factory.mktemp("ledger")
-    space = space_file(tmp, name="ledger", fixed={"fake.sleep": SLEEP}, params={
-        MBS: {"type": "choice", "values": [8, 64], "memory": "up", "nan": "none"},
-        "parallel.tp": {"type": "choice", "values": [1, 2], "memory": "down", "nan": "none"},
-        "fake.crash": {"type": "choice", "values": ["false", "true"], "memory": "none", "nan": "none"}})
+    space = space_file(
+        tmp,
+        name="ledger",
+        fixed={"fake.sleep": SLEEP},
+        params={
+            MBS: {"type": "choice", "values": [8, 64], "memory": "up", "nan": "none"},
+            "parallel.tp": {"type": "choice", "values": [1, 2], "memory": "down", "nan": "none"},
+            "fake.crash": {"type": "choice", "values": ["false", "true"], "memory": "none", "nan": "none"},
+        },
+    )
     import contextlib
     import io
 
@@ -256,16 +311,32 @@ def test_llm_spend_of_every_proposal_is_in_the_ledger_skipped_ones_included(tmp_
     from tests.agent_support import FAKE, REC, ScriptedProposer
 
     config = {MBS: 16, REC: "none", "optim.lr": 0.001}
-    opts = AgentOptions(space=str(space_file(tmp_path)), proposer="tpe", trials=2, trials_dir=str(tmp_path / "t"),
-                        command=shlex.split(FAKE), estimator=None, seed=0, progress=False, confirm=0)
+    opts = AgentOptions(
+        space=str(space_file(tmp_path)),
+        proposer="tpe",
+        trials=2,
+        trials_dir=str(tmp_path / "t"),
+        command=shlex.split(FAKE),
+        estimator=None,
+        seed=0,
+        progress=False,
+        confirm=0,
+    )
     loop = Session(opts, "tpe")
     loop.chooser.proposer = ScriptedProposer([config, config, {**config, MBS: 8}])  # the second is a duplicate
     assert loop.run().code == 0
     study = optuna.load_study(study_name="fake", storage=f"sqlite:///{tmp_path / 't' / 'fake' / 'study.db'}")
     assert [t.user_attrs["status"] for t in study.trials] == ["ok", "duplicate", "ok"]
     for t in study.trials:  # ScriptedProposer: 100 + 10 tokens and $0.01 a call
-        assert {k: t.user_attrs["ledger"][k] for k in ("llm_calls", "llm_tokens", "llm_usd")} == \
-            {"llm_calls": 1, "llm_tokens": 110, "llm_usd": 0.01}
+        assert {k: t.user_attrs["ledger"][k] for k in ("llm_calls", "llm_tokens", "llm_usd")} == {
+            "llm_calls": 1,
+            "llm_tokens": 110,
+            "llm_usd": 0.01,
+        }
     totals = ledger.study_totals(storage.trial_rows(study))
     assert totals["llm_usd"] == pytest.approx(storage.llm_cost(study)) == pytest.approx(0.03)
-    assert (totals["llm_tokens"], totals["skipped"], study.trials[1].user_attrs["ledger"]["device_sec"]) == (330, 1, 0.0)
+    assert (totals["llm_tokens"], totals["skipped"], study.trials[1].user_attrs["ledger"]["device_sec"]) == (
+        330,
+        1,
+        0.0,
+    )

@@ -22,24 +22,31 @@ def _tensors(seed=0):
         "model.layers.0.attn.wq.weight": rng.standard_normal((8, 8)).astype(np.float32),
         "model.layers.0.norm.weight": rng.standard_normal(8).astype(np.float16),
         "optim.adamw.m.embed.weight": rng.standard_normal((16, 8)).astype(np.float32),
-        "optim.adamw.step": np.array(12345678901, dtype=np.int64),       # 0-d
-        "optim.muon.lr_scale": np.array(0.5, dtype=np.float32),          # 0-d float
-        "data.token_ids": rng.integers(-2**40, 2**40, size=(3, 5)),       # int64
+        "optim.adamw.step": np.array(12345678901, dtype=np.int64),  # 0-d
+        "optim.muon.lr_scale": np.array(0.5, dtype=np.float32),  # 0-d float
+        "data.token_ids": rng.integers(-(2**40), 2**40, size=(3, 5)),  # int64
         "model.empty": np.zeros((0, 4), dtype=np.float32),
     }
 
 
-META = {"step": 7, "data_position": 7, "seed": 1234,
-        "rng": {"bit_generator": "PCG64", "state": {"state": 2**100 + 3, "inc": 5}},
-        "config": {"model": {"name": "tiny", "d_model": 128}, "optim": {"lr": 3e-3, "betas": [0.9, 0.95]},
-                   "trial": {"max_steps": None}}}
+META = {
+    "step": 7,
+    "data_position": 7,
+    "seed": 1234,
+    "rng": {"bit_generator": "PCG64", "state": {"state": 2**100 + 3, "inc": 5}},
+    "config": {
+        "model": {"name": "tiny", "d_model": 128},
+        "optim": {"lr": 3e-3, "betas": [0.9, 0.95]},
+        "trial": {"max_steps": None},
+    },
+}
 
 
 def _assert_same(a, b):
     assert sorted(a) == sorted(b)
     for name in a:
         assert a[name].dtype == b[name].dtype and a[name].shape == b[name].shape, name
-        assert a[name].tobytes() == b[name].tobytes(), name                   # bitwise
+        assert a[name].tobytes() == b[name].tobytes(), name  # bitwise
 
 
 def test_round_trip_bitwise_and_meta(tmp_path):
@@ -50,9 +57,9 @@ def test_round_trip_bitwise_and_meta(tmp_path):
     assert sorted(p.name for p in path.iterdir()) == ["model_optim.safetensors"]
     loaded, meta = ck.load(path)
     _assert_same(tensors, loaded)
-    assert meta == META                                            # exact, including a >64-bit RNG integer
+    assert meta == META  # exact, including a >64-bit RNG integer
     assert ck.read_meta(path) == META
-    _, meta_from_file = ck.load(path / ck.FILENAME)     # the file path works too
+    _, meta_from_file = ck.load(path / ck.FILENAME)  # the file path works too
     assert meta_from_file == META
 
 
@@ -73,7 +80,7 @@ def test_input_validation(tmp_path):
         ck.save_checkpoint(tmp_path, 1, {"msar.meta": np.ones(1)}, {})
     with pytest.raises(ValueError, match="keep"):
         ck.save_checkpoint(tmp_path, 1, {}, {}, keep=0)
-    assert ck.list_checkpoints(tmp_path) == []                     # nothing half-written was left
+    assert ck.list_checkpoints(tmp_path) == []  # nothing half-written was left
     assert list(tmp_path.iterdir()) == []
 
 
@@ -87,10 +94,14 @@ def test_non_contiguous_input(tmp_path):
 def test_latest_and_keep(tmp_path):
     assert ck.latest_checkpoint(tmp_path / "none") is None
     assert ck.latest_checkpoint(tmp_path) is None
-    for step in (10, 2, 30, 100_000_000):                          # saved out of order; a 9-digit step too
+    for step in (10, 2, 30, 100_000_000):  # saved out of order; a 9-digit step too
         ck.save_checkpoint(tmp_path, step, {"w": np.full(2, step, np.float32)}, {})
     assert [p.name for p in ck.list_checkpoints(tmp_path)] == [
-        "step_00000002", "step_00000010", "step_00000030", "step_100000000"]
+        "step_00000002",
+        "step_00000010",
+        "step_00000030",
+        "step_100000000",
+    ]
     assert ck.latest_checkpoint(tmp_path).name == "step_100000000"
     ck.save_checkpoint(tmp_path, 100_000_001, {"w": np.zeros(2, np.float32)}, {}, keep=2)
     assert [p.name for p in ck.list_checkpoints(tmp_path)] == ["step_100000000", "step_100000001"]
@@ -108,15 +119,17 @@ def test_saving_a_step_again_replaces_it(tmp_path):
 def test_crash_leftovers_are_ignored_and_cleaned(tmp_path):
     ck.save_checkpoint(tmp_path, 5, {"w": np.ones(3, np.float32)}, {})
     # A writer killed mid-save: its temporary directory (half a file) stays behind.
-    code = ("import os, sys, numpy as np; from core import ckpt as ck; "
-            "from safetensors import numpy as st; "
-            "st.save_file = lambda *a, **k: os._exit(9); "          # die while writing
-            "ck.save_checkpoint(sys.argv[1], 9, {'w': np.ones(3, np.float32)}, {})")
+    code = (
+        "import os, sys, numpy as np; from core import ckpt as ck; "
+        "from safetensors import numpy as st; "
+        "st.save_file = lambda *a, **k: os._exit(9); "  # die while writing
+        "ck.save_checkpoint(sys.argv[1], 9, {'w': np.ones(3, np.float32)}, {})"
+    )
     run = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env={**os.environ, "PYTHONPATH": str(REPO)})
     assert run.returncode == 9
     leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
     assert len(leftovers) == 1 and "step_00000009" in leftovers[0].name
-    (leftovers[0] / ck.FILENAME).write_bytes(b"\x10\x00\x00")     # as if partly written
+    (leftovers[0] / ck.FILENAME).write_bytes(b"\x10\x00\x00")  # as if partly written
     # A step directory without its file (not ours, or an incomplete copy) is not a checkpoint either.
     (tmp_path / "step_00000099").mkdir()
     assert ck.latest_checkpoint(tmp_path).name == "step_00000005"
@@ -139,12 +152,12 @@ def test_damage_is_detected(tmp_path):
     path = ck.save_checkpoint(tmp_path, 7, _tensors(), META)
     file = path / ck.FILENAME
     raw = bytearray(file.read_bytes())
-    raw[-1] ^= 0xFF                                                # flip bits in the last tensor's data
+    raw[-1] ^= 0xFF  # flip bits in the last tensor's data
     file.write_bytes(bytes(raw))
     with pytest.raises(ck.CheckpointError, match="CRC"):
         ck.load(path)
-    ck.load(path, verify=False)                         # still parseable when asked
-    file.write_bytes(bytes(raw[: len(raw) // 2]))                  # truncated
+    ck.load(path, verify=False)  # still parseable when asked
+    file.write_bytes(bytes(raw[: len(raw) // 2]))  # truncated
     with pytest.raises(ck.CheckpointError, match="truncated"):
         ck.load(path)
     with pytest.raises(FileNotFoundError, match="step_XXXXXXXX"):

@@ -40,8 +40,13 @@ def test_prepare_round_trip_and_split(text_files, tmp_path):
     assert bytes(np.asarray(tr.tokens, dtype=np.uint8)) + bytes(np.asarray(va.tokens, dtype=np.uint8)) == stream
     assert tr.vocab_size == va.vocab_size == 256 and tr.tokenizer == "byte"
     side = json.loads(data.sidecar_path(train).read_text())
-    assert side == {"dtype": "uint16", "vocab_size": 256, "tokenizer": "byte", "n_tokens": tr.n_tokens,
-                    "max_token": max(stream[:tr.n_tokens])}
+    assert side == {
+        "dtype": "uint16",
+        "vocab_size": 256,
+        "tokenizer": "byte",
+        "n_tokens": tr.n_tokens,
+        "max_token": max(stream[: tr.n_tokens]),
+    }
     assert train.stat().st_size == 2 * tr.n_tokens
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")]
 
@@ -70,15 +75,15 @@ def test_batch_is_a_pure_function_of_seed_and_step(tmp_path):
     one, two = TokenDataset(path), TokenDataset(path)
     b = one.batch(7, 8, 16, seed=3)
     assert b.shape == (8, 17) and b.dtype == np.int32
-    np.testing.assert_array_equal(b, two.batch(7, 8, 16, seed=3))       # another instance, same batch
-    one.batch(8, 8, 16, seed=3)                                            # no hidden state advanced
+    np.testing.assert_array_equal(b, two.batch(7, 8, 16, seed=3))  # another instance, same batch
+    one.batch(8, 8, 16, seed=3)  # no hidden state advanced
     np.testing.assert_array_equal(b, one.batch(7, 8, 16, seed=3))
     assert not np.array_equal(b, one.batch(8, 8, 16, seed=3))
     assert not np.array_equal(b, one.batch(7, 8, 16, seed=4))
     # Each row is a contiguous window of the file: targets are inputs shifted by one.
     tokens = np.asarray(one.tokens)
-    for row, start in zip(b, one.window_starts(7, 8, 16, seed=3)):
-        np.testing.assert_array_equal(row, tokens[start:start + 17])
+    for row, start in zip(b, one.window_starts(7, 8, 16, seed=3), strict=True):
+        np.testing.assert_array_equal(row, tokens[start : start + 17])
 
 
 def test_windows_cover_the_whole_file(tmp_path):
@@ -111,8 +116,8 @@ def test_eval_batches_fixed_and_spread(tmp_path):
     assert ev.shape == (3, 4, 10) and ev.dtype == np.int32
     np.testing.assert_array_equal(ev, TokenDataset(path).eval_batches(3, 4, 9))
     tokens = np.asarray(ds.tokens)
-    np.testing.assert_array_equal(ev[0, 0], tokens[:10])              # first window at the start
-    np.testing.assert_array_equal(ev[-1, -1], tokens[-10:])           # last window at the end
+    np.testing.assert_array_equal(ev[0, 0], tokens[:10])  # first window at the start
+    np.testing.assert_array_equal(ev[-1, -1], tokens[-10:])  # last window at the end
     halves = [ds.eval_batches(3, 4, 9, rank=r, world_size=2) for r in range(2)]
     np.testing.assert_array_equal(np.concatenate(halves, axis=1), ev)
 
@@ -133,7 +138,7 @@ def test_raw_file_needs_dtype(tmp_path):
         TokenDataset(raw)
     ds = TokenDataset(raw, dtype="uint16")
     assert ds.n_tokens == 100 and ds.vocab_size is None and ds.max_token() == 99
-    assert not data.sidecar_path(raw).exists()                   # nothing written beside a raw file
+    assert not data.sidecar_path(raw).exists()  # nothing written beside a raw file
 
 
 def test_errors(text_files, tmp_path):
@@ -152,14 +157,14 @@ def test_errors(text_files, tmp_path):
 
     path = data.write_tokens(tmp_path / "t.bin", np.arange(10), vocab_size=256)
     ds = TokenDataset(path)
-    ds.batch(0, 2, 9, seed=0)                                     # seq_len + 1 == n_tokens: fits
+    ds.batch(0, 2, 9, seed=0)  # seq_len + 1 == n_tokens: fits
     with pytest.raises(ValueError, match="seq_len\\+1 = 11 .* 10 tokens"):
         ds.batch(0, 2, 10, seed=0)
     with pytest.raises(ValueError, match="seq_len\\+1"):
         ds.eval_batches(1, 2, 10)
     with pytest.raises(ValueError, match="dtype 'uint32' was requested"):
         TokenDataset(path, dtype="uint32")
-    with open(path, "ab") as f:                                   # a file that no longer matches its sidecar
+    with open(path, "ab") as f:  # a file that no longer matches its sidecar
         f.write(b"\x00\x00")
     with pytest.raises(ValueError, match="sidecar says 10 tokens but the file holds 11"):
         TokenDataset(path)
@@ -168,13 +173,24 @@ def test_errors(text_files, tmp_path):
 def test_cli_prepare_and_errors(text_files, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = tmp_path / "cli"
-    run = subprocess.run([sys.executable, "-m", "core.data", "prepare", *map(str, text_files), str(out),
-                          "--val-fraction", "0.2"], capture_output=True, text=True, env=env, cwd=REPO)
+    run = subprocess.run(
+        [sys.executable, "-m", "core.data", "prepare", *map(str, text_files), str(out), "--val-fraction", "0.2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     assert run.returncode == 0, run.stderr
-    assert TokenDataset(out / "train.bin").n_tokens + TokenDataset(out / "val.bin").n_tokens \
-        == len(_all_bytes(*text_files))
-    bad = subprocess.run([sys.executable, "-m", "core.data", "prepare", str(tmp_path / "missing.txt"), str(out)],
-                         capture_output=True, text=True, env=env, cwd=REPO)
+    assert TokenDataset(out / "train.bin").n_tokens + TokenDataset(out / "val.bin").n_tokens == len(
+        _all_bytes(*text_files)
+    )
+    bad = subprocess.run(
+        [sys.executable, "-m", "core.data", "prepare", str(tmp_path / "missing.txt"), str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     assert bad.returncode == 2 and "not found" in bad.stderr and "missing.txt" in bad.stderr
 
 
@@ -185,7 +201,7 @@ def test_default_corpus_is_real_text_and_cached(tmp_path):
     assert abs(va.n_tokens / (tr.n_tokens + va.n_tokens) - 0.1) < 1e-3
     text = tr.decode(tr.tokens[:20000])
     words = text.lower().split()
-    assert words.count("the") > 100 and "function" in words      # English prose, not noise
+    assert words.count("the") > 100 and "function" in words  # English prose, not noise
     expected = data.corpus_text().encode("utf-8")
     assert bytes(np.asarray(tr.tokens, np.uint8)) + bytes(np.asarray(va.tokens, np.uint8)) == expected
     # A second call reuses the cache (same paths, untouched files) and leaves no temporaries.
@@ -203,11 +219,18 @@ def test_default_corpus_uses_msar_cache(tmp_path, monkeypatch):
 
 def test_default_corpus_concurrent_builders(tmp_path):
     # Several processes building at once: all succeed, all agree, one complete directory remains.
-    code = ("import sys; from core.data import default_corpus; "
-            "print(*default_corpus(sys.argv[1]))")
+    code = "import sys; from core.data import default_corpus; print(*default_corpus(sys.argv[1]))"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "c")], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path / "c")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(3)
+    ]
     outs = [p.communicate() for p in procs]
     assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
     assert len({out for out, _ in outs}) == 1
@@ -217,6 +240,6 @@ def test_default_corpus_concurrent_builders(tmp_path):
 
 
 def test_default_corpus_without_pydoc_data(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pydoc_data.topics", None)      # import now raises ImportError
+    monkeypatch.setitem(sys.modules, "pydoc_data.topics", None)  # import now raises ImportError
     with pytest.raises(RuntimeError, match="data.train_path"):
         data.default_corpus()

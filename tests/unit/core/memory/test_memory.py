@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.config import load_config
 from core.memory import estimate as memory
 from core.memory.__main__ import main as memory_main
 from core.memory.breakdown import _ROWS
 from core.model.flops import param_shapes
-from core.config import load_config
 
 
 @pytest.mark.parametrize("model", ["tiny", "small"])
@@ -22,7 +22,7 @@ def test_textbook_terms_count_the_models_params(model):
     cfg = load_config([f"model={model}"])
     t = memory.terms(cfg)
     assert t.params == 4 * count_params(GPT(cfg.model))
-    assert t.grads == t.params and t.optimizer == 2 * t.params                  # AdamW: m and v
+    assert t.grads == t.params and t.optimizer == 2 * t.params  # AdamW: m and v
     est = memory.estimate_memory(cfg)
     assert (est.params, est.grads, est.optimizer) == (t.params, t.grads, t.optimizer)
 
@@ -30,9 +30,10 @@ def test_textbook_terms_count_the_models_params(model):
 def test_terms_follow_the_settings():
     base = memory.terms(load_config(["training.micro_batch_size=4"]))
     bigger = memory.terms(load_config(["training.micro_batch_size=8"]))
-    recompute = memory.terms(load_config(["training.micro_batch_size=8", "memory.recompute=full",
-                                          "training.mode=pynative"]))
-    segmented = load_config(["training.micro_batch_size=8", "memory.recompute=full"])   # jit: core.recompute
+    recompute = memory.terms(
+        load_config(["training.micro_batch_size=8", "memory.recompute=full", "training.mode=pynative"])
+    )
+    segmented = load_config(["training.micro_batch_size=8", "memory.recompute=full"])  # jit: core.recompute
     muon = memory.terms(load_config(["optim=muon"]))
     accum = memory.terms(load_config(["training.global_batch_size=8", "training.micro_batch_size=2"]))
     assert bigger.activations == 2 * base.activations and bigger.logits == 2 * base.logits  # linear in the batch
@@ -41,24 +42,32 @@ def test_terms_follow_the_settings():
     m, t = segmented.model, segmented.training
     block, block_input = bigger.activations // m.n_layers, 4 * t.micro_batch_size * t.seq_len * m.d_model
     assert memory.terms(segmented).recomputed == recompute.recomputed + block - block_input
-    first = memory.terms(load_config(["training.micro_batch_size=8", "memory.recompute=full",
-                                      "memory.recompute_layers=1", "training.mode=pynative"]))
+    first = memory.terms(
+        load_config(
+            [
+                "training.micro_batch_size=8",
+                "memory.recompute=full",
+                "memory.recompute_layers=1",
+                "training.mode=pynative",
+            ]
+        )
+    )
     assert first.recomputed == block_input + block + (m.n_layers - 1) * block
-    hidden = muon.muon_hidden // 4                       # Muon: one buffer for hidden matrices, AdamW's two else
+    hidden = muon.muon_hidden // 4  # Muon: one buffer for hidden matrices, AdamW's two else
     assert muon.optimizer == 4 * (hidden + 2 * (muon.params // 4 - hidden)) and 0 < hidden < muon.params // 4
-    assert accum.grads == 3 * accum.params                # old sum, new gradient, new sum
+    assert accum.grads == 3 * accum.params  # old sum, new gradient, new sum
     assert memory.terms(load_config(["parallel.dp_replicate=2"])).ranks == 2
 
 
 def test_swap_keeps_what_it_does_not_move():
     def resident(*o):
-        t = memory.terms(load_config(["model=medium", "training.mode=pynative", *o]))   # 8 blocks
+        t = memory.terms(load_config(["model=medium", "training.mode=pynative", *o]))  # 8 blocks
         return t.recomputed if "memory.swap=true" in o else t.activations
 
     swap = "memory.swap=true"
     none, every = resident(), resident(swap)
-    assert every < resident(swap, "memory.swap_layers=6") < none              # the first 6 blocks of 8
-    assert every < resident(swap, "memory.swap_ops=[attention,mlp]") < none   # the norms' tensors stay
+    assert every < resident(swap, "memory.swap_layers=6") < none  # the first 6 blocks of 8
+    assert every < resident(swap, "memory.swap_ops=[attention,mlp]") < none  # the norms' tensors stay
     # what comes back at once: two blocks on demand, 3 + swap_prefetch with a prefetch (measured, core.swap)
     assert every < resident(swap, "memory.swap_prefetch=1") < resident(swap, "memory.swap_prefetch=2")
     m = load_config(["model=medium"]).model
@@ -90,7 +99,8 @@ def _sweep_rows():
 
 def _memory_model():
     spec = importlib.util.spec_from_file_location(
-        "memory_model", Path(__file__).resolve().parents[4] / "benchmarks" / "memory_model.py")
+        "memory_model", Path(__file__).resolve().parents[4] / "benchmarks" / "memory_model.py"
+    )
     mm = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mm)
     return mm
@@ -135,9 +145,9 @@ def test_peak_is_measured_and_resettable():
 
     assert rss.reset_peak()
     base = rss.current_rss_bytes()
-    hog = np.ones(64 * 2**20 // 8)                                              # 64 MiB, every page touched
+    hog = np.ones(64 * 2**20 // 8)  # 64 MiB, every page touched
     assert rss.peak_rss_bytes() >= base + 60 * 2**20
-    del hog                                                                     # a large block goes back to the OS
+    del hog  # a large block goes back to the OS
     assert rss.reset_peak()
     assert rss.peak_rss_bytes() < base + 60 * 2**20
 
@@ -151,12 +161,15 @@ def test_param_shapes_are_the_models(model):
     assert param_shapes(cfg.model) == real
 
 
-@pytest.mark.parametrize("layout, divides", [
-    (["parallel.dp_shard=2"], {"states": 2, "activations": 2, "logits": 2}),    # half the rows each
-    (["parallel.dp_shard=4"], {"states": 4, "activations": 4, "logits": 4}),
-    (["parallel.cp=2"], {"states": 2, "logits": 2}),                           # FSDP over cp, half the tokens
-    (["parallel.tp=2"], {"logits": 2}),                                        # vocabulary split
-])
+@pytest.mark.parametrize(
+    "layout, divides",
+    [
+        (["parallel.dp_shard=2"], {"states": 2, "activations": 2, "logits": 2}),  # half the rows each
+        (["parallel.dp_shard=4"], {"states": 4, "activations": 4, "logits": 4}),
+        (["parallel.cp=2"], {"states": 2, "logits": 2}),  # FSDP over cp, half the tokens
+        (["parallel.tp=2"], {"logits": 2}),  # vocabulary split
+    ],
+)
 def test_terms_are_each_ranks_share(layout, divides):
     one = memory.terms(load_config(["model=small"]))
     t = memory.terms(load_config(["model=small", *layout]))
@@ -180,8 +193,8 @@ def test_pipeline_terms_are_each_stages_share():
     block = (one.params / 4 - 2 * table - norm) / 4
     assert first.params == 4 * (2 * block + table) and last.params == 4 * (2 * block + table + norm)
     assert first.activations == last.activations == one.activations / 2 and first.layers == 2
-    assert first.logits == 0 and last.logits == one.logits            # the loss is the last stage's
-    stage_input = 4 * load_config(base).training.seq_len * 256           # one (1, S, D) fp32 stage input
+    assert first.logits == 0 and last.logits == one.logits  # the loss is the last stage's
+    stage_input = 4 * load_config(base).training.seq_len * 256  # one (1, S, D) fp32 stage input
     # 1F1B keeps pp - r stage inputs in flight on rank r (the last also its input gradient); GPipe all 8
     assert (first.stash, last.stash) == (2 * stage_input, 2 * stage_input)
     gpipe = memory.terms(load_config([*base, "parallel.pp=2", "parallel.pp_schedule=gpipe"]), 0)
@@ -190,7 +203,7 @@ def test_pipeline_terms_are_each_stages_share():
     cfg = load_config([*base, "parallel.pp=2", "parallel.pp_offset=1"])
     profile = memory.runtime_profile("CPU", "jit")
     per_rank = [memory.apply_profile(memory.terms(cfg, r), profile).total for r in (0, 1)]
-    assert memory.estimate_memory_bytes(cfg) == max(per_rank) and per_rank[0] > per_rank[1]   # 3 blocks vs 1
+    assert memory.estimate_memory_bytes(cfg) == max(per_rank) and per_rank[0] > per_rank[1]  # 3 blocks vs 1
 
 
 def test_sequence_parallel_and_cp_cut_activations():
@@ -208,10 +221,11 @@ def test_comm_time_share_from_the_profilers_table(tmp_path):
     d.mkdir(parents=True)
     (d / "cpu_op_type_info_0.csv").write_text(
         "op_type,type_occurrences,execution_frequency(per-step),total_compute_time,avg_time(ms),percent\n"
-        "MatMul,5,1,300.0,60,0.3\nAllReduce,5,1,500.0,100,0.5\nAllGather,2,1,100.0,50,0.1\n")
+        "MatMul,5,1,300.0,60,0.3\nAllReduce,5,1,500.0,100,0.5\nAllGather,2,1,100.0,50,0.1\n"
+    )
     ops = op_type_ms(tmp_path)
     assert ops == {"MatMul": 300.0, "AllReduce": 500.0, "AllGather": 100.0}
-    assert comm_time_share(ops, 2.0) == pytest.approx(0.3)      # 600 ms of collectives in 2 s of steps
+    assert comm_time_share(ops, 2.0) == pytest.approx(0.3)  # 600 ms of collectives in 2 s of steps
     assert comm_time_share({}, 2.0) is None and comm_time_share(ops, 0.0) is None
 
 
@@ -228,7 +242,7 @@ def test_the_breakdown_cli_adds_up_to_the_estimate(capsys):
         assert sum(r[key] for key in parts) == r["total"]
         assert len(r["blocks"]) == 2
     assert max(r["total"] for r in b["ranks"]) == memory.estimate_memory_bytes(cfg)
-    assert sum(b["ranks"][1]["blocks"].values()) == memory.terms(cfg, 1).activations   # no recompute on stage 1
+    assert sum(b["ranks"][1]["blocks"].values()) == memory.terms(cfg, 1).activations  # no recompute on stage 1
     assert b["ranks"][0]["stash"] > 0 and b["ranks"][0]["logits"] == 0 < b["ranks"][1]["logits"]
 
     assert memory_main(["model=small"]) == 0

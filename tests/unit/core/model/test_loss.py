@@ -16,10 +16,16 @@ import numpy as np
 import pytest
 from mindspore import Parameter, Tensor, nn, ops
 
-from core.model.loss import cross_entropy, linear_cross_entropy, linear_cross_entropy_eval, naive_cross_entropy, rows_per_chunk
+from core.model.loss import (
+    cross_entropy,
+    linear_cross_entropy,
+    linear_cross_entropy_eval,
+    naive_cross_entropy,
+    rows_per_chunk,
+)
 
 IGNORE = -100
-N, V, D = 37, 300, 16          # N = 37 is not a multiple of the chunk sizes used (8, 5)
+N, V, D = 37, 300, 16  # N = 37 is not a multiple of the chunk sizes used (8, 5)
 CHUNK = 8
 
 
@@ -48,7 +54,7 @@ def max_normalised(got, ref):
 
 def assert_close(got_loss, got_grads, ref_loss, ref_grads, elementwise=1e-6):
     assert abs(float(got_loss) - ref_loss) <= 1e-6 * abs(ref_loss)
-    for got, ref in zip(got_grads, ref_grads):
+    for got, ref in zip(got_grads, ref_grads, strict=True):
         got = got.asnumpy()
         assert norm_rel(got, ref) <= 1e-6, norm_rel(got, ref)
         assert max_normalised(got, ref) <= elementwise, max_normalised(got, ref)
@@ -62,7 +68,7 @@ def assert_close_matmul(got_loss, got_grads, ref_loss, ref_grads):
 def make_inputs(seed=0, n=N, n_ignored=5):
     rng = np.random.default_rng(seed)
     hidden = rng.standard_normal((n, D)).astype(np.float32)
-    weight = (rng.standard_normal((V, D)) * 1.5 / np.sqrt(D)).astype(np.float32)   # logits of std ~1.5
+    weight = (rng.standard_normal((V, D)) * 1.5 / np.sqrt(D)).astype(np.float32)  # logits of std ~1.5
     labels = rng.integers(0, V, n).astype(np.int32)
     labels[rng.choice(n, n_ignored, replace=False)] = IGNORE
     return hidden, weight, labels
@@ -128,12 +134,12 @@ def test_all_ignored_gives_zero_loss_and_zero_grads(mode):
     hidden, weight, _ = make_inputs()
     labels = np.full(N, IGNORE, np.int32)
     loss, (g_hidden, g_weight) = maybe_jit(ms.value_and_grad(lce_chunked, grad_position=(0, 1)), mode)(
-        Tensor(hidden), Tensor(weight), Tensor(labels))
+        Tensor(hidden), Tensor(weight), Tensor(labels)
+    )
     assert float(loss) == 0.0
     assert not np.any(g_hidden.asnumpy()) and not np.any(g_weight.asnumpy())
     for fn in (ce_chunked, ce_naive):
-        loss, grad = maybe_jit(ms.value_and_grad(fn, grad_position=0), mode)(Tensor(hidden @ weight.T),
-                                                                                Tensor(labels))
+        loss, grad = maybe_jit(ms.value_and_grad(fn, grad_position=0), mode)(Tensor(hidden @ weight.T), Tensor(labels))
         assert float(loss) == 0.0
         assert not np.any(grad.asnumpy())
 
@@ -144,7 +150,7 @@ def test_pynative_and_jit_are_identical():
     step = ms.value_and_grad(lce_chunked, grad_position=(0, 1))
     eager, jitted = step(*args), ms.jit(step)(*args)
     np.testing.assert_array_equal(eager[0].asnumpy(), jitted[0].asnumpy())
-    for a, b in zip(eager[1], jitted[1]):
+    for a, b in zip(eager[1], jitted[1], strict=True):
         np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
     step = ms.value_and_grad(ce_chunked, grad_position=0)
     logits = Tensor(hidden @ weight.T)
@@ -166,10 +172,12 @@ def test_gradient_scales_with_the_incoming_gradient(mode):
         return cross_entropy(z, y, chunk_size=CHUNK) * 3.0
 
     loss, grads = maybe_jit(ms.value_and_grad(fused3, grad_position=(0, 1)), mode)(
-        Tensor(hidden), Tensor(weight), Tensor(labels))
+        Tensor(hidden), Tensor(weight), Tensor(labels)
+    )
     assert_close_matmul(loss, grads, 3 * ref_loss, [3 * g_logits @ w64, 3 * g_logits.T @ h64])
     loss, grad = maybe_jit(ms.value_and_grad(chunked3, grad_position=0), mode)(
-        Tensor(hidden @ weight.T), Tensor(labels))
+        Tensor(hidden @ weight.T), Tensor(labels)
+    )
     assert_close(loss, [grad], 3 * ref_loss, [3 * reference(hidden @ weight.T, labels)[1]])
 
 
@@ -203,9 +211,9 @@ def test_parameter_grads_through_upstream_layer(mode):
 
 
 def test_rows_per_chunk():
-    assert rows_per_chunk(4096, 32768) == 256          # default: about 2**23 logits per chunk
-    assert rows_per_chunk(100, 32768) == 100           # never more rows than tokens
-    assert rows_per_chunk(4096, 1 << 30) == 1          # at least one row
+    assert rows_per_chunk(4096, 32768) == 256  # default: about 2**23 logits per chunk
+    assert rows_per_chunk(100, 32768) == 100  # never more rows than tokens
+    assert rows_per_chunk(4096, 1 << 30) == 1  # at least one row
     assert rows_per_chunk(4096, 32768, 100) == 100
     with pytest.raises(ValueError):
         rows_per_chunk(10, 10, 0)
@@ -214,6 +222,7 @@ def test_rows_per_chunk():
 @pytest.mark.parametrize("mode", ["pynative", "jit"])
 def test_eval_loss_matches_float64_without_gradients(mode):
     hidden, weight, labels = make_inputs(seed=3)
+
     def eval_loss(h, w, y):  # a def: jit cannot parse a lambda passed inline
         return linear_cross_entropy_eval(h, w, y, chunk_size=CHUNK)
 

@@ -15,8 +15,18 @@ B, S = 2, 8
 
 
 def tiny_cfg(tie: bool, **kw) -> ModelConfig:
-    base = dict(vocab_size=48, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, ffn_hidden=40, max_seq_len=16,
-                rope_theta=100.0, init_std=0.3, tie_embeddings=tie)
+    base = dict(
+        vocab_size=48,
+        n_layers=2,
+        d_model=32,
+        n_heads=4,
+        n_kv_heads=2,
+        ffn_hidden=40,
+        max_seq_len=16,
+        rope_theta=100.0,
+        init_std=0.3,
+        tie_embeddings=tie,
+    )
     base.update(kw)
     return ModelConfig(**base)
 
@@ -32,15 +42,16 @@ def tokens_of(cfg, seed=0) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------------------
 # NumPy float64 reference, written from the papers' definitions rather than from the MindSpore code's structure.
 
+
 def np_rmsnorm(x, w, eps):
-    return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps) * w
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * w
 
 
 def np_rope(x, theta):
     """x (S, E): pair (x_j, x_{j+E/2}) as the complex number x_j + i x_{j+E/2}, times exp(i pos theta^(-2j/E))."""
     seq, e = x.shape
     angle = np.arange(seq)[:, None] * theta ** (-2.0 * np.arange(e // 2)[None, :] / e)
-    z = (x[:, : e // 2] + 1j * x[:, e // 2:]) * np.exp(1j * angle)
+    z = (x[:, : e // 2] + 1j * x[:, e // 2 :]) * np.exp(1j * angle)
     return np.concatenate([z.real, z.imag], axis=-1)
 
 
@@ -57,12 +68,12 @@ def np_hidden(W, cfg, tokens):
         for b in range(tokens.shape[0]):
             for hq in range(H):
                 hk = hq // (H // K)  # the KV head this query head's group shares
-                qh = np_rope(q[b, :, hq * E:(hq + 1) * E], cfg.rope_theta)
-                kh = np_rope(k[b, :, hk * E:(hk + 1) * E], cfg.rope_theta)
+                qh = np_rope(q[b, :, hq * E : (hq + 1) * E], cfg.rope_theta)
+                kh = np_rope(k[b, :, hk * E : (hk + 1) * E], cfg.rope_theta)
                 s = np.where(future, -np.inf, qh @ kh.T / math.sqrt(E))
                 a = np.exp(s - s.max(-1, keepdims=True))
                 a /= a.sum(-1, keepdims=True)
-                out[b, :, hq * E:(hq + 1) * E] = a @ v[b, :, hk * E:(hk + 1) * E]
+                out[b, :, hq * E : (hq + 1) * E] = a @ v[b, :, hk * E : (hk + 1) * E]
         x = x + out @ W[p + "attn.wo.weight"].T
         h = np_rmsnorm(x, W[p + "mlp_norm.weight"], cfg.norm_eps)
         g = h @ W[p + "mlp.w_gate.weight"].T
@@ -80,6 +91,7 @@ def rel_err(a, b):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("tie", [True, False])
 def test_forward_matches_numpy_float64(tie):
@@ -109,8 +121,8 @@ def test_causal():
         changed = tok.copy()
         changed[:, t] = (changed[:, t] + 1) % cfg.vocab_size
         out = model.logits(ms.Tensor(changed)).asnumpy()
-        np.testing.assert_array_equal(out[:, :t], base[:, :t])      # the past never sees the future
-        assert np.abs(out[:, t:] - base[:, t:]).max() > 1e-3          # and the change does propagate forward
+        np.testing.assert_array_equal(out[:, :t], base[:, :t])  # the past never sees the future
+        assert np.abs(out[:, t:] - base[:, t:]).max() > 1e-3  # and the change does propagate forward
 
 
 def loss_and_grad_fn(model, R):
@@ -133,7 +145,7 @@ def test_gradients_match_float64_finite_differences(tie):
     assert abs(float(loss) - float((np_logits(W, cfg, tok) * R).sum())) < 1e-4 * np.abs(R).sum()
 
     rng, h = np.random.default_rng(0), 1e-6
-    for (name, _), g in zip(model.parameters_and_names(), grads):
+    for (name, _), g in zip(model.parameters_and_names(), grads, strict=True):
         g = g.asnumpy().astype(np.float64)
         for _ in range(3):
             idx = tuple(int(rng.integers(n)) for n in g.shape)
@@ -173,7 +185,7 @@ def test_jit_matches_pynative_and_recompute_changes_nothing(jit_setup):
         loss, grads, logits = _run(cfg, R, tok, recompute, jit)
         assert abs(loss - ref_loss) <= 1e-5 * abs(ref_loss), (recompute, jit)
         np.testing.assert_array_equal(logits, ref_logits)
-        for g, r in zip(grads, ref_grads):
+        for g, r in zip(grads, ref_grads, strict=True):
             assert rel_err(g, r) < 1e-5, (recompute, jit)
 
 
@@ -193,14 +205,23 @@ def test_recompute_reruns_block_forward_in_pynative(monkeypatch):
             for block in model.layers:
                 block.recompute()
         calls.clear()
-        ms.value_and_grad(lambda t: model(t).sum(), None, model.trainable_params())(tok)
+        ms.value_and_grad(lambda t, model=model: model(t).sum(), None, model.trainable_params())(tok)
         counts.append(len(calls))
     assert counts == [cfg.n_layers, 2 * cfg.n_layers]
 
 
 def test_init_statistics_and_seeding():
-    cfg = ModelConfig(vocab_size=512, n_layers=4, d_model=128, n_heads=4, n_kv_heads=2, ffn_hidden=256,
-                      max_seq_len=16, init_std=0.02, tie_embeddings=False)
+    cfg = ModelConfig(
+        vocab_size=512,
+        n_layers=4,
+        d_model=128,
+        n_heads=4,
+        n_kv_heads=2,
+        ffn_hidden=256,
+        max_seq_len=16,
+        init_std=0.02,
+        tie_embeddings=False,
+    )
     model = GPT(cfg, seed=0)
     resid = cfg.init_std / math.sqrt(2 * cfg.n_layers)
     for name, w in weights_of(model).items():

@@ -31,11 +31,11 @@ def reference(moe, x: np.ndarray):
     else:
         scores = np.exp(logits - logits.max(1, keepdims=True))
         scores /= scores.sum(1, keepdims=True)
-    choice = np.argsort(-scores, axis=1, kind="stable")[:, :k]                   # (T, k)
+    choice = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # (T, k)
     top = np.take_along_axis(scores, choice, 1)
     gates = top / top.sum(1, keepdims=True)
     C, used, y, dropped = moe.capacity(T), np.zeros(X, int), np.zeros((T, D)), 0
-    for j in range(k):                     # all first choices claim their slots before any second choice
+    for j in range(k):  # all first choices claim their slots before any second choice
         for t in range(T):
             e = choice[t, j]
             if used[e] == C:
@@ -61,12 +61,15 @@ def _x(shape, seed=0, scale=1.0):
     return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
 
 
-@pytest.mark.parametrize("overrides", [
-    (),                                                                  # softmax, dropless
-    ("model.moe_router=sigmoid", "model.moe_shared_experts=1"),          # DeepSeek-V3-style, a shared expert
-    ("model.moe_capacity_factor=0.5",),                                  # capacity-bounded: pairs dropped
-    ("model.moe_capacity_factor=1.0", "model.moe_top_k=1", "model.moe_router=sigmoid"),
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        (),  # softmax, dropless
+        ("model.moe_router=sigmoid", "model.moe_shared_experts=1"),  # DeepSeek-V3-style, a shared expert
+        ("model.moe_capacity_factor=0.5",),  # capacity-bounded: pairs dropped
+        ("model.moe_capacity_factor=1.0", "model.moe_top_k=1", "model.moe_router=sigmoid"),
+    ],
+)
 def test_moe_forward_equals_a_loop_over_tokens_and_experts(overrides):
     moe, _, _ = _moe(*overrides)
     # a large router scale spreads the scores, so that routing is decided and capacity binds
@@ -120,19 +123,26 @@ def test_moe_counts_active_parameters():
     assert count_params(model) == count_params(dense) + 2 * (X * D + X * 3 * D * F - 3 * D * cfg.ffn_hidden)
     # FLOPs count the router and the k experts a token uses
     assert matmul_params(cfg) == matmul_params(load_config(["model=tiny"]).model) + 2 * (
-        X * D + cfg.moe_top_k * 3 * D * F - 3 * D * cfg.ffn_hidden)
+        X * D + cfg.moe_top_k * 3 * D * F - 3 * D * cfg.ffn_hidden
+    )
 
 
-@pytest.mark.parametrize("overrides, field, fix", [
-    (["model=moe-tiny", "model.moe_top_k=5"], "model.moe_top_k", "between 1 and model.n_experts=4"),
-    (["model=moe-tiny", "model.moe_router=relu"], "model.moe_router", "softmax or sigmoid"),
-    (["model=moe-tiny", "model.moe_capacity_factor=0"], "model.moe_capacity_factor", "null for dropless"),
-    (["model=moe-tiny", "model.moe_dense_layers=3"], "model.moe_dense_layers", "at least one MoE block"),
-    (["model=moe-tiny", "parallel.tp=2", "model.moe_ffn_hidden=255"], "parallel.tp", "each expert's width"),
-    (["model=moe-tiny", "parallel.dp_shard=2"], "parallel.ep", "parallel.dp_shard = 2"),
-    (["model=moe-tiny", "parallel.dp_shard=2", "parallel.ep=2", "model.n_experts=3", "model.moe_top_k=1"],
-     "parallel.ep", "model.n_experts=3"),
-])
+@pytest.mark.parametrize(
+    "overrides, field, fix",
+    [
+        (["model=moe-tiny", "model.moe_top_k=5"], "model.moe_top_k", "between 1 and model.n_experts=4"),
+        (["model=moe-tiny", "model.moe_router=relu"], "model.moe_router", "softmax or sigmoid"),
+        (["model=moe-tiny", "model.moe_capacity_factor=0"], "model.moe_capacity_factor", "null for dropless"),
+        (["model=moe-tiny", "model.moe_dense_layers=3"], "model.moe_dense_layers", "at least one MoE block"),
+        (["model=moe-tiny", "parallel.tp=2", "model.moe_ffn_hidden=255"], "parallel.tp", "each expert's width"),
+        (["model=moe-tiny", "parallel.dp_shard=2"], "parallel.ep", "parallel.dp_shard = 2"),
+        (
+            ["model=moe-tiny", "parallel.dp_shard=2", "parallel.ep=2", "model.n_experts=3", "model.moe_top_k=1"],
+            "parallel.ep",
+            "model.n_experts=3",
+        ),
+    ],
+)
 def test_moe_rules_name_the_field_and_the_fix(overrides, field, fix):
     with pytest.raises(ConfigError) as info:
         load_config(overrides)
@@ -149,7 +159,9 @@ def test_sequence_order_restores_positions_and_each_rank_takes_its_own(cp, tp):
     from core.parallel.expert_parallel import sequence_order
 
     S = 4 * cp * tp
-    parts = [chunk_positions(S, cp, c)[t * S // cp // tp:(t + 1) * S // cp // tp] for c in range(cp) for t in range(tp)]
+    parts = [
+        chunk_positions(S, cp, c)[t * S // cp // tp : (t + 1) * S // cp // tp] for c in range(cp) for t in range(tp)
+    ]
     order = sequence_order(S, cp)
     np.testing.assert_array_equal(np.concatenate(parts)[order], np.arange(S))
     for g, part in enumerate(parts):

@@ -13,8 +13,14 @@ from safetensors.numpy import load_file, save_file
 
 from core.config import OptimConfig
 from core.optim import (
-    ADAMW_NAME_PATTERNS, NS_COEFFS, STEP_KEY, build_optimizer, lr_at,
-    newton_schulz, rms_match_scale, uses_muon,
+    ADAMW_NAME_PATTERNS,
+    NS_COEFFS,
+    STEP_KEY,
+    build_optimizer,
+    lr_at,
+    newton_schulz,
+    rms_match_scale,
+    uses_muon,
 )
 
 # A miniature of the model's parameter list: tall, wide and square hidden matrices, embedding, head and norms.
@@ -31,8 +37,9 @@ SHAPES = [
 
 def make_params(seed: int = 0, shapes=SHAPES) -> list[tuple[str, Parameter]]:
     rng = np.random.default_rng(seed)
-    return [(name, Parameter(Tensor(rng.standard_normal(shape).astype(np.float32)), name=name))
-            for name, shape in shapes]
+    return [
+        (name, Parameter(Tensor(rng.standard_normal(shape).astype(np.float32)), name=name)) for name, shape in shapes
+    ]
 
 
 def make_grads(seed: int, shapes=SHAPES, scale: float = 0.1) -> list[np.ndarray]:
@@ -58,15 +65,17 @@ class ReferenceOptimizer:
         self.cfg, self.t = cfg, 0
         self.names = [n for n, _ in named]
         self.p = {n: p.asnumpy().astype(np.float64) for n, p in named}
-        self.muon = {n: cfg.name == "muon" and self.p[n].ndim == 2 and "embed" not in n and "lm_head" not in n
-                     for n in self.names}
+        self.muon = {
+            n: cfg.name == "muon" and self.p[n].ndim == 2 and "embed" not in n and "lm_head" not in n
+            for n in self.names
+        }
         self.m = {n: np.zeros_like(self.p[n]) for n in self.names}
         self.v = {n: np.zeros_like(self.p[n]) for n in self.names}
 
     def step(self, grads, lr):
         c = self.cfg
         self.t += 1
-        for n, g in zip(self.names, grads):
+        for n, g in zip(self.names, grads, strict=True):
             g = g.astype(np.float64)
             p = self.p[n]
             wd = c.weight_decay if p.ndim >= 2 else 0.0
@@ -77,8 +86,8 @@ class ReferenceOptimizer:
             else:
                 self.m[n] = c.beta1 * self.m[n] + (1 - c.beta1) * g
                 self.v[n] = c.beta2 * self.v[n] + (1 - c.beta2) * g * g
-                m_hat = self.m[n] / (1 - c.beta1 ** self.t)
-                v_hat = self.v[n] / (1 - c.beta2 ** self.t)
+                m_hat = self.m[n] / (1 - c.beta1**self.t)
+                v_hat = self.v[n] / (1 - c.beta2**self.t)
                 self.p[n] = p - lr * wd * p - lr * m_hat / (np.sqrt(v_hat) + c.eps)
 
 
@@ -103,8 +112,9 @@ def run_both(cfg: OptimConfig, lrs, jit: bool = True, fused: bool = False, scale
 @pytest.mark.parametrize("jit, fused", [(True, False), (False, False), (True, True), (False, True)])
 def test_adamw_matches_numpy(jit, fused):
     cfg = OptimConfig(name="adamw", weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8)
-    named, opt, ref = run_both(cfg, [1e-2, 3e-2, 2e-2, 5e-3, 1e-2], jit=jit, fused=fused,
-                               scales=[1.0, 0.5, 0.25, 1.0, 0.125])
+    named, opt, ref = run_both(
+        cfg, [1e-2, 3e-2, 2e-2, 5e-3, 1e-2], jit=jit, fused=fused, scales=[1.0, 0.5, 0.25, 1.0, 0.125]
+    )
     assert set(opt.route.values()) == {"adamw"}
     state = opt.state_dict()
     for name, p in named:
@@ -153,14 +163,17 @@ def test_muon_update_rms_matches_adamw_scale():
     """One Muon step moves a matrix by RMS ~0.2 * lr whatever its shape (Liu et al. 2025)."""
     assert rms_match_scale((688, 256)) == pytest.approx(0.2 * math.sqrt(688))
     assert rms_match_scale((256, 256)) == pytest.approx(3.2)
-    shapes = [("layers.0.mlp.w1.weight", (96, 32)), ("layers.0.mlp.w2.weight", (32, 96)),
-              ("layers.0.attn.wo.weight", (48, 48))]
+    shapes = [
+        ("layers.0.mlp.w1.weight", (96, 32)),
+        ("layers.0.mlp.w2.weight", (32, 96)),
+        ("layers.0.attn.wo.weight", (48, 48)),
+    ]
     named = make_params(5, shapes)
     before = [p.asnumpy().copy() for _, p in named]
     opt = build_optimizer(named, OptimConfig(name="muon", weight_decay=0.0))
     lr = 0.01
     opt.step([Tensor(g) for g in make_grads(5, shapes)], lr)
-    for (name, p), b in zip(named, before):
+    for (name, p), b in zip(named, before, strict=True):
         rms = np.sqrt(np.mean((p.asnumpy().astype(np.float64) - b) ** 2)) / lr
         # RMS of an (A, B) matrix with singular values s is sqrt(mean(s^2) / max(A, B)); NS leaves s in about
         # [0.68, 1.13], so after the 0.2 * sqrt(max(A, B)) scale the RMS is 0.2 * [0.68, 1.13] = [0.136, 0.226].
@@ -169,8 +182,8 @@ def test_muon_update_rms_matches_adamw_scale():
 
 def test_routing_by_name_and_shape():
     assert ADAMW_NAME_PATTERNS == ("embed", "lm_head", "router")
-    assert not uses_muon("layers.1.mlp.router.weight", (8, 256))            # an MoE router scores experts
-    assert not uses_muon("layers.1.mlp.experts.w_gate", (8, 344, 256))       # 3-D expert stacks: AdamW
+    assert not uses_muon("layers.1.mlp.router.weight", (8, 256))  # an MoE router scores experts
+    assert not uses_muon("layers.1.mlp.experts.w_gate", (8, 344, 256))  # 3-D expert stacks: AdamW
     assert uses_muon("layers.0.attn.wq.weight", (256, 256))
     assert uses_muon("layers.3.mlp.w2.weight", (256, 688))
     assert not uses_muon("embed.weight", (4096, 256))
@@ -180,7 +193,10 @@ def test_routing_by_name_and_shape():
     named = make_params()
     muon = build_optimizer(named, OptimConfig(name="muon"))
     assert [n for n, k in muon.route.items() if k == "muon"] == [
-        "layers.0.attn.wq.weight", "layers.0.mlp.w1.weight", "layers.0.mlp.w2.weight"]
+        "layers.0.attn.wq.weight",
+        "layers.0.mlp.w1.weight",
+        "layers.0.mlp.w2.weight",
+    ]
     assert set(build_optimizer(named, OptimConfig(name="adamw")).route.values()) == {"adamw"}
     keys = set(muon.state_dict())
     assert "muon.momentum.layers.0.attn.wq.weight" in keys and "adamw.m.embed.weight" in keys
@@ -206,7 +222,7 @@ def test_schedules_at_key_steps():
         return lr_at(step, cfg, total)
 
     for kind in ("cosine", "linear", "wsd", "constant"):
-        assert at(0, kind) == pytest.approx(0.25)      # warmup: lr * (step + 1) / warmup_steps
+        assert at(0, kind) == pytest.approx(0.25)  # warmup: lr * (step + 1) / warmup_steps
         assert at(3, kind) == pytest.approx(1.0)
         assert at(50, kind, total=None) == pytest.approx(1.0)  # unknown horizon: constant after warmup
         assert at(1, kind, total=None) == pytest.approx(0.5)
@@ -251,7 +267,7 @@ def test_state_dict_round_trip_continues_bit_identically(name, fused, tmp_path):
         grads = make_grads(i)
         opt.step([Tensor(g) for g in grads], 1e-2)
         opt2.step([Tensor(g) for g in grads], 1e-2)
-    for (n, p), (_, q) in zip(named, resumed):
+    for (n, p), (_, q) in zip(named, resumed, strict=True):
         np.testing.assert_array_equal(p.asnumpy(), q.asnumpy(), err_msg=n)
     a, b = opt.state_dict(), opt2.state_dict()
     assert a.keys() == b.keys()
@@ -265,7 +281,7 @@ def test_state_dict_round_trip_continues_bit_identically(name, fused, tmp_path):
     opt.load_state_dict(load_file(str(tmp_path / "optim.safetensors")))
     for i in range(3, 6):
         opt.step([Tensor(g) for g in make_grads(i)], 1e-2)
-    for (n, p), (_, q) in zip(named, resumed):
+    for (n, p), (_, q) in zip(named, resumed, strict=True):
         np.testing.assert_array_equal(p.asnumpy(), q.asnumpy(), err_msg=n)
 
 
@@ -288,8 +304,17 @@ def test_rejects_a_parameter_listed_twice():
         build_optimizer(named + [("tied.weight", named[0][1])], OptimConfig())
 
 
-@pytest.mark.parametrize("shape, tp_dim, tp, fsdp", [((6, 8), 0, 2, 2), ((6, 8), 1, 2, 2), ((6, 10), 1, 2, 3),
-                                                     ((5, 7), None, 2, 2), ((4, 6), 0, 2, 1), ((3, 5), None, 1, 4)])
+@pytest.mark.parametrize(
+    "shape, tp_dim, tp, fsdp",
+    [
+        ((6, 8), 0, 2, 2),
+        ((6, 8), 1, 2, 2),
+        ((6, 10), 1, 2, 3),
+        ((5, 7), None, 2, 2),
+        ((4, 6), 0, 2, 1),
+        ((3, 5), None, 1, 4),
+    ],
+)
 def test_sharded_muon_moves_whole_matrices_to_and_from_every_ranks_shards(shape, tp_dim, tp, fsdp):
     """``cut`` gives each group index g = fsdp_index * tp + tp_index the flat shard that rank stores
     (``Placement.shard``, FSDP padding included) and ``assemble`` puts those shards back together."""
@@ -297,9 +322,12 @@ def test_sharded_muon_moves_whole_matrices_to_and_from_every_ranks_shards(shape,
     from core.parallel.placement import Placement
 
     full = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    places = [Placement(shape, tp_dim, tp if tp_dim is not None else 1, t if tp_dim is not None else 0, fsdp, f)
-              for f in range(fsdp) for t in range(tp)]
-    shards = np.stack([p.shard(full).reshape(-1) for p in places])                 # (tp * fsdp, size)
+    places = [
+        Placement(shape, tp_dim, tp if tp_dim is not None else 1, t if tp_dim is not None else 0, fsdp, f)
+        for f in range(fsdp)
+        for t in range(tp)
+    ]
+    shards = np.stack([p.shard(full).reshape(-1) for p in places])  # (tp * fsdp, size)
     np.testing.assert_array_equal(cut(Tensor(full), places[0], tp, fsdp).asnumpy(), shards)
     np.testing.assert_array_equal(assemble(Tensor(shards), places[0], tp, fsdp).asnumpy(), full)
 
@@ -312,7 +340,7 @@ def test_sharded_muon_owners_balance_newton_schulz_cost():
     cost = [a * b * min(a, b) for a, b in shapes]
     for ranks in (1, 2, 4):
         owners = assign_owners(shapes * 4, ranks)
-        assert set(owners) == set(range(ranks))              # every rank takes a share
-        load = [sum(c for c, o in zip(cost * 4, owners) if o == r) for r in range(ranks)]
-        assert max(load) - min(load) <= max(cost)             # greedy: within one matrix of even
+        assert set(owners) == set(range(ranks))  # every rank takes a share
+        load = [sum(c for c, o in zip(cost * 4, owners, strict=True) if o == r) for r in range(ranks)]
+        assert max(load) - min(load) <= max(cost)  # greedy: within one matrix of even
     assert assign_owners([(4, 4)], 3) == [0]

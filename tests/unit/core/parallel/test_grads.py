@@ -34,15 +34,23 @@ def test_norm_and_factor_are_the_global_mean_losss(fused, micro_batches, clip):
     grads = _grads(7, scale=1.0)
     params = [Parameter(Tensor(np.zeros(s, np.float32)), name=f"p{i}") for i, s in enumerate(SHAPES)]
     dims = ParallelDims()
-    sync = GradientSync(params, placements={p.name: replicated(p.shape) for p in params}, dims=dims,
-                        groups=mesh_groups(dims), micro_batches=micro_batches, max_norm=clip * _norm(grads) /
-                        micro_batches, fused=fused)
+    sync = GradientSync(
+        params,
+        placements={p.name: replicated(p.shape) for p in params},
+        dims=dims,
+        groups=mesh_groups(dims),
+        micro_batches=micro_batches,
+        max_norm=clip * _norm(grads) / micro_batches,
+        fused=fused,
+    )
     out, norm, scale = sync(tuple(Tensor(g) for g in grads))
     mean_norm = _norm(grads) / micro_batches
     assert float(norm.asnumpy()) == pytest.approx(mean_norm, rel=1e-6)
     coef = min(clip * mean_norm / (mean_norm + 1e-6), 1.0) if clip > 0 else 1.0
     assert float(scale.asnumpy()) == pytest.approx(coef / micro_batches, rel=1e-6)
-    for o, g in zip(out, grads):  # the gradients come back as they went in: the optimizer applies the factor
+    for o, g in zip(
+        out, grads, strict=True
+    ):  # the gradients come back as they went in: the optimizer applies the factor
         np.testing.assert_array_equal(o.asnumpy(), g)
     assert ms.get_context("device_target") == "CPU"
 

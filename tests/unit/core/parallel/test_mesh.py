@@ -12,16 +12,24 @@ from core.ckpt.__main__ import main as consolidate_main
 from core.parallel.dims import MESH, ParallelDims
 from core.parallel.placement import Placement, layout_placement, replicated
 
-LAYOUTS = [dict(dp_shard=2), dict(dp_replicate=2, dp_shard=2), dict(tp=2), dict(cp=2), dict(tp=2, dp_shard=2),
-           dict(cp=2, tp=2), dict(pp=2, dp_replicate=2, dp_shard=2, cp=2, tp=2)]
+LAYOUTS = [
+    dict(dp_shard=2),
+    dict(dp_replicate=2, dp_shard=2),
+    dict(tp=2),
+    dict(cp=2),
+    dict(tp=2, dp_shard=2),
+    dict(cp=2, tp=2),
+    dict(pp=2, dp_replicate=2, dp_shard=2, cp=2, tp=2),
+]
 
 
 @pytest.mark.parametrize("degrees", LAYOUTS)
 def test_coordinates_and_groups_tile_the_world(degrees):
     world = ParallelDims(**degrees).world_size
     dims = [ParallelDims(**degrees, rank=r) for r in range(world)]
-    assert {tuple(d.coords().values()) for d in dims} == set(itertools.product(*(range(d) for d in
-                                                                                  (dims[0].degree(a) for a in MESH))))
+    assert {tuple(d.coords().values()) for d in dims} == set(
+        itertools.product(*(range(d) for d in (dims[0].degree(a) for a in MESH)))
+    )
     for d in dims:
         assert d.rank_of(d.coords()) == d.rank
         for names in (("tp",), ("cp",), ("dp_shard",), ("batch",), ("fsdp",), ("loss",), ("shard",)):
@@ -43,9 +51,20 @@ def test_batch_rank_is_not_the_global_rank():
     assert [ParallelDims(tp=2, dp_shard=2, rank=r).index("batch") for r in range(4)] == [0, 0, 1, 1]
 
 
-@pytest.mark.parametrize("shape, tp_dim, tp, fsdp, ep", [
-    ((12, 7), 0, 2, 1, 1), ((12, 7), 1, 1, 3, 1), ((12, 8), 1, 2, 3, 1), ((5,), None, 2, 4, 1), ((), None, 1, 1, 1),
-    ((6, 4), 0, 3, 2, 1), ((4, 6, 5), 1, 2, 1, 2), ((4, 5, 6), 2, 3, 1, 4), ((6, 3, 2), None, 1, 1, 3)])
+@pytest.mark.parametrize(
+    "shape, tp_dim, tp, fsdp, ep",
+    [
+        ((12, 7), 0, 2, 1, 1),
+        ((12, 7), 1, 1, 3, 1),
+        ((12, 8), 1, 2, 3, 1),
+        ((5,), None, 2, 4, 1),
+        ((), None, 1, 1, 1),
+        ((6, 4), 0, 3, 2, 1),
+        ((4, 6, 5), 1, 2, 1, 2),
+        ((4, 5, 6), 2, 3, 1, 4),
+        ((6, 3, 2), None, 1, 1, 3),
+    ],
+)
 def test_placements_cut_and_reassemble_any_array(shape, tp_dim, tp, fsdp, ep):
     full = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     tp = tp if tp_dim is not None else 1
@@ -70,10 +89,11 @@ def test_placements_cut_and_reassemble_any_array(shape, tp_dim, tp, fsdp, ep):
 def test_expert_blocks_are_whole_experts_split_by_width():
     full = np.arange(4 * 6 * 2).reshape(4, 6, 2)  # (X, F, D)
     p = layout_placement("layers.1.mlp.experts.w_up", full.shape, tp=2, fsdp=4, ep=2, tp_index=1, ep_index=1)
-    assert (p.fsdp_size, p.local_shape) == (1, (2, 3, 2))   # never FSDP-sharded
+    assert (p.fsdp_size, p.local_shape) == (1, (2, 3, 2))  # never FSDP-sharded
     assert np.array_equal(p.shard(full), full[2:4, 3:6])
-    assert Placement.from_json({"full_shape": [4], "tp_dim": None, "tp_size": 1, "tp_index": 0, "fsdp_size": 2,
-                                "fsdp_index": 1}) == Placement((4,), fsdp_size=2, fsdp_index=1)  # before ep
+    assert Placement.from_json(
+        {"full_shape": [4], "tp_dim": None, "tp_size": 1, "tp_index": 0, "fsdp_size": 2, "fsdp_index": 1}
+    ) == Placement((4,), fsdp_size=2, fsdp_index=1)  # before ep
 
 
 def _simulate_checkpoint(root, degrees, full: dict, step=3):
@@ -99,9 +119,11 @@ def _simulate_checkpoint(root, degrees, full: dict, step=3):
 @pytest.mark.parametrize("degrees", LAYOUTS[:6])
 def test_sharded_checkpoint_consolidates_to_the_full_arrays(tmp_path, degrees):
     rng = np.random.default_rng(1)
-    full = {"model.w": rng.standard_normal((8, 6)).astype(np.float32),
-            "model.g": rng.standard_normal(7).astype(np.float32),
-            "optim.step": np.array(3, dtype=np.int64)}
+    full = {
+        "model.w": rng.standard_normal((8, 6)).astype(np.float32),
+        "model.g": rng.standard_normal(7).astype(np.float32),
+        "optim.step": np.array(3, dtype=np.int64),
+    }
     path = _simulate_checkpoint(tmp_path / "ck", degrees, full)
     assert ck.latest_checkpoint(tmp_path / "ck") == path and not list((tmp_path / "ck").glob(".tmp-*"))
     tensors, meta = ck.load(path)

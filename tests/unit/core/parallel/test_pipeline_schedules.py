@@ -10,9 +10,11 @@ import pytest
 
 from core.parallel.pipeline.schedules import Action, ScheduleError, build, compute_order, simulate, stage_layers
 
-GRID = [(s, p, m, v) for s, p, m, v in itertools.product(("gpipe", "1f1b", "interleaved"), (2, 3, 4),
-                                                          (1, 2, 3, 4, 6, 8, 12), (1, 2, 3))
-        if not (s != "interleaved" and v > 1) and not (s == "interleaved" and m % p)]
+GRID = [
+    (s, p, m, v)
+    for s, p, m, v in itertools.product(("gpipe", "1f1b", "interleaved"), (2, 3, 4), (1, 2, 3, 4, 6, 8, 12), (1, 2, 3))
+    if not (s != "interleaved" and v > 1) and not (s == "interleaved" and m % p)
+]
 
 
 @pytest.mark.parametrize("schedule, pp, m, v", GRID)
@@ -36,10 +38,22 @@ def test_1f1b_bounds_the_micro_batches_in_flight_and_gpipe_does_not(pp, m):
 
 def test_1f1b_order_on_two_stages():
     # rank 0: one warm-up forward, then alternate; rank 1 (last): forward, backward, ...
-    assert compute_order("1f1b", 2, 3, 1, 0) == [("F", 0, 0), ("F", 1, 0), ("B", 0, 0), ("F", 2, 0), ("B", 1, 0),
-                                                 ("B", 2, 0)]
-    assert compute_order("1f1b", 2, 3, 1, 1) == [("F", 0, 1), ("B", 0, 1), ("F", 1, 1), ("B", 1, 1), ("F", 2, 1),
-                                                 ("B", 2, 1)]
+    assert compute_order("1f1b", 2, 3, 1, 0) == [
+        ("F", 0, 0),
+        ("F", 1, 0),
+        ("B", 0, 0),
+        ("F", 2, 0),
+        ("B", 1, 0),
+        ("B", 2, 0),
+    ]
+    assert compute_order("1f1b", 2, 3, 1, 1) == [
+        ("F", 0, 1),
+        ("B", 0, 1),
+        ("F", 1, 1),
+        ("B", 1, 1),
+        ("F", 2, 1),
+        ("B", 2, 1),
+    ]
 
 
 def test_interleaved_places_stage_s_on_rank_s_mod_pp():

@@ -8,22 +8,41 @@ from unittest import mock
 
 import pytest
 
-from core.runtime import compile_cache as cc
-from core.runtime import cache_dirs as user_cache
 from core.config import TrainConfig, load_config
+from core.runtime import cache_dirs as user_cache
+from core.runtime import compile_cache as cc
 
 
 def config(*overrides: str) -> TrainConfig:
     return load_config(["model=tiny", *overrides])
 
 
-SAME_GRAPHS = ["seed=3", "optim.lr=1e-4", "optim.warmup_steps=0", "optim.schedule=wsd", "trial.max_steps=7",
-               "trial.dir=/elsewhere", "checkpoint.interval=2", "training.log_interval=5",
-               "data.train_path=/some/tokens.bin", "execution.compile_cache_dir=/tmp/x"]
-OTHER_GRAPHS = ["model.d_model=64", "optim.weight_decay=0.0", "optim.grad_clip=0.5", "optim=muon",
-                "parallel.tp=2", "training.seq_len=32", "training.global_batch_size=4", "execution.jit_level=O1",
-                "memory.recompute=full", "training.mode=pynative", "execution.kernel_threads=1",
-                "training.eval_interval=2"]  # validating every 2 of 20 steps compiles the validation graph
+SAME_GRAPHS = [
+    "seed=3",
+    "optim.lr=1e-4",
+    "optim.warmup_steps=0",
+    "optim.schedule=wsd",
+    "trial.max_steps=7",
+    "trial.dir=/elsewhere",
+    "checkpoint.interval=2",
+    "training.log_interval=5",
+    "data.train_path=/some/tokens.bin",
+    "execution.compile_cache_dir=/tmp/x",
+]
+OTHER_GRAPHS = [
+    "model.d_model=64",
+    "optim.weight_decay=0.0",
+    "optim.grad_clip=0.5",
+    "optim=muon",
+    "parallel.tp=2",
+    "training.seq_len=32",
+    "training.global_batch_size=4",
+    "execution.jit_level=O1",
+    "memory.recompute=full",
+    "training.mode=pynative",
+    "execution.kernel_threads=1",
+    "training.eval_interval=2",
+]  # validating every 2 of 20 steps compiles the validation graph
 
 
 @pytest.fixture(scope="module")
@@ -94,12 +113,14 @@ def test_a_miss_compiles_privately_and_publishes_only_when_the_trial_ended_well(
     third = cc.CompileCache(tmp_path / "root", "k", 1, tmp_path / "t3" / "compile_cache")
     third.open()
     assert third.loaded
-    assert (tmp_path / "t3" / "compile_cache" / "rank_1" / "graph_cache" / "compile_cache_0.mindir").read_text() \
-        == "good"
+    assert (
+        tmp_path / "t3" / "compile_cache" / "rank_1" / "graph_cache" / "compile_cache_0.mindir"
+    ).read_text() == "good"
     (tmp_path / "t3" / "compile_cache" / "rank_1" / "graph_cache" / "compile_cache_9.mindir").write_text("new")
     third.close(ok=True)  # a hit publishes nothing: the entry stays as it was
-    assert sorted(p.name for p in (tmp_path / "root" / "k" / "rank_1" / "graph_cache").iterdir()) \
-        == ["compile_cache_0.mindir"]
+    assert sorted(p.name for p in (tmp_path / "root" / "k" / "rank_1" / "graph_cache").iterdir()) == [
+        "compile_cache_0.mindir"
+    ]
     assert not (tmp_path / "t3" / "compile_cache").exists()
 
 

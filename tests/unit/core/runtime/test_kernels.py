@@ -21,7 +21,7 @@ def tensors(seed: int = 0):
 
 
 def reference(xs, weights) -> float:
-    return float(sum(w * (x.astype(np.float64) ** 2).sum() for x, w in zip(xs, weights)))
+    return float(sum(w * (x.astype(np.float64) ** 2).sum() for x, w in zip(xs, weights, strict=True)))
 
 
 @ms.jit

@@ -52,8 +52,11 @@ def test_mindspore_is_measured_as_a_trial_runs_it(monkeypatch):
     seen = []
     monkeypatch.setattr(reference_rate.os, "sched_setaffinity", lambda pid, cores: None)
     monkeypatch.setattr(mindspore, "set_device", lambda device: None)  # refused once this process ran an op
-    monkeypatch.setattr(reference_rate, "_best_rate",
-                        lambda matmul, a, size: seen.append(os.environ.get(execution.HOST_BLOCKING_ENV)) or 1.0)
+    monkeypatch.setattr(
+        reference_rate,
+        "_best_rate",
+        lambda matmul, a, size: seen.append(os.environ.get(execution.HOST_BLOCKING_ENV)) or 1.0,
+    )
     with mock.patch.dict(os.environ, {execution.HOST_BLOCKING_ENV: "0"}):
         assert reference_rate.measure("mindspore", "CPU", size=8) == 1.0
     assert seen == ["1"]

@@ -34,8 +34,14 @@ def probe(runner, tmp_path, name: str, *args: str, prefix: tuple = ()) -> tuple[
     out = tmp_path / f"{name}.out"
     env = {**os.environ, "PROBE_VALUE": name, "PYTHONPATH": str(tmp_path / "extra")}
     with open(out, "wb") as f:
-        proc = runner([*prefix, sys.executable, *args], stdout=f, stderr=subprocess.STDOUT, env=env,
-                      cwd=tmp_path, start_new_session=True)
+        proc = runner(
+            [*prefix, sys.executable, *args],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=tmp_path,
+            start_new_session=True,
+        )
         code = proc.wait(timeout=120)
     lines = out.read_text().strip().splitlines()
     return code, json.loads(lines[-1]) if code == 0 else {"output": lines}
@@ -64,8 +70,9 @@ def test_exit_codes_signals_and_timeouts_are_popens(server, tmp_path):
     assert run("import os; os._exit(10)")[1] == 10
     assert run("raise ValueError('boom')")[1] == 1
     assert run("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")[1] == -signal.SIGKILL
-    slow = warm.popen([sys.executable, "-c", "import time; time.sleep(30)"], stdout=subprocess.DEVNULL,
-                      start_new_session=True)
+    slow = warm.popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], stdout=subprocess.DEVNULL, start_new_session=True
+    )
     with pytest.raises(subprocess.TimeoutExpired):
         slow.wait(timeout=0.3)
     assert slow.poll() is None

@@ -8,25 +8,30 @@ import time
 
 import pytest
 
-from core.trial import (SCHEMA, STATUS, Exit, NonFinite, OutOfMemory, TrialRecorder, classify,
-                        write_invalid_summary)
+from core.trial import SCHEMA, STATUS, Exit, NonFinite, OutOfMemory, TrialRecorder, classify, write_invalid_summary
 from tests.schema import assert_summary_schema
 
 
-@pytest.mark.parametrize("exc, code", [
-    (RuntimeError("Allocate memory failed, size: 1073741824"), Exit.OOM),
-    (RuntimeError("std::bad_alloc"), Exit.OOM),
-    (RuntimeError("Device(id:0) memory isn't enough and alloc failed, Out of Memory!"), Exit.OOM),
-    (RuntimeError("Malloc for kernel output failed, size: 4096"), Exit.OOM),
-    (MemoryError(), Exit.OOM),
-    (RuntimeError("Kernel AdamW is unregistered on CPU"), Exit.COMPILE_ERROR),
-    (TypeError("Unsupported data type BFloat16 for MatMul: select kernel failed"), Exit.COMPILE_ERROR),
-    (RuntimeError("Failed to compile graph 'construct'"), Exit.COMPILE_ERROR),
-    (RuntimeError("lineno is out of bounds\n (See file rank_0/om/analyze_fail.ir for more details."), Exit.COMPILE_ERROR),
-    (ValueError("something else entirely"), Exit.ERROR),
-    (NonFinite("nan: loss nan at step 3"), Exit.NAN),
-    (OutOfMemory("out of memory: rank RSS"), Exit.OOM),
-])
+@pytest.mark.parametrize(
+    "exc, code",
+    [
+        (RuntimeError("Allocate memory failed, size: 1073741824"), Exit.OOM),
+        (RuntimeError("std::bad_alloc"), Exit.OOM),
+        (RuntimeError("Device(id:0) memory isn't enough and alloc failed, Out of Memory!"), Exit.OOM),
+        (RuntimeError("Malloc for kernel output failed, size: 4096"), Exit.OOM),
+        (MemoryError(), Exit.OOM),
+        (RuntimeError("Kernel AdamW is unregistered on CPU"), Exit.COMPILE_ERROR),
+        (TypeError("Unsupported data type BFloat16 for MatMul: select kernel failed"), Exit.COMPILE_ERROR),
+        (RuntimeError("Failed to compile graph 'construct'"), Exit.COMPILE_ERROR),
+        (
+            RuntimeError("lineno is out of bounds\n (See file rank_0/om/analyze_fail.ir for more details."),
+            Exit.COMPILE_ERROR,
+        ),
+        (ValueError("something else entirely"), Exit.ERROR),
+        (NonFinite("nan: loss nan at step 3"), Exit.NAN),
+        (OutOfMemory("out of memory: rank RSS"), Exit.OOM),
+    ],
+)
 def test_classify(exc, code):
     got, reason = classify(exc)
     assert got == code
@@ -58,9 +63,12 @@ def test_every_code_has_a_status():
 
 
 def test_summary_schema_and_metrics(tmp_path):
-    rec = TrialRecorder(trial_dir=tmp_path, config={"trial": {"max_steps": 3}, "seed": 1,
-                                                   "parallel": {"dp_replicate": 1}},
-                        overrides=["seed=1"], started=time.time() - 2)
+    rec = TrialRecorder(
+        trial_dir=tmp_path,
+        config={"trial": {"max_steps": 3}, "seed": 1, "parallel": {"dp_replicate": 1}},
+        overrides=["seed=1"],
+        started=time.time() - 2,
+    )
     rec.flops_per_token, rec.reference_flops_per_sec = 1e6, 1e11
     for loss, dt in [(5.0, 3.0), (4.0, 0.1), (3.5, 0.3)]:  # the first step carries compilation
         rec.record_step(loss, 1.0, tokens=100, seconds=dt)
@@ -68,11 +76,11 @@ def test_summary_schema_and_metrics(tmp_path):
     assert_summary_schema(s)
     assert json.loads((tmp_path / "trial_summary.json").read_text()) == json.loads(json.dumps(s))
     m = s["metrics"]
-    assert m["step_time_ms_median"] == pytest.approx(200.0)        # median of the steps after the first
+    assert m["step_time_ms_median"] == pytest.approx(200.0)  # median of the steps after the first
     assert m["tokens_per_sec"] == pytest.approx(100 / 0.2)
     assert m["mfu"] == pytest.approx(500 * 1e6 / 1e11)
     assert (m["first_loss"], m["final_loss"], m["min_loss"], s["steps"], s["tokens"]) == (5.0, 3.5, 3.5, 3, 300)
-    assert m["val_loss"] is None                                  # not reached: null, never invented
+    assert m["val_loss"] is None  # not reached: null, never invented
     assert s["schema"] == SCHEMA and s["error"] is None
 
 
