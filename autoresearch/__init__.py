@@ -12,5 +12,6 @@ The packages, in import order (a package imports only those before it; tests/uni
     run/             a session: trials side by side in their slots, one trial process
     report/          tables, plots, HTML, the terminal
     export/          the winner as the config of another stack (MindFormers, torchtitan, the core's overrides)
-    cli.py           ``python -m autoresearch.agent``
+    cli.py           the command line, generated from the session's options
+    agent.py         ``python -m autoresearch.agent``
 """

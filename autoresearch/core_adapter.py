@@ -131,7 +131,8 @@ def estimate_with_core(overrides: Sequence[str]) -> int | None:
     """Per-rank memory estimate of a config from the core's analytic model, without MindSpore or a run.
 
     None when the core cannot estimate it (e.g. the config is invalid: the trial itself will say why). Cached in
-    the process: composing the Hydra config takes ~0.1 s, and a proposer may rank hundreds of configs.
+    the process: composing the Hydra config takes a noticeable fraction of a second (benchmarks/RESULTS.md,
+    "autoresearch/core_adapter.py"), and a proposer may rank hundreds of configs.
     """
     return _estimate(tuple(overrides))
 
@@ -147,7 +148,8 @@ def _estimate(overrides: tuple[str, ...]) -> int | None:
 @functools.lru_cache(maxsize=1024)
 def memory_breakdown(overrides: tuple[str, ...] | None) -> tuple[dict | None, str]:
     """(``core.memory.breakdown`` of the config, "") or (None, why there is none). Cached: composing a config
-    takes ~0.1 s, and a study repeats configs across its failures and skips."""
+    takes a noticeable fraction of a second (benchmarks/RESULTS.md, "autoresearch/core_adapter.py"), and a study
+    repeats configs across its failures and skips."""
     if not overrides:
         return None, "no config to estimate (neither a trial summary nor the space file)"
     try:
@@ -219,7 +221,7 @@ def _config_error(items: tuple) -> ConfigError | None:
 
 def config_error(settings: dict[str, Any]) -> ConfigError | None:
     """``core.config``'s verdict on these settings (``key -> value``, as overrides would give them): the same
-    rules ``load_config`` runs on a trial's overrides, on a tree composed once per group choice (~13 ms a config
-    instead of ~65 ms for a full Hydra compose)."""
+    rules ``load_config`` runs on a trial's overrides, on a tree composed once per group choice (several times
+    faster per config than a full Hydra compose: benchmarks/RESULTS.md, "autoresearch/core_adapter.py")."""
     # The type name is part of the cache key: True == 1 and hash alike, but the core may treat them apart.
     return _config_error(tuple((k, type(v).__name__, v) for k, v in settings.items()))

@@ -7,7 +7,7 @@
 A tabular benchmark (the way NAS-Bench and HPOBench make optimiser comparisons cheap and repeatable):
 
 1. ``collect`` runs every config of ``benchmarks/spaces/tabular.yaml`` once through the real trial CLI
-   (``python -m core.train``, via ``autoresearch.runner.run_trial``) and keeps the outcomes as data in
+   (``python -m core.train``, via ``autoresearch.run.runner.run_trial``) and keeps the outcomes as data in
    ``benchmarks/data/tabular.json``: params, status, exit code, objective, measured and estimated peak memory,
    wall time, and the summary each trial wrote. Failures are real: the OOMs are the core's memory budget
    (exit 10) and the NaNs a learning rate that really diverges (exit 12).
@@ -226,10 +226,10 @@ METHODS = {
     "random": ("random", False, None),
     "grid": ("grid", False, None),
     "tpe": ("tpe", False, None),
-    "tpe+memory": ("tpe", True, "autoresearch.runner:estimate_with_core"),
+    "tpe+memory": ("tpe", True, "autoresearch.core_adapter:estimate_with_core"),
     "tpe+dominance (no gate)": ("tpe", True, None),
-    "random+memory": ("random", True, "autoresearch.runner:estimate_with_core"),
-    "gp": ("gp", True, "autoresearch.runner:estimate_with_core"),
+    "random+memory": ("random", True, "autoresearch.core_adapter:estimate_with_core"),
+    "gp": ("gp", True, "autoresearch.core_adapter:estimate_with_core"),
 }
 SEEDLESS = ("grid",)  # the grid walks the same order whatever the seed
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/compile_cache.py [--trials]
 
-``--trials``: then real trials (``core.compile_cache``) for a few layouts, each run three times in one cache: the
+``--trials``: then real trials (``core.runtime.compile_cache``) for a few layouts, each run three times in one cache: the
 first compiles and saves its graphs, the second loads them, the third has the cache off; prints each run's
 start-up, first step and whether the losses, validation loss and gradient norm are the same to the bit.
 
@@ -12,7 +12,7 @@ cache directory (the first compiles and saves, the second loads) and prints the 
 two-layer model, then again after the weights changed in place, so a graph that lost its weights shows.
 
 Variants (how the graph reaches the model's Parameters):
-- ``closure``: ``mindspore.jit`` of a function that closes over the model (as ``core.execution.jit`` compiles the
+- ``closure``: ``mindspore.jit`` of a function that closes over the model (as ``core.runtime.graphs.jit`` compiles the
   trainer's gradient graph today);
 - ``inputs``: the weights passed in as the graph's arguments;
 - ``cell``: the function run by a ``Cell`` whose ``construct`` is compiled and which holds the model as a child,

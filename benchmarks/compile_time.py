@@ -1,5 +1,5 @@
 """How long MindSpore 2.10 takes to compile a graph over one tensor per parameter, by how the graph is spelled
-(issue "Performance I", start-up): the measurements behind ``core.execution.each``.
+(issue "Performance I", start-up): the measurements behind ``core.runtime.graphs.each``.
 
     .venv/bin/python benchmarks/compile_time.py [--tensors 60] [--shape 64 64]
 

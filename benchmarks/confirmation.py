@@ -11,7 +11,7 @@ each with its confirmation phase) and reads them back from their Optuna storage:
   config, interleaved with the others);
 - survival: whether the search's best run is the config the confirmation names as winner, is among those tied
   within noise, or lost to another config by more than the noise;
-- cost: the study's device-seconds (``autoresearch.ledger``) split into start-up, compile, steps and unsplit, for the
+- cost: the study's device-seconds (``autoresearch.study.ledger``) split into start-up, compile, steps and unsplit, for the
   search and the confirmation separately.
 
 Every figure is in-sample: the studies measure themselves; nothing here was tuned on them.

@@ -122,7 +122,7 @@ def main() -> None:
     ap.add_argument("--d", type=int, default=256, help="hidden size")
     ap.add_argument("--repeats", type=int, default=3, help="timed steps after the first, per process")
     ap.add_argument("--rounds", type=int, default=3, help="fresh processes per variant, alternating variants")
-    ap.add_argument("--chunk-size", type=int, default=None, help="rows per chunk (default: core.loss)")
+    ap.add_argument("--chunk-size", type=int, default=None, help="rows per chunk (default: core.model.loss)")
     ap.add_argument("--modes", default="jit,pynative")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)

@@ -8,7 +8,7 @@ within each round so that load on this shared machine hits them alike; medians o
 time, tokens/s, each rank's peak memory (VmHWM), its counted parameter + gradient + optimizer bytes, the memory
 estimate's error (``core.memory``; held-out layouts marked: their kind of layout was not in the fit), and the
 share of rank 0's step time spent in collectives, from one more run per layout under MindSpore's profiler
-(``training.profile=true``, core.profiling; the profiler slows steps, so that run's times are not used).
+(``training.profile=true``, core.runtime.profiling; the profiler slows steps, so that run's times are not used).
 
 On 2 cores a 4-rank layout runs two ranks per core: its step times measure oversubscription as much as the
 layout. Ratios from one run are what count (machines of one kind differ ~2x in absolute time).

@@ -17,7 +17,7 @@ from the residuals of their runs. Terms are recomputed from each run's overrides
 ``core.memory.terms``, so the data outlives changes to the textbook count. Runs marked held out
 (``HELD_OUT_SWEEP`` and the combined layouts: seq 512, selective and partial recompute, SWAP, pipelines, MoE, 4
 ranks) are never fitted: their error is the estimate's on configs it has not seen. It prints the profiles (to copy
-into ``core.memory.PROFILES``) and, per run, the peak against the estimate of the profiles core.memory ships now,
+into ``core.memory.estimate.PROFILES``) and, per run, the peak against the estimate of the profiles core.memory ships now,
 then the errors by group (median, p95, worst, how often and how far below the peak) — the figure that matters:
 how wrong the agent's memory gate starts out before it has measured anything.
 ``tests/unit/test_memory.py`` holds the shipped profiles to this data. ``--names REGEX`` collects only the

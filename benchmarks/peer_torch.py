@@ -41,7 +41,7 @@ from provenance import cpu_info, git_commit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 PEERS = ("eager", "compile")
-# The core's rows: its defaults, the same with MindSpore's own optimizer kernels instead of core.kernels' fused ones
+# The core's rows: its defaults, the same with MindSpore's own optimizer kernels instead of core.runtime.kernels' fused ones
 # (the default before them), and the fastest search_spaces/compile.yaml config on model=small (RESULTS.md,
 # "Compile settings"): MindSpore's O1 graph optimisations with graph-kernel fusion. (The host-queue row of earlier
 # runs is in RESULTS.md: `execution.host_pipeline=true` was 2-3x slower on every model.)
@@ -102,7 +102,7 @@ def torch_trial(argv: list[str]) -> None:
     losses, times, status, reason = [], [], "ok", ""
     try:
         for step in range(cfg.trial.max_steps):
-            t0 = time.perf_counter()  # from the batch to the updated weights, as core.trainer times a step
+            t0 = time.perf_counter()  # from the batch to the updated weights, as core.training.trainer times a step
             rows = torch.from_numpy(data.batch(step, t.global_batch_size, t.seq_len, cfg.seed).astype("int64"))
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(rows[:, :-1], rows[:, 1:])

@@ -25,7 +25,13 @@ from provenance import git_commit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SETTINGS = ("none", "selective", "full", "swap", "swap half")  # swap: memory.swap=true (core.swap), PyNative only
+SETTINGS = (
+    "none",
+    "selective",
+    "full",
+    "swap",
+    "swap half",
+)  # swap: memory.swap=true (core.memory.swap), PyNative only
 
 
 def main() -> None:

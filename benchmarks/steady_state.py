@@ -7,7 +7,7 @@ wall time) this prints the median step time over steps 2-10 and 2-20 (what a 10-
 reports: every step after the first), 11-20 (the second half of a 20-step trial), what separate 10- and 20-step
 trials reported (``step_time_ms_median``: the spread between processes), and the steady state (steps 50-100),
 with each one's difference from the steady state. MindSpore's CPU runtime searches thread counts during a
-kernel's or graph's first ~50 launches (MINDSPORE_CPU.md): the agent ranks configs by ``tokens_per_sec``, so a
+kernel's or graph's first ~50 launches (docs/mindspore-cpu.md, "Threads and speed"): the agent ranks configs by ``tokens_per_sec``, so a
 short trial must measure what a long run would get. Configs marked held out were not looked at when choosing
 what a trial measures.
 """

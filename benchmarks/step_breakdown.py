@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/step_breakdown.py [--model small] [--steps 30] [--warmup 60] [overrides ...]
 
 One process builds the trainer of ``core.train`` (same config, same model, same compiled functions), runs
-``--warmup`` steps (compilation and MindSpore's CPU thread-count search, MINDSPORE_CPU.md) and then times each
+``--warmup`` steps (compilation and MindSpore's CPU thread-count search, docs/mindspore-cpu.md "Threads and speed") and then times each
 phase of ``Trainer._train_step`` in turn, waiting for the device after each (``mindspore.runtime.synchronize``):
 
 - data: the step's batch cut from the corpus and handed to the rank (host NumPy);
@@ -15,7 +15,7 @@ phase of ``Trainer._train_step`` in turn, waiting for the device after each (``m
 
 Each phase includes the Python that calls its graph; means over steps, so the phases add up to the step.
 
-Then ``--steps`` more steps run under MindSpore's profiler (core.profiling) for time per op type, as a share of
+Then ``--steps`` more steps run under MindSpore's profiler (core.runtime.profiling) for time per op type, as a share of
 the profiled steps' wall time (the profiler slows steps and inflates many small kernels; its shares, not its
 times, are the figure). The time the kernels are not busy is launch gaps, Python and waiting.
 """

@@ -33,7 +33,7 @@ class Block(nn.Module):
         super().__init__()
         D, F_, std = cfg.d_model, cfg.ffn_hidden, cfg.init_std
         self.H, self.K, self.E = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        out_std = std / (2 * cfg.n_layers) ** 0.5  # residual writers (GPT-2), as core.model.layers.Block
+        out_std = std / (2 * cfg.n_layers) ** 0.5  # residual writers (GPT-2), as core.model.block.Block
         self.attn_norm, self.mlp_norm = nn.RMSNorm(D, eps=cfg.norm_eps), nn.RMSNorm(D, eps=cfg.norm_eps)
         self.wq, self.wo = _linear(D, self.H * self.E, std), _linear(self.H * self.E, D, out_std)
         self.wk, self.wv = _linear(D, self.K * self.E, std), _linear(D, self.K * self.E, std)

@@ -7,8 +7,8 @@
    and MFU against this machine's fixed reference rate (``metrics.reference_flops_per_sec``, core.reference_rate).
 2. Process start to the end of the first step (``startup_sec``), ``model=tiny`` on 1 and on 2 ranks, and each
    start-up phase (``startup_phases_sec``: launch, imports, cluster, build, first step); the tiny variants also
-   with their graphs loaded from the compile cache (core.compile_cache; every other run compiles its graphs), and
-   with those graphs and their processes forked from a warm server, as the agent starts its trials (core.warm;
+   with their graphs loaded from the compile cache (core.runtime.compile_cache; every other run compiles its graphs), and
+   with those graphs and their processes forked from a warm server, as the agent starts its trials (core.trial.fork_server;
    ``startup_sec`` then counts from the fork, which the agent's runner asks for milliseconds before).
 
 ``overrides`` are added to every variant (``execution.host_pipeline=true``, say, for MindSpore's own default).

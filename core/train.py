@@ -27,7 +27,7 @@ from core.runtime import native_env
 from core.runtime.cache_dirs import compile_cache_root
 from core.runtime.cluster import CONFIG_ENV, START_ENV, is_worker_process, rank_from_env
 from core.runtime.compile_cache import CompileCache, graph_key
-from core.trial.contract import Exit, classify
+from core.trial.contract import Exit, classify, codes_text
 from core.trial.recorder import TrialRecorder, write_invalid_summary
 from core.trial.supervisor import supervise
 from core.trial.watchdog import Watchdog
@@ -80,7 +80,7 @@ def _compile_cache(cfg: TrainConfig, rank: int, trial_dir: Path) -> CompileCache
     if not e.compile_cache or e.graph_kernel_fusion:
         return None
     root = Path(e.compile_cache_dir) if e.compile_cache_dir else compile_cache_root()
-    graphs = CompileCache(root, graph_key(cfg), rank, trial_dir / "compile_cache")
+    graphs = CompileCache(root, graph_key(cfg), rank=rank, work_dir=trial_dir / "compile_cache")
     return graphs if graphs.open() else None
 
 
@@ -104,7 +104,8 @@ def run_rank(cfg: TrainConfig, *, overrides: list[str], trial_dir: Path, started
     graphs = _compile_cache(cfg, rank, trial_dir)
     rec.compile_cache = None if graphs is None else ("loaded" if graphs.loaded else "compiled")
     try:
-        from core.training.trainer import Trainer  # MindSpore: a rank's import, never the supervisor's
+        # function-level: MindSpore is a rank's import, never the supervisor's
+        from core.training.trainer import Trainer
 
         rec.mark("imports")
         code, reason = Trainer(cfg, rec, limit_bytes=limit).run()
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = list(sys.argv[1:] if argv is None else argv)
     if overrides and overrides[0] in ("-h", "--help"):
         try:
-            print(usage(overrides[1:]))
+            print(usage(overrides[1:], exit_codes=codes_text()))
         except ConfigError as e:
             print(f"invalid config: {e}", file=sys.stderr)
             return int(Exit.INVALID)
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
     _setup_logging(trial_dir, to_file=not worker)  # a worker's stdout is already its logs/rank_<r>.log
     if not worker:
-        from omegaconf import OmegaConf  # the supervisor's or single process's; workers never load it
+        from omegaconf import OmegaConf  # function-level: the supervisor's or single process's; workers never load it
 
         trial_dir.mkdir(parents=True, exist_ok=True)
         (trial_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))

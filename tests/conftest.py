@@ -10,7 +10,7 @@ native_env.apply()  # the test process loads MindSpore's libraries as a trial do
 from core.runtime.cache_dirs import CACHE_ENV, COMPILE_CACHE_ENV
 from core.runtime.settings import HOST_BLOCKING_ENV
 
-# The test process runs MindSpore as a trial on the CPU does (core.execution._host_pipeline: no spinning host
+# The test process runs MindSpore as a trial on the CPU does (core.runtime.settings._host_pipeline: no spinning host
 # queues). MindSpore reads this at the first op it queues, once per process: set before any test module is even
 # collected. Trials the tests start set it again from their own config.
 os.environ.setdefault(HOST_BLOCKING_ENV, "1")
@@ -18,7 +18,7 @@ os.environ.setdefault(HOST_BLOCKING_ENV, "1")
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_cache(tmp_path_factory):
-    """The test session's own project cache (core.user_cache), never the user's: a reference rate measured while
+    """The test session's own project cache (core.runtime.cache_dirs), never the user's: a reference rate measured while
     tests load the machine must not become the machine's MFU denominator. pytest-xdist's workers share it (the
     reference rate and the corpus are built once, under their own locks, instead of once per worker), but each
     worker compiles into a cache of its own: trials started by module- and session-scoped fixtures (set up

@@ -1,21 +1,32 @@
 """Carry a study's winner into the training stack you run.
 
     python -m autoresearch.export trials/<study> --to mindformers     # YAML fragment for MindFormers
-    python -m autoresearch.export trials/<study> --to torchtitan      # TOML fragment for torchtitan
+    python -m autoresearch.export trials/<study> --to torchtitan --out tuned_recipe.py   # torchtitan recipe
+    torchrun ... -m torchtitan.train --module tuned_recipe --config tuned   # torchtitan 0.3.0, once BASE is set
     python -m autoresearch.export trials/<study> --to overrides --out winner.txt
     python -m core.train $(cat winner.txt) trial.dir=trials/manual/rerun   # the winner again, on the core
     python -m autoresearch.export --storage postgresql://... --study NAME --to ... [--trial N]
 
 The trial is ``--trial N`` or ``winner(study)``. Its config is the resolved one the core ran (the ``config`` of its
 trial_summary.json), else composed from the summary's overrides, else from the study's space and the trial's
-params; the output's header says which. The MindFormers and torchtitan fragments follow the tables in
-``autoresearch.targets``; their headers list every core key the target has no counterpart for, with the reason.
+params; the output's header says which. The MindFormers fragment and the torchtitan recipe follow the tables in
+``autoresearch.export.targets``; their headers list every core key the target has no counterpart for, with the
+reason. The torchtitan recipe is a Python module (torchtitan 0.3.0 reads no TOML): ``apply(config)`` sets the tuned
+fields on any ``Trainer.Config``, and ``tuned()`` applies them to the base recipe named by its ``BASE`` line, which
+holds the model, data and tokenizer the study did not tune (``autoresearch.export.recipe``).
 
 ``--to overrides`` writes every key of the resolved config (trial.dir aside), not only those that differ from the
 defaults: the defaults live in configs/*.yaml and move with the code, and a key set only by a group preset
 (``model=moe-tiny``) would otherwise be lost. Keys the default composition lacks (an MoE model's keys on top of the
 default dense preset) are written ``++key=value``, which Hydra adds or overrides. The file holds overrides only,
 one per line, because ``$(cat FILE)`` hands every word to core.train; its header goes to stderr instead.
+
+Modules:
+
+    targets/     the tables from the core's config to each stack's keys, and back
+    formats.py   the text of the YAML fragment and of the core's overrides
+    recipe.py    the torchtitan recipe (a Python module), and the way back from a loaded one
+    __main__.py  the command line
 """
 
 from __future__ import annotations
@@ -29,7 +40,8 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autoresearch.core_adapter import SUMMARY, load_summary
-from autoresearch.export.formats import ExportError, to_overrides, toml_text, yaml_text
+from autoresearch.export.formats import ExportError, to_overrides, yaml_text
+from autoresearch.export.recipe import recipe_text
 from autoresearch.export.targets import TARGETS, export_config, flatten
 from autoresearch.records import Attr, Status
 from autoresearch.space import SpaceError, load_space
@@ -165,5 +177,6 @@ def export_trial(study: optuna.Study, trial: FrozenTrial, to: str) -> Output:
     target = TARGETS[to]
     exported = export_config(target, flatten(resolved.config))
     head = header(study, trial, resolved, target.title, exported.dropped)
-    body = toml_text(exported.doc) if to == "torchtitan" else yaml_text(exported.doc)
-    return Output("\n".join(head) + "\n" + body, head)
+    if to == "torchtitan":
+        return Output(recipe_text(exported.doc, head), head)
+    return Output("\n".join(head) + "\n" + yaml_text(exported.doc), head)

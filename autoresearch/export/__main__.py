@@ -16,11 +16,12 @@ from core.config import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
+    usage = export.__doc__.split("\n\nModules:\n")[0]  # the package's modules are no help to a user
     ap = argparse.ArgumentParser(
         prog="python -m autoresearch.export",
-        description=export.__doc__.split("\n\n")[0],
+        description=usage.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n\n".join(export.__doc__.split("\n\n")[1:]),
+        epilog="\n\n".join(usage.split("\n\n")[1:]),
     )
     ap.add_argument("study_dir", nargs="?", help="a study directory, trials/<study> (reads its study.db)")
     ap.add_argument("--storage", help="SQLAlchemy URL of the study storage instead of <study_dir>/study.db")

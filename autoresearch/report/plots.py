@@ -32,7 +32,7 @@ def _pyplot():
     import matplotlib  # function-level: matplotlib loads only when a plot is drawn
 
     matplotlib.use("Agg")  # files only; no display here or in CI
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # function-level: as above
 
     return plt
 
@@ -225,8 +225,8 @@ def _axis_positions(study: optuna.Study, df: pd.DataFrame, params: list[str]) ->
 
 def parallel_coordinates(study: optuna.Study, df: pd.DataFrame, params: list[str], out_dir: Path) -> Path:
     plt = _pyplot()
-    from matplotlib import colormaps
-    from matplotlib.colors import Normalize
+    from matplotlib import colormaps  # function-level: matplotlib loads only when a plot is drawn
+    from matplotlib.colors import Normalize  # function-level: as above
 
     metric, maximize = _goal(study)
     positions, ticks = _axis_positions(study, df, params)

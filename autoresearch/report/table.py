@@ -89,7 +89,7 @@ def render(df: pd.DataFrame, fmt: str = "markdown") -> str:
 
 
 def ledger_text(rows: list[TrialRow]) -> str:
-    """The study's ledger (``autoresearch.ledger.format_totals``) from ``trial_rows``."""
+    """The study's ledger (``autoresearch.study.ledger.format_totals``) from ``trial_rows``."""
     return ledger.format_totals(ledger.study_totals(rows))
 
 

@@ -65,8 +65,9 @@ class AgentOptions:
     progress: bool = field(default=True, metadata={"flag": "--no-progress"})
     """A progress bar (on a terminal); --no-progress: none."""
     warm: bool = field(default=True, metadata={"flag": "--cold"})
-    """Fork every trial's processes from a warm server that imported MindSpore once (core.trial.fork_server: a
-    second or two less per trial on 2 cores); --cold starts each afresh."""
+    """Fork every trial's processes from a warm server that imported MindSpore once (core.trial.fork_server: each
+    trial skips the imports; benchmarks/RESULTS.md, "Fused optimizer kernels and warm starts"); --cold starts each
+    afresh."""
 
     def check(self) -> str | None:
         """What is wrong with these options, in the words of the flag to change; None when nothing is."""

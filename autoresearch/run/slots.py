@@ -4,7 +4,7 @@ Trials that share cores or devices measure each other: a throughput study would 
 config. So slot i gets disjoint resources, and a trial sizes itself to what it was given:
 
 - CPU: the cores this agent may use (its affinity) split into K equal sets; the trial runs under
-  ``taskset -c <set>`` and the core splits that set among its ranks (``core.trainer._share_cpu_cores``).
+  ``taskset -c <set>`` and the core splits that set among its ranks (``core.runtime.settings._cpu_share``).
 - Ascend: ``world_size`` devices per slot through ``ASCEND_RT_VISIBLE_DEVICES`` (slot i: devices
   i*world_size ... (i+1)*world_size - 1). Written to the runtime's documented variable; not run on an NPU here.
 

@@ -29,7 +29,8 @@ log = logging.getLogger("autoresearch")
 # costs a run or budget: asking again keeps its own preference) before the agent enqueues an unseen valid random
 # config instead. Rejections count because independent TPE models each param alone and cannot learn a joint rule
 # such as "the parallel degrees multiply to at most world_size": on parallel.yaml (6 valid of 32 degree
-# combinations) its first 40 proposals were all rejected (measured 2026-11-30).
+# combinations) every one of its first few dozen proposals was rejected (benchmarks/RESULTS.md,
+# "autoresearch/search/chooser.py").
 REPEATS_BEFORE_RANDOM = 3
 
 # The classical method behind ``--proposer hybrid`` on the turns that are not Claude's, and when Claude declines:

@@ -43,7 +43,7 @@ def _index_lines(node: yaml.Node, file: str, prefix: str = "", lines: Lines | No
         for key_node, value_node in node.value:
             key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
             if key_node.value in seen:
-                raise SpaceError(file, key, "duplicate key; keep one", key_node.start_mark.line + 1)
+                raise SpaceError(file, key, "duplicate key; keep one", line=key_node.start_mark.line + 1)
             seen.add(key_node.value)
             lines[key] = key_node.start_mark.line + 1
             _index_lines(value_node, file, key, lines)
@@ -83,7 +83,7 @@ def read_space_file(path: Path) -> tuple[Any, Lines]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpaceError(file, "yaml", f"not valid YAML: {problem}", mark.line + 1 if mark else None) from None
+        raise SpaceError(file, "yaml", f"not valid YAML: {problem}", line=mark.line + 1 if mark else None) from None
     if not data:
         raise SpaceError(file, "file", "is empty; a space needs at least objective and params")
     if isinstance(data, dict):
@@ -95,7 +95,7 @@ def load_space(name_or_path: str | Path) -> SearchSpace:
     """Load and validate a space file: ``name_or_path`` as given, else relative to the working directory,
     else in ``search_spaces/`` (``.yaml`` added when missing). A space of the training core (``trial_command:
     core.train``, the default) is also checked against the core's config: every key, type, group option and
-    value the core refuses whatever the other params are. Raises SpaceError(file, key, reason, line)."""
+    value the core refuses whatever the other params are. Raises SpaceError(file, key, reason, line=...)."""
     path = resolve_space_path(name_or_path)
     data, lines = read_space_file(path)
     space = SearchSpace.from_data(data, path=path, lines=lines)

@@ -422,7 +422,6 @@ def _spec_mapping(value: Any) -> Any:
 
 # A ``params`` entry of a space file, and a param of a SearchSpace: the model is chosen by its ``type``.
 Param = Annotated[ChoiceParam | IntParam | FloatParam, Field(discriminator="type"), BeforeValidator(_spec_mapping)]
-PARAM_KINDS = {"choice": ChoiceParam, "int": IntParam, "float": FloatParam}
 
 
 def _same_choice(a: Any, b: Any) -> bool:

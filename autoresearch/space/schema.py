@@ -24,7 +24,7 @@ class SpaceError(ValueError):
     """A search space that cannot be used. ``file``, ``key`` (dotted, e.g. ``params.optim.lr.low``) and
     ``reason`` say where and why; ``line`` is the 1-based line in the file when known."""
 
-    def __init__(self, file: str, key: str, reason: str, line: int | None = None):
+    def __init__(self, file: str, key: str, reason: str, *, line: int | None = None):
         self.file, self.key, self.reason, self.line = str(file), key, reason, line
         where = f" (line {line})" if line else ""
         super().__init__(f"{self.file}: {key}: {reason}{where}")

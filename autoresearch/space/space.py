@@ -58,7 +58,6 @@ OBJECTIVE_METRICS = (
 # What runs the trials. core.train: keys and values are checked against the core's config when the file loads
 # (autoresearch.space.core_check); other: another trial command given to the agent with --command.
 CORE_COMMAND = "core.train"
-TRIAL_COMMANDS = (CORE_COMMAND, "other")
 RESERVED_NAMES = {"world_size", "min", "max", "and", "or", "not", "true", "false"}
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -132,7 +131,7 @@ def _without_union_tag(loc: list) -> list:
 
 class SearchSpace(StrictModel):
     """A search space (the schema in the module docstring). Built in code or read from a file, it obeys the same
-    rules: a broken one raises ``SpaceError(file, key, reason, line)``."""
+    rules: a broken one raises ``SpaceError(file, key, reason, line=...)``."""
 
     name: Annotated[str, AfterValidator(_study_name)]
     description: str = ""
@@ -222,7 +221,7 @@ class SearchSpace(StrictModel):
 
     def error(self, key: str, reason: str) -> SpaceError:
         """A SpaceError at ``key``, with its line when the space came from a file."""
-        return SpaceError(self.file, key, reason, self._lines.of(key) if self._lines else None)
+        return SpaceError(self.file, key, reason, line=self._lines.of(key) if self._lines else None)
 
     # ---- points ------------------------------------------------------------------------------------------------
 
@@ -353,4 +352,4 @@ def _space_error(exc: ValidationError, file: str, lines: Lines | None) -> SpaceE
     """The topmost problem of a space (by line, when the space came from a file) as a SpaceError."""
     lines = lines if lines is not None else Lines()
     key, reason = first_problem(exc, order=lines.of, loc_filter=_without_union_tag)
-    return SpaceError(file, key, reason, lines.of(key))
+    return SpaceError(file, key, reason, line=lines.of(key))

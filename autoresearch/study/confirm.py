@@ -1,7 +1,7 @@
 """Confirmation: re-run the search's front-runners until their ranking says more than the machine's noise.
 
-A search ranks configs by one run each, and on a shared machine two runs of one config differ by 10-40% in
-tokens/s (benchmarks/RESULTS.md, "Steady state"), so a raw winner is often only the luckiest run. After the
+A search ranks configs by one run each, and on a shared machine two runs of one config differ by tens of percent
+in tokens/s (benchmarks/RESULTS.md, "Steady state"), so a raw winner is often only the luckiest run. After the
 search, the best ``k`` distinct configs are re-run ``repeats`` times each in fresh processes, interleaved (round
 r of every config before round r+1) so that a change of load hits all of them alike; where the objective is a
 loss, each repeat uses another seed, so that the figure is the config's and not one initialisation's.
@@ -28,6 +28,7 @@ from statistics import NormalDist
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+from scipy import stats
 
 from autoresearch.records import RAN, Attr, config_key
 from autoresearch.study import storage as st
@@ -222,9 +223,7 @@ def _lead(best: Confirmed, other: Confirmed, sign: float) -> tuple[float, float,
     if sigma == 0:
         return sign * (best.mean - other.mean), 0.0, LEAD_SIGMAS
     df = (a + b) ** 2 / (a**2 / (best.n - 1) + b**2 / (other.n - 1))  # Welch-Satterthwaite
-    from scipy.stats import t  # scipy comes with MindSpore; pinned beside it
-
-    return sign * (best.mean - other.mean), sigma, float(t.ppf(NormalDist().cdf(LEAD_SIGMAS), df))
+    return sign * (best.mean - other.mean), sigma, float(stats.t.ppf(NormalDist().cdf(LEAD_SIGMAS), df))
 
 
 def _decisive(lead: float, sigma: float, needed: float) -> bool:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
+from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from autoresearch.records import (
     ABANDONED,
@@ -68,8 +69,6 @@ def open_storage(url: str, attempts: int = 5) -> optuna.storages.RDBStorage:
     """The storage at ``url``. Optuna creates its tables when it first opens a database; agents started together
     on a fresh PostgreSQL database race on that ("duplicate key ... CREATE TYPE studydirection"), so the loser
     tries again and then finds the tables made."""
-    from sqlalchemy.exc import IntegrityError, ProgrammingError
-
     url = storage_url(url)
     for attempt in range(1, attempts):
         try:

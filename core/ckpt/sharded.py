@@ -63,7 +63,7 @@ def write_shard(
     return final
 
 
-def publish(root: str | Path, step: int, writers: list[int], meta: dict, keep: int | None = None) -> Path:
+def publish(root: str | Path, step: int, writers: list[int], meta: dict, *, keep: int | None = None) -> Path:
     """Rank 0, after every writer's ``write_shard`` (a barrier): write the index and move the step into place."""
     root = Path(root)
     stage, final = staging_dir(root, step), root / ck.step_dir_name(step)

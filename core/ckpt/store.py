@@ -80,7 +80,7 @@ def _tmp_tag() -> str:
 
 
 def save_checkpoint(
-    dir: str | Path, step: int, tensors: dict[str, np.ndarray], meta: dict, keep: int | None = None
+    dir: str | Path, step: int, tensors: dict[str, np.ndarray], meta: dict, *, keep: int | None = None
 ) -> Path:
     """Write ``<dir>/step_<step:08d>/model_optim.safetensors`` atomically and return the step directory.
 

@@ -1,7 +1,8 @@
 """The configuration of one trial: the schema, its rules, how overrides compose into it, and its documentation.
 
-    schema.py     a dataclass per section (model, optim, parallel, memory, data, training, execution, trial,
-                  checkpoint), each field documented where it is declared
+    schema.py     TrainConfig: a dataclass per section (model, optim, parallel, memory, data, training, execution,
+                  trial, checkpoint), each field documented where it is declared
+    model.py      ModelConfig, the model section: the GPT's shape, filled by the presets in configs/model/
     rules.py      ConfigError, and one named function per rule between sections
     compose.py    load_config(overrides): Hydra compose -> type check -> rules; to_dict / from_dict
     overrides.py  how a value is spelled in a ``key=value`` override, and how one is read back
@@ -11,6 +12,7 @@ No MindSpore anywhere in this package: the agent validates and estimates proposa
 """
 
 from core.config.compose import CONFIG_DIR, compose, from_container, from_dict, group_options, load_config, to_dict
+from core.config.model import ModelConfig
 from core.config.overrides import format_value, override, override_number, override_value, scalar_text
 from core.config.rules import ConfigError
 from core.config.schema import (
@@ -23,7 +25,6 @@ from core.config.schema import (
     DataConfig,
     ExecutionConfig,
     MemoryConfig,
-    ModelConfig,
     OptimConfig,
     ParallelConfig,
     TrainConfig,

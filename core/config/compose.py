@@ -23,6 +23,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
 def compose(overrides: list[str] | tuple[str, ...] = ()) -> Any:
     """Hydra-compose ``configs/train.yaml`` with ``overrides``; returns the raw OmegaConf tree."""
+    # function-level: Hydra and OmegaConf stay out of a worker's start-up (workers get their config from_dict)
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -61,6 +62,7 @@ def _unknown_override(exc: Exception) -> ConfigError:
 
 def from_container(raw: dict) -> TrainConfig:
     """Validate a plain dict (e.g. a resolved config.yaml) into a TrainConfig."""
+    # function-level: as in compose
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -73,6 +75,7 @@ def from_container(raw: dict) -> TrainConfig:
 
 def load_config(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
     """Compose, type-check and cross-check; raises ConfigError naming the field and the fix."""
+    # function-level: as in compose
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException

@@ -20,7 +20,6 @@ from core.config.compose import group_options, load_config, to_dict
 from core.config.overrides import scalar_text
 from core.config.schema import SECTIONS, TrainConfig
 
-EXIT_CODES = "0 ok, 1 error, 2 invalid config, 10 oom, 11 compile error, 12 nan, 13 timeout"
 EXAMPLES = """\
   python -m core.train model=tiny trial.max_steps=20
   python -m core.train model=small parallel.dp_shard=2 memory.limit_gb=4 trial.max_wall_time_sec=120
@@ -81,9 +80,10 @@ def _entry(key: str, annotation, value, doc: str, width: int) -> list[str]:
     return [head, *textwrap.wrap(_plain(doc), width, initial_indent="      ", subsequent_indent="      ")]
 
 
-def usage(overrides: list[str] | tuple[str, ...] = ()) -> str:
+def usage(overrides: list[str] | tuple[str, ...] = (), *, exit_codes: str) -> str:
     """The text of ``python -m core.train --help [overrides]``: the values shown are those the overrides compose
-    (e.g. ``--help model=small`` shows that preset's)."""
+    (e.g. ``--help model=small`` shows that preset's). ``exit_codes``: the trial contract's codes, as
+    ``core.trial.contract.codes_text`` spells them (the contract sits above the config in the import order)."""
     groups = "  ".join(f"{g}={'|'.join(group_options(g))}" for g in SECTIONS if len(group_options(g)) > 1)
     values = to_dict(load_config(overrides))
     return "\n".join(
@@ -92,7 +92,7 @@ def usage(overrides: list[str] | tuple[str, ...] = ()) -> str:
             "",
             "Runs one bounded trial: it stops at trial.max_steps or trial.max_wall_time_sec, writes",
             "trial_summary.json into trial.dir and exits with a code that says how it ended.",
-            f"Exit codes: {EXIT_CODES}.",
+            f"Exit codes: {exit_codes}.",
             "",
             f"Config groups (presets in configs/<group>/): {groups}",
             "The parallel degrees dp_replicate * dp_shard * tp * pp * cp are the ranks this command starts.",

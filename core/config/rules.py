@@ -165,8 +165,8 @@ def selective_recompute_saves_memory(cfg: TrainConfig) -> None:
     require(
         not ("selective" in settings and selective_costs_memory(cfg.device, cfg.training.mode)),
         "memory.recompute",
-        "selective recompute raises the peak under training.mode=jit on CPU (the "
-        "recomputation is compiled on top of the saved graph: benchmarks/RESULTS.md, 'Recompute'); use "
+        "selective recompute raises the peak under training.mode=jit on CPU (the compiled graph keeps "
+        "the recomputed parts' forward temporaries as well: benchmarks/RESULTS.md, 'Recompute'); use "
         "memory.recompute=full, which runs as compiled segments there, or training.mode=pynative",
     )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from core.config.model import ModelConfig
 from core.config.rules import CROSS_SECTION_RULES, positive, require
 
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -21,122 +22,6 @@ RECOMPUTE = ("none", "selective", "full")
 SWAP_OPS = ("attention", "mlp", "norm")  # the parts of a block memory.swap_ops chooses from (core.memory.swap)
 DEVICES = ("CPU", "Ascend", "GPU")
 DEFAULT_GRACE_SEC = 30.0  # trial.grace_sec: the one home of the grace default (the agent's watchdog reads it)
-
-
-@dataclass
-class ModelConfig:
-    """A GPT (Llama-style block: RMSNorm, RoPE, GQA attention, SwiGLU MLP), optionally with mixture-of-experts
-    blocks. The presets are the files in ``configs/model/``."""
-
-    name: str = "tiny"
-    """The preset's name (``configs/model/<name>.yaml``)."""
-    vocab_size: int = 256
-    """Token ids the embedding and the head cover (256: the byte-level tokenizer)."""
-    n_layers: int = 2
-    """Transformer blocks."""
-    d_model: int = 128
-    """Hidden width."""
-    n_heads: int = 4
-    """Query heads; ``d_model / n_heads`` is the head dimension (even, for RoPE)."""
-    n_kv_heads: int = 2
-    """Key/value heads (grouped-query attention); must divide ``n_heads``."""
-    ffn_hidden: int = 384
-    """SwiGLU hidden width of a dense block."""
-    max_seq_len: int = 256
-    """Length of the RoPE tables; ``training.seq_len`` must not exceed it."""
-    rope_theta: float = 10000.0
-    """RoPE base frequency."""
-    norm_eps: float = 1e-5
-    """RMSNorm epsilon."""
-    tie_embeddings: bool = True
-    """The output head shares the token embedding's table."""
-    init_std: float = 0.02
-    """Weights start N(0, init_std); residual projections N(0, init_std / sqrt(2 n_layers)) (GPT-2)."""
-    n_experts: int = 0
-    """Routed experts of every block after the dense ones (``core.model.moe``); 0: a dense model."""
-    moe_top_k: int = 2
-    """Experts each token is routed to."""
-    moe_router: str = "softmax"
-    """Router scores: softmax (Mixtral) or sigmoid (DeepSeek-V3); the top k are renormalised."""
-    moe_capacity_factor: float | None = None
-    """Slots per expert as a multiple of its fair share of the tokens; null: dropless routing."""
-    moe_aux_loss_weight: float = 0.01
-    """Weight of the load-balance loss (Switch Transformer)."""
-    moe_shared_experts: int = 0
-    """Experts every token uses (DeepSeek-MoE), run as one MLP of that many widths."""
-    moe_dense_layers: int = 0
-    """The first blocks that keep a dense MLP."""
-    moe_ffn_hidden: int | None = None
-    """Each expert's width; null: ``ffn_hidden``."""
-
-    def __post_init__(self):
-        positive(
-            "model",
-            self,
-            "vocab_size",
-            "n_layers",
-            "d_model",
-            "n_heads",
-            "n_kv_heads",
-            "ffn_hidden",
-            "max_seq_len",
-            "rope_theta",
-            "norm_eps",
-            "init_std",
-        )
-        require(
-            self.d_model % self.n_heads == 0,
-            "model.d_model",
-            f"must be divisible by model.n_heads={self.n_heads} (got {self.d_model})",
-        )
-        require(
-            (self.d_model // self.n_heads) % 2 == 0,
-            "model.d_model",
-            "head dim (d_model / n_heads) must be even for RoPE",
-        )
-        require(
-            self.n_heads % self.n_kv_heads == 0,
-            "model.n_kv_heads",
-            f"must divide model.n_heads={self.n_heads} (got {self.n_kv_heads})",
-        )
-        require(self.n_experts >= 0, "model.n_experts", f"must be >= 0 (got {self.n_experts})")
-        if self.n_experts:
-            require(
-                1 <= self.moe_top_k <= self.n_experts,
-                "model.moe_top_k",
-                f"must be between 1 and model.n_experts={self.n_experts} (got {self.moe_top_k})",
-            )
-            require(
-                self.moe_router in ("softmax", "sigmoid"),
-                "model.moe_router",
-                f"must be softmax or sigmoid (got {self.moe_router!r})",
-            )
-            require(
-                self.moe_capacity_factor is None or self.moe_capacity_factor > 0,
-                "model.moe_capacity_factor",
-                f"must be > 0, or null for dropless routing (got {self.moe_capacity_factor})",
-            )
-            require(self.moe_aux_loss_weight >= 0, "model.moe_aux_loss_weight", "must be >= 0")
-            require(self.moe_shared_experts >= 0, "model.moe_shared_experts", "must be >= 0")
-            require(
-                0 <= self.moe_dense_layers < self.n_layers,
-                "model.moe_dense_layers",
-                f"must leave at least one MoE block of model.n_layers={self.n_layers}",
-            )
-            require(self.moe_ffn_hidden is None or self.moe_ffn_hidden > 0, "model.moe_ffn_hidden", "must be > 0")
-
-    def is_moe_layer(self, i: int) -> bool:
-        """Whether block ``i`` has a mixture of experts (every block after the dense ones, in an MoE model)."""
-        return self.n_experts > 0 and i >= self.moe_dense_layers
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def expert_width(self) -> int:
-        """Each routed expert's hidden width."""
-        return self.moe_ffn_hidden or self.ffn_hidden
 
 
 @dataclass

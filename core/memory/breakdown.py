@@ -46,7 +46,7 @@ def breakdown(cfg: TrainConfig) -> dict:
                 "total": est.total,
                 "blocks": {
                     i: activation_bytes_per_layer(
-                        m, t.micro_batch_size, t.seq_len, par.tp, par.cp, par.sp, m.is_moe_layer(i)
+                        m, t.micro_batch_size, t.seq_len, tp=par.tp, cp=par.cp, sp=par.sp, moe=m.is_moe_layer(i)
                     )
                     for i in blocks
                 },

@@ -58,6 +58,7 @@ def activation_bytes_per_layer(
     m: ModelConfig,
     batch: int,
     seq: int,
+    *,
     tp: int = 1,
     cp: int = 1,
     sp: bool = False,
@@ -65,13 +66,14 @@ def activation_bytes_per_layer(
     selective: bool = False,
 ) -> int:
     """Saved-for-backward bytes of one Llama block on one rank: the sum of ``activation_parts``."""
-    return sum(activation_parts(m, batch, seq, tp, cp, sp, moe, selective).values())
+    return sum(activation_parts(m, batch, seq, tp=tp, cp=cp, sp=sp, moe=moe, selective=selective).values())
 
 
 def activation_parts(
     m: ModelConfig,
     batch: int,
     seq: int,
+    *,
     tp: int = 1,
     cp: int = 1,
     sp: bool = False,
@@ -79,7 +81,7 @@ def activation_parts(
     selective: bool = False,
 ) -> dict[str, int]:
     """Saved-for-backward bytes of one Llama block, hand-attention (no flash), on one rank, by the part of the block
-    that saves them (core.swap's ``memory.swap_ops``): a rough, documented count. ``seq`` is the whole sequence;
+    that saves them (core.memory.swap's ``memory.swap_ops``): a rough, documented count. ``seq`` is the whole sequence;
     this rank holds seq / cp of its tokens.
 
     Per token: norm inputs and residuals 4D (split over tp only with sequence parallelism): ``norm``; q and attention
@@ -151,7 +153,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     for name, shape in param_shapes(m).items():
         if name not in held:
             continue
-        p = layout_placement(name, shape, par.tp, fsdp, par.ep)
+        p = layout_placement(name, shape, par.tp, fsdp, ep=par.ep)
         size = p.shard_len if p.fsdp_size > 1 else p.local_numel
         n, stored = n + p.local_numel, stored + size
         if muon and uses_muon(name, shape):
@@ -163,7 +165,14 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     act, act_selective = (
         [
             activation_bytes_per_layer(
-                m, t.micro_batch_size, t.seq_len, par.tp, par.cp, par.sp, m.is_moe_layer(i), selective
+                m,
+                t.micro_batch_size,
+                t.seq_len,
+                tp=par.tp,
+                cp=par.cp,
+                sp=par.sp,
+                moe=m.is_moe_layer(i),
+                selective=selective,
             )
             for i in range(m.n_layers)
         ]
@@ -228,11 +237,11 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
 def _swap_resident(cfg: TrainConfig, act: list[int], sc: list[int]) -> tuple[int, int]:
     """Saved activations resident under ``core.memory.swap`` (no pipeline): the blocks and parts it does not move, and
     the moved tensors of the largest blocks backward holds back at once. Without prefetch about two (one measured
-    config, tests/integration/test_recompute_memory.py: 931 vs 937 MiB; not fitted): each tensor comes back when read
-    and goes when used. A prefetch brings whole blocks back ahead, and the block being read is then whole too:
-    measured on CPU, each depth adds about a block, the first nearly two (6 blocks, d 256, S 256, batch 8: peak rise
-    228 MiB without prefetch, 413 with 1, 491 with 2, 587 with 3, of 95 MiB swapped per block), so
-    3 + swap_prefetch blocks are counted then. Returns (bytes, the S x S scores among them)."""
+    config, tests/integration/test_recompute_memory.py, where the estimate is within a percent of the peak; not
+    fitted: benchmarks/RESULTS.md, "Recompute"): each tensor comes back when read and goes when used. A prefetch
+    brings whole blocks back ahead, and the block being read is then whole too: measured on CPU, each depth adds
+    about a block, the first nearly two (benchmarks/RESULTS.md, "core/memory/swap.py"), so 3 + swap_prefetch blocks
+    are counted then. Returns (bytes, the S x S scores among them)."""
     m, t, par, mem = cfg.model, cfg.training, cfg.parallel, cfg.memory
     ops = set(mem.swap_ops or SWAP_OPS)
     moved = sorted(
@@ -241,7 +250,7 @@ def _swap_resident(cfg: TrainConfig, act: list[int], sc: list[int]) -> tuple[int
                 sum(
                     part
                     for op, part in activation_parts(
-                        m, t.micro_batch_size, t.seq_len, par.tp, par.cp, par.sp, m.is_moe_layer(i)
+                        m, t.micro_batch_size, t.seq_len, tp=par.tp, cp=par.cp, sp=par.sp, moe=m.is_moe_layer(i)
                     ).items()
                     if op in ops
                 ),
@@ -280,17 +289,18 @@ class RuntimeProfile:
     gathered_copies: float = 0.0  # FSDP: of the largest weight gathered whole
 
 
-# Fitted 2026-11-30 with MindSpore 2.10 on a 2-core AMD EPYC (benchmarks/data/memory_cpu.json, RESULTS.md
-# "Memory estimate"): 49 runs of 10 steps per mode (as studies run them); 43 more were held out of the fit (seq 512,
-# partial/selective recompute, SWAP, pipelines, MoE, combined layouts) to measure its error out of sample. Under jit
-# the CPU runtime keeps ~6x the textbook activations, ~7.6x attention's S x S scores and ~9.5 copies of the logits
-# (forward and backward temporaries, fp32, little reuse by the memory pool); full recompute saves (compiled
-# segments, core.recompute) and holds ~0.7 of a rebuilt block beside what it keeps, MindSpore's recompute in
-# PyNative ~2.1; a collective runtime takes ~119 MiB on 2 ranks and ~48 MiB per further rank, and FSDP's gathers
-# ~14 copies of the largest weight. A least-squares fit: a few coefficients come out slightly negative or near zero
-# where terms are nearly collinear; they are what fits the data, not a physical count. Selective recompute is not
-# fitted (it saved 4-11% of the peak in PyNative, where the textbook expects far more): counted as saving nothing,
-# it over-predicts rather than under; under jit on CPU it is refused.
+# Fitted with MindSpore 2.10 on a 2-core AMD EPYC to the peaks of real 10-step trials per mode (as studies run
+# them; benchmarks/data/memory_cpu.json; when, how many runs, and the errors: benchmarks/RESULTS.md, "Memory
+# estimate"); more configs were held out of the fit (seq 512, partial/selective recompute, SWAP, pipelines, MoE,
+# combined layouts) to measure its error out of sample. Under jit the CPU runtime keeps several times the textbook
+# activations, attention's S x S scores and logits (forward and backward temporaries, fp32, little reuse by the
+# memory pool); full recompute saves (compiled segments, core.memory.segmented) and holds part of a rebuilt block
+# beside what it keeps, MindSpore's recompute in PyNative about two; a collective runtime takes a fixed amount on
+# 2 ranks and more per further rank, and FSDP's gathers many copies of the largest weight. A least-squares fit: a
+# few coefficients come out slightly negative or near zero where terms are nearly collinear; they are what fits the
+# data, not a physical count. Selective recompute is not fitted (it saved little of the peak in PyNative, where the
+# textbook expects far more: benchmarks/RESULTS.md, "Recompute"): counted as saving nothing, it over-predicts
+# rather than under; under jit on CPU it is refused.
 PROFILES = {
     ("CPU", "jit"): RuntimeProfile(
         baseline=554 * MiB,
@@ -332,7 +342,7 @@ PROFILES = {
 def runtime_profile(device: str, mode: str) -> RuntimeProfile:
     """The measured profile of ``device`` in ``mode``, or the textbook one (all copies 1, no overhead) where
     nothing was measured: on Ascend the agent's memory model learns the offset from measured peaks
-    (autoresearch.learn.MemoryModel) until a profile is fitted there."""
+    (autoresearch.search.memory_model.MemoryModel) until a profile is fitted there."""
     return PROFILES.get((device, mode), RuntimeProfile())
 
 
@@ -366,7 +376,7 @@ class MemoryEstimate:
 
 def estimate_memory(cfg: TrainConfig) -> MemoryEstimate:
     """Per-rank peak estimate (the largest pipeline stage's): the textbook ``terms`` through the device's measured
-    ``runtime_profile``. The agent recalibrates it against measured peaks (autoresearch.learn)."""
+    ``runtime_profile``. The agent recalibrates it against measured peaks (autoresearch.search.feasibility)."""
     profile = runtime_profile(cfg.device, cfg.training.mode)
     return max((apply_profile(terms(cfg, r), profile) for r in range(cfg.parallel.pp)), key=lambda e: e.total)
 

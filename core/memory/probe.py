@@ -1,11 +1,11 @@
 """Resident memory of this rank: its peak from the kernel, and the device's own cap where it has one.
 
 On Ascend the budget (``memory.limit_gb``) is MindSpore's device-memory cap and its allocator raises "Out of
-Memory". On CPU the cap is ignored (docs/mindspore-cpu.md: 7.5 GiB allocated under a "1GB" cap) and MindSpore's memory
-statistics read 0, so the kernel's figures are the measurement: VmHWM (the resident high-water mark) and RSS from
-/proc. A budget then behaves like a device cap through a watchdog (``core.trial.watchdog``) plus a check of
-VmHWM after every step, which catches a peak that came and went between two polls. The estimate of a config's
-peak before it runs is ``core.memory.estimate``.
+Memory". On CPU the cap is ignored (docs/mindspore-cpu.md, "Memory": a process allocated far beyond a "1GB" cap) and
+MindSpore's memory statistics read 0, so the kernel's figures are the measurement: VmHWM (the resident high-water
+mark) and RSS from /proc. A budget then behaves like a device cap through a watchdog (``core.trial.watchdog``) plus
+a check of VmHWM after every step, which catches a peak that came and went between two polls. The estimate of a
+config's peak before it runs is ``core.memory.estimate``.
 """
 
 from __future__ import annotations

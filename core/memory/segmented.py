@@ -30,7 +30,7 @@ class _Segment:
     """One compiled segment of a ``SegmentedStep``: its functions and the model's parameters its gradients belong
     to; a recomputed block runs through a template (``shared``) whose parameters take the block's before a call."""
 
-    def __init__(self, fns: StageFns, params: list, block: nn.Cell | None = None, template: nn.Cell | None = None):
+    def __init__(self, fns: StageFns, params: list, *, block: nn.Cell | None = None, template: nn.Cell | None = None):
         self.fns, self.params = fns, params
         self.pairs = (
             list(zip(template.get_parameters(), block.get_parameters(), strict=True)) if block is not None else []
@@ -108,7 +108,7 @@ class SegmentedStep:
                 )
                 templates[kind] = template, fns
             template, fns = templates[kind]
-            self.segments.append(_Segment(fns, block.trainable_params(), block, template))
+            self.segments.append(_Segment(fns, block.trainable_params(), block=block, template=template))
         # the last segment's head is the model's own table (one rank holds every segment: no copy)
         last = Stage(model, range(k, n), first=False, last=True, head_copy=False)
         self.segments.append(

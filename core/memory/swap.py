@@ -24,10 +24,11 @@ stretches before, between and after blocks). When backward first reads a region'
 thread starts loading those of the next p regions backward needs (block i-1, ...), in the order it will read them;
 ``unpack`` takes a loaded tensor out of the queue (so it is used once and freed with autodiff's reference) or
 waits for it. File reads release the GIL; a tensor built in the worker gave bit-identical gradients (measured).
-Prefetch trades memory for hiding the tier's latency: measured on CPU (6 blocks, d 256, S 256, batch 8, 95 MiB
-swapped per block), the peak rise was 228 MiB without prefetch (a tensor read on demand is freed as soon as its
-op's backward used it), 413 with 1, 491 with 2, 587 with 3 (573 without SWAP), at the same step time (4.2 s): the
-files come back from the page cache, so on CPU prefetch hides nothing and is off by default (0).
+Prefetch trades memory for hiding the tier's latency: measured on CPU, the peak rise was lowest without prefetch
+(a tensor read on demand is freed as soon as its op's backward used it), and each block read ahead added about a
+block's worth of swapped tensors (the first nearly two): three blocks ahead peaked above no SWAP at all, at the
+same step time (benchmarks/RESULTS.md, "core/memory/swap.py"). The files come back from the page cache, so on CPU
+prefetch hides nothing and is off by default (0).
 The slower tier: on Ascend, host memory (a NumPy copy of the device tensor; the worker only wraps it, the copy
 back to the device happens when the op runs: not overlapped, not measured). On CPU host and device are one
 memory, so a host copy would save nothing (measured); the tier is a disk-backed file per tensor in the trial's

@@ -26,12 +26,14 @@ class Block(nn.Cell):
         # so the residual stream's variance at init does not grow with depth.
         out_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
-        self.attn = Attention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.init_std, out_std, dtype)
+        self.attn = Attention(
+            cfg.d_model, cfg.n_heads, cfg.n_kv_heads, init_std=cfg.init_std, out_std=out_std, dtype=dtype
+        )
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
         if moe:
             self.mlp = MoE(cfg, out_std, dtype)
         else:
-            self.mlp = MLP(cfg.d_model, cfg.ffn_hidden, cfg.init_std, out_std, dtype)
+            self.mlp = MLP(cfg.d_model, cfg.ffn_hidden, init_std=cfg.init_std, out_std=out_std, dtype=dtype)
 
     def construct(self, x, cos, sin, positions):
         x = x + self.attn(self.attn_norm(x), cos, sin, positions)  # (B, S, D)

@@ -39,11 +39,11 @@ class GPT(nn.Cell):
         super().__init__()
         self.cfg = cfg
         self.tie_embeddings = cfg.tie_embeddings  # a plain bool: graph mode reads it as a constant
-        self.embed = Embedding(cfg.vocab_size, cfg.d_model, cfg.init_std, dtype)
+        self.embed = Embedding(cfg.vocab_size, cfg.d_model, init_std=cfg.init_std, dtype=dtype)
         self.layers = nn.CellList([Block(cfg, dtype, moe=cfg.is_moe_layer(i)) for i in range(cfg.n_layers)])
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
         if not cfg.tie_embeddings:
-            self.lm_head = Linear(cfg.d_model, cfg.vocab_size, cfg.init_std, dtype)
+            self.lm_head = Linear(cfg.d_model, cfg.vocab_size, init_std=cfg.init_std, dtype=dtype)
 
         # Constants, not Parameters: built once for max_seq_len and read at the batch's token positions.
         cos, sin = rope_tables(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)

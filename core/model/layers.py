@@ -39,8 +39,8 @@ _matmul_nt = ops.MatMul(transpose_b=True)
 def linear(x, w):
     """x (..., in) @ w^T with w (out, in), as one 2-D MatMul that reads w transposed in place.
 
-    Measured on this CPU (small GPT, jit step, medians of interleaved runs on a busy 2-core machine): 0.44-0.79 s
-    this way against 0.83-1.28 s with mint's linear on 3-D input, same losses.
+    On CPU a jit step of a small GPT ran faster this way than with mint's linear on 3-D input, with the same losses
+    (benchmarks/RESULTS.md, "core/model/layers.py").
     """
     return _matmul_nt(x.reshape(-1, x.shape[-1]), w).reshape(x.shape[:-1] + (-1,))
 
@@ -55,9 +55,9 @@ def _heads_first(x):
     """(B, S, N, E) <-> (B, N, S, E), as a Transpose kernel that writes a new tensor.
 
     Not mint.permute, and RoPE's halves not by mint.split: on CPU those return views, and MindSpore 2.10 makes a
-    view contiguous for the next kernel 5-6x slower than the copying kernel does (benchmarks/view_ops.py on
-    (8, 4, 64, 64) float32: permute + add 1.39 ms against 0.22 for transpose + add, split + add + concat 1.05
-    against 0.18; RoPE forward + backward 14.9 ms against 4.9, bit-identical).
+    view contiguous for the next kernel several times slower than the copying kernel does; RoPE's forward and
+    backward ran several times faster with kernels, bit-identical (benchmarks/view_ops.py; benchmarks/RESULTS.md,
+    "Views, on an AVX2 machine").
     """
     return ops.transpose(x, (0, 2, 1, 3))
 
@@ -72,7 +72,7 @@ class MatMul(nn.Cell):
 class Linear(nn.Cell):
     """y = x W^T without bias; W is stored (out_features, in_features) as in torch/Megatron checkpoints."""
 
-    def __init__(self, in_features: int, out_features: int, init_std: float, dtype=ms.float32):
+    def __init__(self, in_features: int, out_features: int, *, init_std: float, dtype=ms.float32):
         super().__init__()
         self.init_std = init_std
         self.weight = parameter((out_features, in_features), dtype)
@@ -96,7 +96,7 @@ class Lookup(nn.Cell):
 class Embedding(nn.Cell):
     """Token embedding table (vocab_size, dim)."""
 
-    def __init__(self, vocab_size: int, dim: int, init_std: float, dtype=ms.float32):
+    def __init__(self, vocab_size: int, dim: int, *, init_std: float, dtype=ms.float32):
         super().__init__()
         self.init_std = init_std
         self.weight = parameter((vocab_size, dim), dtype)
@@ -112,10 +112,11 @@ class Embedding(nn.Cell):
 class RMSNormOp(nn.Cell):
     """The op of an RMSNorm: (x (..., D), w (D,)) -> x / sqrt(mean(x^2) + eps) * w, statistics in float32.
 
-    Over (N, D) rows: MindSpore's CPU reductions over the last axis of a 3-D tensor run ~8x slower than over a 2-D
-    one (a (8, 64, 256) mean 420-500 us against 55; the weight's gradient, a sum over rows, likewise), 2026-12-02.
-    A written-out backward (with the broadcasts made explicit, which the CPU kernels also run faster) saved
-    another ~0.5 ms per norm but made ``capture_mode=bytecode`` crash the process (SIGSEGV) in MindSpore 2.10.
+    Over (N, D) rows: MindSpore's CPU reductions over the last axis of a 3-D tensor take a slow path, several times
+    slower than over a 2-D one (the weight's gradient, a sum over rows, likewise; benchmarks/RESULTS.md,
+    "Slow kernel paths: reductions over 3-D tensors and broadcasting element-wise ops"). A written-out backward was
+    faster per norm but made ``capture_mode=bytecode`` crash the process (SIGSEGV) in MindSpore 2.10, so autodiff
+    writes this one.
     """
 
     def __init__(self, eps: float):
@@ -168,15 +169,17 @@ class CausalAttention(nn.Cell):
         n_rep = H // K
         # GQA without copying k and v per query head: query head h = j * n_rep + r reads KV head j, so the n_rep
         # heads of group j are contiguous in q and attend as one batch of n_rep * Sq rows (a free reshape). On
-        # CPU a repeated k / v costs a broadcast forward and a 5-D ReduceSum backward (~1.3 ms each on medium).
+        # CPU a repeated k / v costs a broadcast forward and a 5-D ReduceSum backward, the largest sums of medium's
+        # step. The figures behind this and the two choices below: benchmarks/RESULTS.md,
+        # "Slow kernel paths: reductions over 3-D tensors and broadcasting element-wise ops".
         q = q.reshape(B, K, n_rep * Sq, E)
         mask = causal_mask(_tile(q_positions, (n_rep,)), k_positions, ms.float32)  # (n_rep * Sq, Sk)
         scores = _bmm_nt(q, k) * self.scale  # (B, K, n_rep * Sq, Sk)
         # The mask written out to the scores' shape (one tensor the graph shares across layers): a broadcasting Add
-        # takes MindSpore's per-element slow path on CPU, ~3-4x an Add of equal shapes.
+        # takes MindSpore's per-element slow path on CPU, several times an Add of equal shapes.
         scores = scores + ops.broadcast_to(mask, scores.shape)
         # Softmax in float32 (exp of low-precision logits loses the small probabilities), over 2-D rows: MindSpore's
-        # CPU reductions (softmax's backward) run ~8x slower over the last axis of a 4-D tensor than of a 2-D one.
+        # CPU reductions (softmax's backward) run several times slower over a 4-D tensor's last axis than a 2-D one's.
         probs = mint.softmax(scores.reshape(-1, Sk).astype(ms.float32), dim=-1).astype(v.dtype)
         return _bmm(probs.reshape(scores.shape), v).reshape(B, H, Sq, E)  # (B, H, Sq, E)
 
@@ -212,7 +215,8 @@ def apply_rope(x, cos, sin):
     x1, x2 = ops.split(x, x.shape[-1] // 2, axis=-1)  # (B, N, S, E/2) each
     # Halves as kernels, not views (see _heads_first); tables broadcast once per shape (the graph computes a
     # repeated op once: q, k and every layer share them); - sin as a table, so that backward has no Neg of a big
-    # gradient (0.86 ms each on (8, 4, 64, 32)); a - b and a + (-b) are the same float.
+    # gradient (a kernel of its own per use: benchmarks/RESULTS.md, "Views, on an AVX2 machine"); a - b and
+    # a + (-b) are the same float.
     neg_sin = ops.broadcast_to(ops.neg(sin), x1.shape)
     cos, sin = ops.broadcast_to(cos, x1.shape), ops.broadcast_to(sin, x1.shape)
     return ops.concat((x1 * cos + x2 * neg_sin, x1 * sin + x2 * cos), axis=-1)
@@ -227,13 +231,15 @@ class Attention(nn.Cell):
     the sequence that the projections gather, without touching this code.
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, init_std: float, out_std: float, dtype=ms.float32):
+    def __init__(
+        self, d_model: int, n_heads: int, n_kv_heads: int, *, init_std: float, out_std: float, dtype=ms.float32
+    ):
         super().__init__()
         self.head_dim = d_model // n_heads
-        self.wq = Linear(d_model, n_heads * self.head_dim, init_std, dtype)
-        self.wk = Linear(d_model, n_kv_heads * self.head_dim, init_std, dtype)
-        self.wv = Linear(d_model, n_kv_heads * self.head_dim, init_std, dtype)
-        self.wo = Linear(n_heads * self.head_dim, d_model, out_std, dtype)
+        self.wq = Linear(d_model, n_heads * self.head_dim, init_std=init_std, dtype=dtype)
+        self.wk = Linear(d_model, n_kv_heads * self.head_dim, init_std=init_std, dtype=dtype)
+        self.wv = Linear(d_model, n_kv_heads * self.head_dim, init_std=init_std, dtype=dtype)
+        self.wo = Linear(n_heads * self.head_dim, d_model, init_std=out_std, dtype=dtype)
         self.sdpa = SDPA(self.head_dim)
 
     def construct(self, x, cos, sin, positions):
@@ -261,11 +267,11 @@ class SwiGLU(nn.Cell):
 class MLP(nn.Cell):
     """SwiGLU feed-forward (Shazeer 2020, "GLU Variants Improve Transformer"): down(silu(gate(x)) * up(x))."""
 
-    def __init__(self, d_model: int, ffn_hidden: int, init_std: float, out_std: float, dtype=ms.float32):
+    def __init__(self, d_model: int, ffn_hidden: int, *, init_std: float, out_std: float, dtype=ms.float32):
         super().__init__()
-        self.w_gate = Linear(d_model, ffn_hidden, init_std, dtype)
-        self.w_up = Linear(d_model, ffn_hidden, init_std, dtype)
-        self.w_down = Linear(ffn_hidden, d_model, out_std, dtype)
+        self.w_gate = Linear(d_model, ffn_hidden, init_std=init_std, dtype=dtype)
+        self.w_up = Linear(d_model, ffn_hidden, init_std=init_std, dtype=dtype)
+        self.w_down = Linear(ffn_hidden, d_model, init_std=out_std, dtype=dtype)
         self.act = SwiGLU()
 
     def construct(self, x):

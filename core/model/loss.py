@@ -14,26 +14,27 @@ NaN, when every token is ignored):
   pass. Wijmans et al. 2024 ("Cut Your Losses in Large-Vocabulary Language Models") take the same idea down to
   blocks of the vocabulary inside one kernel.
 
-Custom backward in MindSpore 2.10 (shared/MINDSPORE_CPU.md): a ``Cell`` with a ``bprop`` method gives correct
-gradients in PyNative and under ``mindspore.jit`` only if the Cell owns no Parameter, so the lm_head weight is an
-*input* (a model passes its own Parameter or tied embedding).
+Custom backward in MindSpore 2.10 (docs/mindspore-cpu.md, "Autodiff and custom backward"): a ``Cell`` with a
+``bprop`` method gives correct gradients in PyNative and under ``mindspore.jit`` only if the Cell owns no Parameter,
+so the lm_head weight is an *input* (a model passes its own Parameter or tied embedding).
 
-What MindSpore 2.10's CPU backend does, measured (fresh processes, fp32), and shaped this code:
+What MindSpore 2.10's CPU backend does, measured (fresh processes, fp32), and shaped this code (the figures:
+benchmarks/RESULTS.md, "core/model/loss.py"; the three losses side by side: "Fused cross-entropy"):
 - Broadcasting elementwise ops (``x - m[:, None]``, ``x * s[:, None]``, ``where``, ``masked_fill``) raise the
-  memory peak by ~4 extra output-sized buffers; after an explicit ``BroadcastTo`` the op adds none. So per-row
+  memory peak by several extra output-sized buffers; after an explicit ``BroadcastTo`` the op adds none. So per-row
   scales go on the small (rows, D) side where the algebra allows, and are broadcast explicitly elsewhere.
-- ``ReduceMax`` (``ops.amax``) over V is ~10x slower than ``ArgMaxWithValue``, and the softmax kernel needs no
-  workspace, so the logsumexp is read off the softmax: ``lse = max(x) - log(softmax(x)[argmax x])`` (that
+- ``ReduceMax`` (``ops.amax``) over V is many times slower than ``ArgMaxWithValue``, and the softmax kernel needs
+  no workspace, so the logsumexp is read off the softmax: ``lse = max(x) - log(softmax(x)[argmax x])`` (that
   probability is >= 1/V, so its log is well conditioned).
 - Under jit, independent chunks are not run one after another: without a ``Depend`` edge chaining chunk i+1 to
-  chunk i, the fused step peaked at 1117 MiB instead of 181 (N=4096, V=32768, D=256, 256-row chunks).
+  chunk i, the fused step peaked several times higher.
 - Graph mode has no in-place slice writes (``x[a:b] = y``, ``index_add``, ``copy_``: each copies the whole
   buffer), so ``cross_entropy`` assembles its (N, V) gradient with one ``Concat``: the chunk results and the
   result are alive together, which puts it level with naive in memory (see benchmarks/fused_ce.py). In PyNative,
-  ``index_add`` into a preallocated gradient is in place (964 MiB against naive's 1473), but the same code took
-  2419 MiB under jit, the training path. Only the fused version, which never forms (N, V), saves memory here.
-- float32 ``exp`` is approximate (relative error mean 1.4e-6, max 5.6e-6 against float64), so probabilities,
-  hence gradients, carry that much element-wise error whatever the formula; tests bound gradients norm-wise.
+  ``index_add`` into a preallocated gradient is in place (below naive's peak), but the same code took more than
+  naive under jit, the training path. Only the fused version, which never forms (N, V), saves memory here.
+- float32 ``exp`` is approximate (its relative error measured against float64), so probabilities, hence
+  gradients, carry its element-wise error whatever the formula; tests bound gradients norm-wise.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ from mindspore import nn, ops
 IGNORE_INDEX = -100
 # Rows per chunk default to about this many fp32 logits (32 MiB; 256 rows at V = 32768): small next to the (N, V)
 # tensors avoided (512 MiB at N = 4096), big enough that the chunk matmuls run at full speed. Under jit the
-# unrolled graph keeps ~2 MiB per chunk once compiled, so 128-row chunks took no less memory (229 MiB against
-# 213 then) and 512-row ones more (290).
+# unrolled graph keeps some memory per chunk once compiled, so 128-row chunks took no less memory and 512-row ones
+# more (benchmarks/RESULTS.md, "core/model/loss.py").
 CHUNK_ELEMENTS = 1 << 23
 
 # Under jit, a Python function that contains a branch (even `a if c else b`, as in ops.zeros_like or
@@ -108,7 +109,8 @@ def _fused_chunk(h, weight, index, token_weight, grad_weight):
     # (c, V) tensor is scaled.
     w = ops.broadcast_to(token_weight.reshape(-1, 1), h.shape)  # (c, D)
     grad_h = _matmul(g, weight) * w  # (c, D)
-    # grad_h first, then the (V, D) update: under jit this order peaked at 183 MiB, the reverse (or none) at 215.
+    # grad_h first, then the (V, D) update: under jit this order peaked lower than the reverse or none
+    # (benchmarks/RESULTS.md, "core/model/loss.py").
     hw = _depend(h * w, grad_h)
     return (nll * token_weight).sum(), grad_h, grad_weight + _matmul_tn(g, hw)
 
@@ -133,7 +135,7 @@ class _CrossEntropy(nn.Cell):
         for s in range(0, logits.shape[0], c):
             x = _depend(logits[s : s + c], chunks[-1])  # one chunk at a time
             g = _minus_onehot(_softmax(x), index[s : s + c])  # (c, V)
-            # An explicit broadcast: an implicit one would cost ~4 more (c, V) buffers (module docstring).
+            # An explicit broadcast: an implicit one would cost several more (c, V) buffers (module docstring).
             scale = ops.BroadcastTo(g.shape)(row_scale[s : s + c].reshape(-1, 1))
             chunks.append(g * scale)
         return _concat_rows(chunks[1:]), _zeros_like(labels), 0, 0
@@ -144,11 +146,10 @@ class _LinearCrossEntropy(nn.Cell):
 
     Why in the forward (Liger) rather than recomputing each chunk's logits in the backward: it does 3 chunk
     matmuls instead of 4, and the gradients it holds from forward to backward, (N, D) + (V, D), have the size of
-    the result anyway. Measured side by side, N=4096, V=32768, D=256, jit: 1.26-1.30 s / 181 MiB against
-    1.62-1.68 s / 282 MiB for the recomputing version. The cost: a forward without backward (evaluation) still
-    computes the gradients, under jit too, since the Depend chain that keeps one chunk alive at a time puts them
-    on the loss's path: forward-only took 1.3-1.5 s against 0.8 s for naive's forward (which holds the (N, V)
-    logits).
+    the result anyway. Measured side by side under jit, it was faster and peaked lower than the recomputing
+    version. The cost: a forward without backward (evaluation) still computes the gradients, under jit too, since
+    the Depend chain that keeps one chunk alive at a time puts them on the loss's path: forward-only took longer
+    than naive's forward, which holds the (N, V) logits (benchmarks/RESULTS.md, "core/model/loss.py").
     """
 
     def construct(self, hidden, weight, labels, ignore_index, c):

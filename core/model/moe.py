@@ -42,7 +42,7 @@ _bmm_nt = ops.BatchMatMul(transpose_b=True)
 class GroupedExperts(nn.Cell):
     """X SwiGLU experts as stacked weights: w_gate, w_up (X, F, D), w_down (X, D, F); (X, C, D) -> (X, C, D)."""
 
-    def __init__(self, n_experts: int, d_model: int, hidden: int, init_std: float, out_std: float, dtype=ms.float32):
+    def __init__(self, n_experts: int, d_model: int, hidden: int, *, init_std: float, out_std: float, dtype=ms.float32):
         super().__init__()
         self.stds = (init_std, init_std, out_std)
         self.w_gate = parameter((n_experts, hidden, d_model), dtype)
@@ -87,10 +87,10 @@ class MoE(nn.Cell):
         self.n_experts, self.top_k, self.sigmoid = X, k, cfg.moe_router == "sigmoid"
         self.capacity_factor = cfg.moe_capacity_factor
         hidden = cfg.moe_ffn_hidden or cfg.ffn_hidden
-        self.router = Linear(cfg.d_model, X, cfg.init_std, dtype)
-        self.experts = GroupedExperts(X, cfg.d_model, hidden, cfg.init_std, out_std, dtype)
+        self.router = Linear(cfg.d_model, X, init_std=cfg.init_std, dtype=dtype)
+        self.experts = GroupedExperts(X, cfg.d_model, hidden, init_std=cfg.init_std, out_std=out_std, dtype=dtype)
         self.shared = (
-            MLP(cfg.d_model, hidden * cfg.moe_shared_experts, cfg.init_std, out_std, dtype)
+            MLP(cfg.d_model, hidden * cfg.moe_shared_experts, init_std=cfg.init_std, out_std=out_std, dtype=dtype)
             if cfg.moe_shared_experts
             else None
         )

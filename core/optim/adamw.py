@@ -11,10 +11,11 @@ on the weights directly, never through the gradient (that would be L2 regularisa
 scaling distorts: the point of the paper).
 
 How it runs: two in-place MindSpore kernels per parameter, the decay then Adam. MindSpore's fused
-``ops.AdamWeightDecay`` kernel does both in one pass but is slow on CPU: on 8 M parameters (2 cores, jit,
-2026-12-01) it took 27-28 ms against 4-5 ms for ``ops.Adam`` (ApplyAdam, no decay) and 12 ms for ``ops.Adam``
-after ``ApplyGradientDescent(p, lr * wd, p)``, the decoupled decay ``p <- p - lr * wd * p`` in place (the same rule
-as ~14 element-wise ops under jit: 45-67 ms). ApplyAdam computes
+``ops.AdamWeightDecay`` kernel does both in one pass but is slow on CPU: slower than the two passes of
+``ApplyGradientDescent(p, lr * wd, p)``, the decoupled decay ``p <- p - lr * wd * p`` in place, then ``ops.Adam``
+(ApplyAdam, no decay); the same rule as element-wise ops under jit was slower still (benchmarks/RESULTS.md,
+"core/optim/adamw.py"; on model=medium's parameters, "Before: the AVX-512 machine of 2026-12-01 morning").
+ApplyAdam computes
 
     p <- p - lr' * m / (sqrt(v) + eps'),    lr' = lr * sqrt(1 - beta2_power) / (1 - beta1_power)
 

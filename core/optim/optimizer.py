@@ -1,13 +1,11 @@
 """The optimizer the trainer drives: routes each parameter to AdamW or Muon and updates them all in one graph.
 
-Why one compiled graph: in PyNative every op is a separate dispatch, and Muon's update is ~60 ops per matrix
-(28 matrices in the 5 M-param model). ``mindspore.jit`` over the whole tuple of parameters,
-gradients and states traces them once; what changes every step (lr and the folded bias corrections) enters as
-graph inputs, so it never recompiles. Measured on the 5 M-param model, 2 shared CPU cores, interleaved runs:
-Muon ~0.2-0.7 s per step under jit vs ~1.2-3 s in PyNative; AdamW (one fused kernel per parameter) ~10-70 ms
-either way, noise dominating. Muon's cost is the ~21 GFLOP of Newton–Schulz matmuls per step, independent of the
-batch size. ``jit=False`` keeps the PyNative path for debugging. Call ``step`` from Python, not inside another
-``mindspore.jit`` function (it builds host scalars).
+Why one compiled graph: in PyNative every op is a separate dispatch, and Muon's update is ~60 ops per matrix.
+``mindspore.jit`` over the whole tuple of parameters, gradients and states traces them once; what changes every
+step (lr and the folded bias corrections) enters as graph inputs, so it never recompiles. Under jit Muon's step ran
+several times faster than in PyNative (benchmarks/RESULTS.md, "core/optim/optimizer.py"). Muon's cost is the
+Newton–Schulz matmuls, independent of the batch size. ``jit=False`` keeps the PyNative path for debugging. Call
+``step`` from Python, not inside another ``mindspore.jit`` function (it builds host scalars).
 
 Sharded parameters (FSDP, TP): each rank updates its shards and their states. AdamW is element-wise and needs
 nothing more; Muon needs whole matrices (``core.optim.sharded_muon``).

@@ -13,10 +13,10 @@ of distributed Muon in MindFormers and torchtitan (after Liu et al. 2025, "Muon 
 4. one reduce-scatter (non-owners contribute zeros) hands every rank its shards of every result.
 
 So the Newton–Schulz FLOPs are split over the group instead of repeated on every rank, for two collectives of
-the size of the hidden matrices per step. On CPU, where each is composed from AllReduce (comm.py), that trade is
-near even for 2 ranks at this project's sizes; on an accelerator, with native collectives and Newton–Schulz the
-dominant optimizer cost, it wins, and it is what keeps the update exact. Replicas over ``dp_replicate`` compute
-the same thing independently.
+the size of the hidden matrices per step. On CPU, where each is composed from AllReduce
+(``core.parallel.comm.collectives``), that trade is near even for 2 ranks at this project's sizes; on an
+accelerator, with native collectives and Newton–Schulz the dominant optimizer cost, it wins, and it is what keeps
+the update exact. Replicas over ``dp_replicate`` compute the same thing independently.
 """
 
 from __future__ import annotations
@@ -60,10 +60,10 @@ class ShardedNewtonSchulz(nn.Cell):
         self.scatter = comm.reduce_scatter(group, 0)
 
     # Spelled for MindSpore's graph compiler: per-matrix work as ``each`` (Map), splits as ``mint.split``.
-    # On model=tiny's 21 matrices (tp=2 x fsdp=2, one process, 2026-12-02) ``ops.split`` into 21 sections alone
-    # compiled in 2.3 s and a list comprehension over them in 1.4 s; the whole graph compiles in 1.7 s instead of
-    # 6.9 s as loops over matrices and ranks, and runs in 35 ms instead of 55 (the same values to the bit;
-    # benchmarks/sharded_muon_compile.py).
+    # ``ops.split`` into one section per matrix and a list comprehension over the matrices each compiled slowly
+    # alone; spelled this way the whole graph compiles several times faster than as loops over matrices and
+    # ranks, and runs faster on tp x fsdp, with the same values to the bit (benchmarks/sharded_muon_compile.py;
+    # benchmarks/RESULTS.md, "Sharded Muon's update graph").
     def construct(self, looks):
         flat = mint.cat(each(_flatten, looks))  # (L,)
         every = self.gather(flat).reshape(self.n, self.length)  # (n, L)

@@ -65,7 +65,7 @@ def apply_moe_parallel(model: nn.Cell, dims: ParallelDims, groups: dict, placeme
         for attr in ("w_gate", "w_up", "w_down"):
             old = getattr(moe.experts, attr)
             p = layout_placement(
-                old.name, old.shape, dims.tp, 1, dims.ep, tp_index=dims.index("tp"), ep_index=dims.index("dp_shard")
+                old.name, old.shape, dims.tp, 1, ep=dims.ep, tp_index=dims.index("tp"), ep_index=dims.index("dp_shard")
             )
             setattr(
                 moe.experts,

@@ -13,7 +13,7 @@ Re-gathering in backward (as FSDP does with ``reshard_after_forward``) is what k
 between the forward and the backward pass; with autodiff through a plain all-gather, every gathered weight would
 be saved for backward, which is the memory of an unsharded model. It costs one more all-gather per op. The
 wrapper is a bprop-Cell whose weight arrives as an input (the form whose gradients survive ``mindspore.jit``,
-MINDSPORE_CPU.md); its bprop differentiates the wrapped op with ``GradOperation``, so it composes with whatever
+docs/mindspore-cpu.md "Autodiff and custom backward"); its bprop differentiates the wrapped op with ``GradOperation``, so it composes with whatever
 the op is (tensor-parallel, vocab-parallel, the loss).
 
 Inside a block marked for recompute the op is wrapped more simply (``GatheredOp``: a gather whose backward
@@ -118,10 +118,10 @@ class _GatherShard(nn.Cell):
 class ShardedLoss(nn.Cell):
     """FSDP around the loss op ``loss(hidden, head_weight, labels)``.
 
-    No re-gather here: the fused cross-entropy makes its weight gradient in the forward pass (core.loss), so the
+    No re-gather here: the fused cross-entropy makes its weight gradient in the forward pass (core.model.loss), so the
     gathered head weight and its gradient both exist once per step whatever is done; re-running the loss in a
     bprop would redo the whole forward for nothing (and MindSpore's graph compiler refuses a helper with a branch
-    called from both a construct and a bprop, MINDSPORE_CPU.md)."""
+    called from both a construct and a bprop: docs/mindspore-cpu.md, "Autodiff and custom backward")."""
 
     def __init__(self, loss: nn.Cell, group: comm.Group, placement: Placement):
         super().__init__()
@@ -152,7 +152,13 @@ def _shard_parameter(cell: nn.Cell, group: comm.Group, placements: dict) -> Plac
 
 
 def apply_fsdp(
-    model: nn.Cell, group: comm.Group, placements: dict, loss: nn.Cell, eval_loss: nn.Cell, recomputed: range = range(0)
+    model: nn.Cell,
+    group: comm.Group,
+    placements: dict,
+    loss: nn.Cell,
+    eval_loss: nn.Cell,
+    *,
+    recomputed: range = range(0),
 ) -> tuple[nn.Cell, nn.Cell]:
     """Shard every weight of ``model`` over ``group`` and wrap its op (``recomputed``: the blocks that re-run their
     forward in backward, see the module docstring); returns the wrapped (train, eval) loss ops, which gather the

@@ -4,8 +4,8 @@ the factor as it reads each gradient (``Optimizer.step(grads, lr, scale)``), so 
 
 Who holds a part of which gradient:
 - FSDP-sharded weights leave backward already summed over the fsdp ranks (their reduce-scatter, ``fsdp.py``);
-- every weight is summed over ``dp_replicate`` (one flat all-reduce: on CPU a collective costs milliseconds
-  whatever its size, MINDSPORE_CPU.md, so one big one beats one per weight);
+- every weight is summed over ``dp_replicate`` (one flat all-reduce: a collective has a fixed cost per call,
+  milliseconds on CPU, docs/mindspore-cpu.md "Collectives and point-to-point", so one big one beats one per weight);
 - with sequence parallelism, weights that tensor parallelism does not split (the norm gains) saw 1/tp of the
   tokens each, so they are summed over ``tp`` too.
 - with a pipeline and tied embeddings, the first stage's table and the last stage's copy (its head) are summed
@@ -102,7 +102,9 @@ class _Sync(nn.Cell):
             coef = ops.minimum(self.max_norm / (norm + NORM_EPS), 1.0) * self.scale
         if self.sums:
             return grads, norm, coef
-        return norm, coef  # gradients no collective changed: returned, a graph copies them (~5 ms on model=small)
+        # Gradients no collective changed are not returned: a graph copies what it returns, a cost per step
+        # (benchmarks/RESULTS.md, "core/parallel/grads.py").
+        return norm, coef
 
 
 def _norm_weight(name: str, placement: Placement, dims: ParallelDims) -> float:
@@ -121,9 +123,10 @@ def _reshape(x, shape):
 
 
 def sum_of_squares(x: Tensor) -> Tensor:
-    """sum(x^2) over every element, a float32 scalar: rows first, then their sums. CPU workaround: MindSpore 2.10's
-    CPU ReduceSum over all axes of a matrix takes a slow path, several times slower than reducing the last axis
-    first and then the rest, with the same value (benchmarks/RESULTS.md, "Slow kernel paths")."""
+    """sum(x^2) over every element, a float32 scalar: rows first, then their sums. Why: MindSpore 2.10's CPU
+    ReduceSum over all axes of a matrix takes a slow path, several times slower than reducing the last axis first
+    and then the rest (benchmarks/RESULTS.md, "Before: the AVX-512 machine of 2026-12-01 morning"); the value is
+    the same, so every device runs this form. On CPU with the fused kernels built, the kernel replaces it."""
     return ops.sum(ops.sum(ops.square(x.reshape(-1, x.shape[-1])), -1))
 
 

@@ -66,7 +66,7 @@ def tp_split_dim(name: str) -> int | None:
 
 
 def layout_placement(
-    name: str, shape, tp: int, fsdp: int, ep: int = 1, tp_index: int = 0, fsdp_index: int = 0, ep_index: int = 0
+    name: str, shape, tp: int, fsdp: int, *, ep: int = 1, tp_index: int = 0, fsdp_index: int = 0, ep_index: int = 0
 ) -> Placement:
     """The placement of parameter ``name`` under tensor-parallel degree ``tp``, FSDP degree ``fsdp`` and expert
     parallel degree ``ep`` (experts: ep and tp blocks, no FSDP; everything else: tp block and FSDP shard)."""

@@ -62,7 +62,7 @@ class VocabParallelLookup(nn.Cell):
     """(tokens (B, S), rows [start, start + V/tp) of the table) -> (B, S, D) summed over the group (each token's
     row lives on one rank; the others contribute zeros); with SP, reduce-scattered to (B, S/tp, D)."""
 
-    def __init__(self, op: nn.Cell, group: comm.Group, start: int, rows: int, sequence_parallel: bool):
+    def __init__(self, op: nn.Cell, group: comm.Group, *, start: int, rows: int, sequence_parallel: bool):
         super().__init__()
         self.op, self.start, self.rows = op, start, rows
         self.leave = comm.ReduceScatterTo(group, 1) if sequence_parallel else comm.ReduceFrom(group)
@@ -101,10 +101,12 @@ def apply_tensor_parallel(
     start = group.index * model.cfg.vocab_size // group.size
     if model.embed is not None:
         vocab = _split(model.embed, group, placements)
-        model.embed.op = VocabParallelLookup(model.embed.op, group, start, vocab.local_shape[0], sp)
+        model.embed.op = VocabParallelLookup(
+            model.embed.op, group, start=start, rows=vocab.local_shape[0], sequence_parallel=sp
+        )
     if getattr(model, "lm_head", None) is not None:
         _split(model.lm_head, group, placements)
     return (
-        VocabParallelCrossEntropyLoss(group, start, sp, train=True),
-        VocabParallelCrossEntropyLoss(group, start, sp, train=False),
+        VocabParallelCrossEntropyLoss(group, vocab_start=start, sequence_parallel=sp, train=True),
+        VocabParallelCrossEntropyLoss(group, vocab_start=start, sequence_parallel=sp, train=False),
     )

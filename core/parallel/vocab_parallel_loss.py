@@ -1,5 +1,5 @@
 """The fused linear cross-entropy with the vocabulary split over tensor-parallel ranks (Megatron-LM's
-vocab-parallel cross-entropy, Shoeybi et al. 2019, fused with the head matmul as in ``core.loss``).
+vocab-parallel cross-entropy, Shoeybi et al. 2019, fused with the head matmul as in ``core.model.loss``).
 
 Rank t holds rows [t*V/tp, (t+1)*V/tp) of the head weight and computes only its (tokens, V/tp) block of logits,
 chunk by chunk; the full-vocabulary logits never exist anywhere. Per chunk of tokens, three numbers per row are
@@ -11,7 +11,7 @@ every rank knows the exact loss, and its block of ``softmax - onehot`` gives
     d loss / d weight_t = (softmax - onehot)_t^T h   (this rank's rows: no communication)
     d loss / d h        = sum_t (softmax - onehot)_t W_t   (partial per rank: the caller's region entry sums it)
 
-Like ``core.loss.linear_cross_entropy``, the gradients are made in the forward pass (Liger-Kernel), so the Cell's
+Like ``core.model.loss.linear_cross_entropy``, the gradients are made in the forward pass (Liger-Kernel), so the Cell's
 bprop only scales them. The caller enters the tensor-parallel region first (``CopyTo``, or with sequence
 parallelism ``GatherFrom`` along the sequence), whose backward sums the partial ``d loss / d h``.
 """
@@ -90,7 +90,9 @@ class _VocabParallelLinearCrossEntropy(_VocabBlock):
             idx, w_tok = index[s : s + c], token_weight[s : s + c]
             p, lse_t, lse, target = self.merge(_matmul_nt(h, weight), idx, here[s : s + c])
             loss = loss + ((lse - target) * w_tok).sum()
-            scale = ops.BroadcastTo(p.shape)(ops.exp(lse_t - lse).reshape(-1, 1))  # explicit broadcast (core.loss)
+            scale = ops.BroadcastTo(p.shape)(
+                ops.exp(lse_t - lse).reshape(-1, 1)
+            )  # explicit broadcast (core.model.loss)
             g = _scatter_add(p * scale, idx, -here[s : s + c])  # softmax - onehot, this block
             w = ops.broadcast_to(w_tok.reshape(-1, 1), h.shape)  # (c, D)
             grad_h = _matmul(g, weight) * w  # (c, D), partial over ranks
@@ -120,7 +122,7 @@ class VocabParallelCrossEntropyLoss(nn.Cell):
     (hidden (B, S, D) or, with sequence parallelism, (B, S/tp, D); weight (V/tp, D); labels (B, S)) -> mean NLL,
     the same number on every rank of the group."""
 
-    def __init__(self, group: comm.Group, vocab_start: int, sequence_parallel: bool, train: bool = True):
+    def __init__(self, group: comm.Group, *, vocab_start: int, sequence_parallel: bool, train: bool = True):
         super().__init__()
         # Enter the region: the backward of either sums the partial d loss / d hidden over the group.
         self.enter = comm.GatherFrom(group, 1) if sequence_parallel else comm.CopyTo(group)

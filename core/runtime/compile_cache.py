@@ -86,7 +86,7 @@ def _code_digest() -> str:
 class CompileCache:
     """This rank's view of the cache: ``open`` before the first graph compiles, ``close(ok)`` when the trial ends."""
 
-    def __init__(self, root: Path, key: str, rank: int, work_dir: Path):
+    def __init__(self, root: Path, key: str, *, rank: int, work_dir: Path):
         self.entry = Path(root) / key
         self.rank_dir = f"rank_{rank}"  # MindSpore's own subdirectory of MS_COMPILER_CACHE_PATH
         self.work_dir = Path(work_dir)

@@ -18,7 +18,7 @@ import os
 # itself keeps libgomp's default, a thread per core, and only the processes it starts get 1 (so trials started
 # by a process that had imported MindSpore, as benchmarks' were, ran differently from the agent's). libgomp's
 # extra thread spins between regions and takes a core from MindSpore's kernel thread (benchmarks/RESULTS.md,
-# "OpenMP's spinning worker"). A value set by the user wins.
+# "Fused optimizer kernels and warm starts", "OpenMP's spinning worker"). A value set by the user wins.
 DEFAULTS = {"OMP_NUM_THREADS": "1"}
 
 

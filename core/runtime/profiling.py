@@ -1,7 +1,8 @@
 """Where a step's time goes, from MindSpore's own profiler (``training.profile=true``).
 
-The trainer profiles the steps after the first two (compilation and the runtime's thread-count search would
-dominate them, MINDSPORE_CPU.md) into ``<trial.dir>/profile/rank_<r>/``: MindSpore writes per-op timestamps and a
+The trainer profiles the steps after the first two (compilation would dominate them; the runtime's thread-count
+search, docs/mindspore-cpu.md "Threads and speed", still slows the steps after them, so profile a run long enough
+for its steady state) into ``<trial.dir>/profile/rank_<r>/``: MindSpore writes per-op timestamps and a
 ``trace_view.json`` for Perfetto there. From its per-op-type totals this module takes the time in collectives;
 ``comm_time_share`` is that over the profiled steps' wall time. A collective's time includes waiting for the
 slowest peer, so the share is what communication costs this rank, load imbalance included.
@@ -36,6 +37,7 @@ class StepProfiler:
         self._prof = None
 
     def start(self) -> None:
+        # function-level: MindSpore only when a trial profiles (the agent reads op_type_ms without it)
         import mindspore as ms
         from mindspore.profiler import ProfilerActivity
 

@@ -36,6 +36,8 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
+import numpy as np
+
 from core.runtime.cache_dirs import cache_root
 from core.runtime.files import write_atomic
 
@@ -84,8 +86,6 @@ def measure(library: str, device: str, size: int = SIZE) -> float:
 
     One library per process: once MindSpore is loaded its idle kernel threads take CPU time from OpenBLAS's (NumPy
     at half its rate beside it)."""
-    import numpy as np
-
     try:  # a trial of the agent's --workers runs under taskset: the reference is the whole machine's
         os.sched_setaffinity(0, range(os.cpu_count() or 1))
     except (AttributeError, OSError):
@@ -95,7 +95,7 @@ def measure(library: str, device: str, size: int = SIZE) -> float:
         return _best_rate(lambda x: x @ x, a, size)
     import mindspore as ms  # function-level: only the child that measures MindSpore loads it
 
-    from core.runtime.settings import set_host_pipeline
+    from core.runtime.settings import set_host_pipeline  # function-level: imports MindSpore, as above
 
     ms.set_device(device)
     set_host_pipeline(device)

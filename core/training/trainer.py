@@ -40,7 +40,7 @@ from core.training.parallelize import parallelize
 from core.training.ranks import Ranks
 from core.training.stats import StepStats
 from core.training.step import build_step
-from core.trial.contract import Exit, NonFinite, OutOfMemory, oom_reason
+from core.trial.contract import Exit, NonFinite, OutOfMemory, OutOfTime, oom_reason
 from core.trial.recorder import TrialRecorder
 
 log = logging.getLogger("core.train")
@@ -104,39 +104,50 @@ class Trainer:
 
     def run(self) -> tuple[Exit, str]:
         """Steps until the budget ends, then validation, the final checkpoint and MFU's reference rate."""
-        cfg, rec = self.cfg, self.rec
         start = step = self._resume()
-        max_steps, wall = cfg.trial.max_steps, cfg.trial.max_wall_time_sec
         try:
-            while max_steps is None or step < max_steps:
-                if wall is not None and time.time() - rec.started >= wall:
-                    if max_steps is None:
-                        break  # a wall-only budget, used in full: that is success
-                    return Exit.TIMEOUT, (
-                        f"timeout: wall budget trial.max_wall_time_sec={wall:g} ended at step "
-                        f"{step}/{max_steps}; raise it or lower trial.max_steps"
-                    )
+            while self._budget_left(step):
                 self.stats.before_step(step - start)
                 t0 = time.perf_counter()
                 loss, grad_norm, lr = self._train_step(step)
                 dt = time.perf_counter() - t0
                 self.stats.after_step(step - start, dt, getattr(self.step, "wait_sec", 0.0))
                 step += 1
-                rec.record_step(loss, grad_norm, cfg.training.global_batch_size * cfg.training.seq_len, dt)
-                self._check_memory()
-                self._log_step(step, loss, grad_norm, lr, dt)
-                if cfg.training.eval_interval and step % cfg.training.eval_interval == 0:
-                    self._evaluate(step)
-                self.checkpoints.after_step(step, rec.tokens)
-            self.stats.record(rec, self.ranks)
+                self._after_step(step, loss, grad_norm, lr, dt)
+            self.stats.record(self.rec, self.ranks)
             self._evaluate(step)
-            self.checkpoints.at_end(step, rec.tokens)
+            self.checkpoints.at_end(step, self.rec.tokens)
             self._reference_rate()
             self.ranks.barrier()  # nobody leaves a peer mid-collective
         finally:
             if self.metrics:
                 self.metrics.close()
-        return Exit.OK, f"ok: {step} steps, final loss {rec.losses[-1]:.4f}" if rec.losses else "ok"
+        losses = self.rec.losses
+        return Exit.OK, f"ok: {step} steps, final loss {losses[-1]:.4f}" if losses else "ok"
+
+    def _budget_left(self, step: int) -> bool:
+        """Whether step ``step`` runs; raises OutOfTime when the wall budget ends before the step budget."""
+        max_steps, wall = self.cfg.trial.max_steps, self.cfg.trial.max_wall_time_sec
+        if max_steps is not None and step >= max_steps:
+            return False
+        if wall is None or time.time() - self.rec.started < wall:
+            return True
+        if max_steps is None:
+            return False  # a wall-only budget, used in full: that is success
+        raise OutOfTime(
+            f"timeout: wall budget trial.max_wall_time_sec={wall:g} ended at step {step}/{max_steps}; raise it or "
+            "lower trial.max_steps"
+        )
+
+    def _after_step(self, step: int, loss: float, grad_norm: float, lr: float, seconds: float) -> None:
+        """Record, check memory, log; validate and checkpoint when their interval comes. ``step``: steps done."""
+        t = self.cfg.training
+        self.rec.record_step(loss, grad_norm, t.global_batch_size * t.seq_len, seconds)
+        self._check_memory()
+        self._log_step(step, loss, grad_norm, lr, seconds)
+        if t.eval_interval and step % t.eval_interval == 0:
+            self._evaluate(step)
+        self.checkpoints.after_step(step, self.rec.tokens)
 
     def _resume(self) -> int:
         step, tokens = self.checkpoints.resume(self.trial_dir)

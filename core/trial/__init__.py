@@ -12,7 +12,17 @@ budget, leaves ``trial_summary.json`` whatever its end, and exits with a code th
 No MindSpore at import: the supervisor and the agent use this package without loading it.
 """
 
-from core.trial.contract import CLASSIFIED, SCHEMA, STATUS, Exit, NonFinite, OutOfMemory, TrialFailure, classify
+from core.trial.contract import (
+    CLASSIFIED,
+    SCHEMA,
+    STATUS,
+    Exit,
+    NonFinite,
+    OutOfMemory,
+    OutOfTime,
+    TrialFailure,
+    classify,
+)
 from core.trial.processes import kill_group
 from core.trial.recorder import TrialRecorder, write_invalid_summary, write_json_atomic
 from core.trial.watchdog import Watchdog
@@ -23,6 +33,7 @@ __all__ = [
     "STATUS",
     "Exit",
     "NonFinite",
+    "OutOfTime",
     "OutOfMemory",
     "TrialFailure",
     "TrialRecorder",

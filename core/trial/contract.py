@@ -33,6 +33,12 @@ class Exit(IntEnum):
 
 STATUS = {code: code.status for code in Exit}
 
+
+def codes_text() -> str:
+    """Every exit code with its status, for help texts: "0 ok, 1 error, 2 invalid, ..."."""
+    return ", ".join(f"{int(code)} {code.status}" for code in Exit)
+
+
 # When ranks disagree, a classified failure is the cause and the others' errors its consequence.
 CLASSIFIED = (Exit.OOM, Exit.COMPILE_ERROR, Exit.NAN)
 
@@ -55,14 +61,14 @@ class NonFinite(TrialFailure):
     code = Exit.NAN
 
 
+class OutOfTime(TrialFailure):
+    code = Exit.TIMEOUT
+
+
 # Process start to the first finished step, in order: the process is up (a worker: spawned by the supervisor),
 # MindSpore and the trainer imported, the cluster joined, model/optimizer/schedule built, the first step done
 # (its graphs compiled and run once).
 STARTUP_PHASES = ("launch", "imports", "cluster", "build", "first_step")
-
-
-class CompileError(TrialFailure):
-    code = Exit.COMPILE_ERROR
 
 
 # MindSpore reports allocation failure in many words: its Ascend allocator ("Out of Memory", "Malloc ...

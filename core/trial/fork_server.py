@@ -10,10 +10,11 @@ command is not Python code of this interpreter (``-m module`` or ``-c code``, op
 <cores>``, which becomes the child's CPU affinity); the supervisor of a multi-rank trial starts its scheduler and
 workers through it too, so they are warm as well.
 
-Why: ``import mindspore`` alone takes 1.5-2.6 s on the 2-core machines here, Hydra's first compose ~0.5 s more, and
-every trial of a study paid them again (benchmarks/RESULTS.md, "Fused optimizer kernels and warm starts": a 1-rank
-trial with cached graphs reached its first step in 0.5 s forked, 1.7 s cold). A fork shares the imported pages
-copy-on-write and takes milliseconds.
+Why: ``import mindspore`` alone takes seconds on the 2-core machines here and Hydra's first compose a fraction of a
+second more (benchmarks/RESULTS.md, "core/trial/fork_server.py"), and every trial of a study paid them again;
+forked, a 1-rank trial with cached graphs reaches its first step several times sooner than cold
+(benchmarks/RESULTS.md, "Fused optimizer kernels and warm starts"). A fork shares the imported pages copy-on-write
+and takes milliseconds.
 
 Why a fork server rather than a pool of processes started ahead: a spare process importing MindSpore while a
 trial runs would take CPU from the trial it measures. Fork safety: the server is single-threaded apart from the
@@ -30,8 +31,11 @@ descriptors attached (SCM_RIGHTS); the server answers ``{"pid": N}`` once it has
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import json
 import os
+import runpy
 import selectors
 import shutil
 import signal
@@ -41,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Sequence
 
 from core.config import load_config
@@ -128,7 +133,7 @@ def popen(
         try:
             return _fork_remote(address, args, python[1:], affinity, stdin, stdout, stderr, env, cwd, start_new_session)
         except OSError as exc:
-            print(f"core.warm: {exc}; starting {args[:4]} cold", file=sys.stderr, flush=True)
+            print(f"core.trial.fork_server: {exc}; starting {args[:4]} cold", file=sys.stderr, flush=True)
     return subprocess.Popen(
         args, stdin=stdin, stdout=stdout, stderr=stderr, env=env, cwd=cwd, start_new_session=start_new_session
     )
@@ -212,9 +217,13 @@ def serving(preload: Sequence[str] = PRELOAD):
         env=env,
     )
     try:
-        line = server.stdout.readline().strip()  # the server's imports: seconds, once
+        with selectors.DefaultSelector() as started:  # the server's imports: seconds, once; a hang must not hang us
+            started.register(server.stdout, selectors.EVENT_READ)
+            line = server.stdout.readline().strip() if started.select(START_TIMEOUT_SEC) else "nothing"
         if line != READY:
-            raise RuntimeError(f"the warm server did not start (said {line!r}, exit {server.poll()})")
+            raise RuntimeError(
+                f"the warm server did not start within {START_TIMEOUT_SEC:.0f} s (said {line!r}, exit {server.poll()})"
+            )
         before = os.environ.get(SOCKET_ENV)
         os.environ[SOCKET_ENV] = address
         try:
@@ -236,8 +245,6 @@ def serving(preload: Sequence[str] = PRELOAD):
 
 def serve(address: str, preload: Sequence[str]) -> None:
     """The server's loop: fork a child per request, report its pid and then its exit; end when stdin closes."""
-    import importlib
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the agent's terminal: the agent ends us (stdin)
     native_env.apply()  # MindSpore's libraries read it as they load, here, once for every child
     for module in preload:
@@ -324,8 +331,6 @@ def _run_child(request: dict, fds: list[int]) -> None:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:  # noqa: BLE001 — reported as python would, then the exit code says it
-        import traceback
-
         traceback.print_exc()
     finally:
         with contextlib.suppress(Exception):
@@ -336,9 +341,6 @@ def _run_child(request: dict, fds: list[int]) -> None:
 
 def _run_python(argv: list[str]) -> int:
     """``python -m module args`` or ``python -c code args`` in this process."""
-    import importlib.util
-    import runpy
-
     flag, target, rest = argv[0], argv[1], argv[2:]
     # sys.path as a fresh interpreter would have it: the working directory first, then $PYTHONPATH.
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]

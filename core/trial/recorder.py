@@ -14,6 +14,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,6 @@ def _finite_or_none(x: float | None) -> float | None:
 
 
 def versions() -> dict:
-    from importlib import metadata
-
     def version(dist: str) -> str | None:
         try:
             return metadata.version(dist)
@@ -82,7 +81,7 @@ class TrialRecorder:
     comm_time_share: float | None = None  # with training.profile: share of step time in collectives
     pipeline_bubble: float | None = None  # with a pipeline: share of step time blocked in receives (rank mean)
     moe_dropped_fraction: float | None = None  # MoE: pairs over capacity / routed (ranks' last micro-batches)
-    compile_cache: str | None = None  # "loaded" / "compiled" (core.compile_cache; rank 0's); None: off
+    compile_cache: str | None = None  # "loaded" / "compiled" (core.runtime.compile_cache; rank 0's); None: off
     started_at: str = field(default_factory=utc_now)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _written: bool = False

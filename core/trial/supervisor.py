@@ -2,9 +2,9 @@
 
 It does what ``msrun`` does — one scheduler process (MS_ROLE=MS_SCHED) and N workers (MS_ROLE=MS_WORKER) joined
 through MindSpore's dynamic-cluster environment — but keeps each worker's real exit code (msrun turns any
-failure into rc=1 after ~40 s, docs/mindspore-cpu.md), owns the per-rank logs, samples each rank's peak memory from
-/proc (so that a rank killed by a signal still has a measured peak), enforces the wall budget with a hard kill
-after a grace period, and merges the per-rank results.
+failure into rc=1, and only after a long wait: docs/mindspore-cpu.md, "Launching ranks"), owns the per-rank logs,
+samples each rank's peak memory from /proc (so that a rank killed by a signal still has a measured peak), enforces
+the wall budget with a hard kill after a grace period, and merges the per-rank results.
 
 Multi-node: run one supervisor per node with ``MSAR_SCHED_HOST``/``MSAR_SCHED_PORT`` pointing at node 0 and
 ``MSAR_NODE_RANKS=first:count`` naming this node's ranks (``core.runtime.cluster``); node 0 also starts the
@@ -98,8 +98,9 @@ class Supervisor:
         )
         env.setdefault("GLOG_v", "3")  # MindSpore's INFO/WARNING lines would drown the rank logs
         # A worker learns that every rank has joined from its heartbeat's reply, sent every 3-5 s by default, so
-        # ranks left init() up to 5 s apart (and one of them then still sleeps 3 s, a fixed poll, for the other's
-        # address). A 1 s heartbeat: ~3 s less per trial (benchmarks/RESULTS.md, "Start-up: what a trial").
+        # ranks left init() seconds apart (and one of them then still sleeps 3 s, a fixed poll, for the other's
+        # address). A 1 s heartbeat takes seconds off every multi-rank trial (benchmarks/RESULTS.md,
+        # "Start-up: what a trial compiles and waits for").
         env.setdefault("MS_RETRY_INTERVAL_LOWER", "1")
         env.setdefault("MS_RETRY_INTERVAL_UPPER", "1")
         return env
@@ -284,8 +285,9 @@ class Supervisor:
 
 def _wait_listening(host: str, port: int, scheduler, timeout: float = 30.0) -> None:
     """Until the scheduler accepts connections. A warm worker starts within milliseconds, before the scheduler
-    has bound its port, and MindSpore's topology build then waits ~10 s for a retry (measured: cluster join 14.7 s
-    against 2.6 s); a cold worker's imports (seconds) always left the scheduler time."""
+    has bound its port, and MindSpore's topology build then waits for a retry, which made the cluster join several
+    times longer (benchmarks/RESULTS.md, "core/trial/supervisor.py"); a cold worker's imports (seconds) always left
+    the scheduler time."""
     deadline = time.time() + timeout
     while time.time() < deadline and scheduler.poll() is None:
         with socket.socket() as s:

@@ -1,5 +1,5 @@
 """Run a Python script on N ranks of a MindSpore CPU cluster (scheduler + workers, the environment msrun sets),
-for tests of the parallel building blocks below the trial level. ``core.launch`` does the same for trials."""
+for tests of the parallel building blocks below the trial level. ``core.trial.supervisor`` does the same for trials."""
 
 from __future__ import annotations
 

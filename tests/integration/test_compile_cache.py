@@ -1,4 +1,4 @@
-"""Graphs loaded from the compile cache (core.compile_cache) compute what freshly compiled graphs compute, on 1 rank
+"""Graphs loaded from the compile cache (core.runtime.compile_cache) compute what freshly compiled graphs compute, on 1 rank
 and on 2 (FSDP gathers in the gradient graph, Muon's sharded Newton-Schulz in the update graph)."""
 
 import pytest

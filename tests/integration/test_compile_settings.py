@@ -1,4 +1,4 @@
-"""The execution settings of search_spaces/compile.yaml (core.execution), each in a real trial: it runs with the
+"""The execution settings of search_spaces/compile.yaml (core.runtime.settings), each in a real trial: it runs with the
 default's numerics, or it fails to compile and says so with exit 11."""
 
 import math
@@ -34,7 +34,7 @@ SETTINGS = {
     ],
     "graph-kernel fusion": ["execution.graph_kernel_fusion=true"],
     "pynative threads": ["training.mode=pynative", "execution.kernel_threads=1", "execution.dispatch_threads=2"],
-    "MindSpore's optimizer kernels": ["execution.cpu_kernels=false"],  # the default runs core.kernels'
+    "MindSpore's optimizer kernels": ["execution.cpu_kernels=false"],  # the default runs core.runtime.kernels'
 }
 
 

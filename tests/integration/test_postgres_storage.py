@@ -21,8 +21,21 @@ from autoresearch.study import storage
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = shlex.join([sys.executable, str(ROOT / "tests" / "fake_trial.py")])
-BIN = [shutil.which(n) for n in ("initdb", "pg_ctl")]
-pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(None in BIN, reason="PostgreSQL binaries not on PATH")]
+
+
+def _server_binaries() -> list[str | None]:
+    """initdb and pg_ctl: on PATH, or where Debian's packages keep them (``pg_config --bindir``, not on PATH)."""
+    bindir = None
+    if shutil.which("pg_config"):
+        bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip() or None
+    return [shutil.which(n) or shutil.which(n, path=bindir) for n in ("initdb", "pg_ctl")]
+
+
+BIN = _server_binaries()
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(None in BIN, reason="PostgreSQL's initdb and pg_ctl not found (apt-get install postgresql)"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -126,5 +139,5 @@ def test_two_agents_share_one_study(tmp_path, postgres_url):
     ran = [t for t in trials if t.user_attrs.get("status") == "ok"]
     assert all(Path(t.user_attrs["trial_dir"], "trial_summary.json").exists() for t in ran)
     # The report reads it by URL, like optuna.load_study does.
-    df = report.study_table(report.load_study(storage=postgres_url, study="shared"))
+    df = report.study_table(storage.load_study(storage=postgres_url, study="shared"))
     assert sorted(df["number"]) == [t.number for t in trials]

@@ -1,6 +1,6 @@
-"""Full recompute really saves memory in the mode trials run in: under jit (compiled segments, core.recompute) the
+"""Full recompute really saves memory in the mode trials run in: under jit (compiled segments, core.memory.segmented) the
 measured peak of a config where activations dominate falls by at least 30%; activation SWAP (PyNative, to disk on
-CPU: core.swap) cuts it too; the losses stay those of none."""
+CPU: core.memory.swap) cuts it too; the losses stay those of none."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Trials forked from the agent's warm server (core.warm) run as cold ones do: same losses, the graphs a cold trial
+"""Trials forked from the agent's warm server (core.trial.fork_server) run as cold ones do: same losses, the graphs a cold trial
 saved load in a warm one, and a multi-rank trial's scheduler and workers are warm too."""
 
 import json
@@ -46,7 +46,7 @@ def test_warm_trials_reproduce_cold_ones_and_load_their_graphs(cold, monkeypatch
     assert parents and parents[0] != os.getpid()  # the server forked the trial; it is not the runner's child
     assert one.summary["compile_cache"] == "loaded"
     # MindSpore used the cold trial's graphs: its check of the entry script's dependencies passed (it warns
-    # "dependency files ... changed" and compiles anew otherwise, as it did before core.warm._as_entry_script).
+    # "dependency files ... changed" and compiles anew otherwise, as it did before core.trial.fork_server._as_entry_script).
     assert (
         "dependency files"
         not in (one.trial_dir / "stderr.log").read_text() + (one.trial_dir / "stdout.log").read_text()

@@ -1,12 +1,12 @@
-"""The machinery the export tables (``autoresearch.targets.mindformers``, ``.torchtitan``) are written in.
+"""The machinery the export tables (``autoresearch.export.targets.mindformers``, ``.torchtitan``) are written in.
 
 A ``Target`` is a list of ``Rule``s plus an explicit list of the core keys it has no counterpart for, each with the
 reason. A rule carries one or more core keys (dotted, as in the resolved ``config`` of a trial summary, flattened:
 ``parallel.tp``) to target key paths (``parallel_config.model_parallel``) and back; the way back is what makes the
-round trip testable (tests/unit/test_export.py). Rules read the whole flat config, so a value that depends on
-another key (the batch on the data-parallel degree) is computed where it is written. When a target has a key but
-cannot express a value (torchtitan has no Muon) the rule raises ``NoCounterpart`` and the exporter lists the keys
-with the reason in the output's header instead of dropping them.
+round trip testable (tests/unit/autoresearch/export/test_export.py). Rules read the whole flat config, so a value
+that depends on another key (the batch on the data-parallel degree) is computed where it is written. When a target
+has a key but cannot express a value (a torchtitan recipe cannot carry the core's Muon) the rule raises
+``NoCounterpart`` and the exporter lists the keys with the reason in the output's header instead of dropping them.
 
 Rules see the config in its ``canonical`` form: settings that change nothing are at their defaults and settings
 that mean the same thing are spelled one way (a target cannot tell the spellings apart either), so a round trip
@@ -206,7 +206,7 @@ def export_config(target: Target, c: Flat) -> Exported:
             if reason is None:  # a new core key: the table must say where it goes (the coverage test fails too)
                 raise KeyError(
                     f"{target.name}: core key {key} is neither mapped nor listed as unmapped in "
-                    f"autoresearch/targets/{target.name}.py"
+                    f"autoresearch/export/targets/{target.name}.py"
                 )
             dropped[key] = (c[key], reason)
     return Exported(unflatten(written), {k: dropped[k] for k in c if k in dropped})

@@ -32,7 +32,7 @@ class ProposalContext:
     """What a proposer may look at.
 
     ``table`` has one row per trial so far, in order: {number, params, status, exit_code, objective,
-    peak_memory_bytes, predicted_memory_bytes, reason, ...} (see ``autoresearch.storage.trial_rows``).
+    peak_memory_bytes, predicted_memory_bytes, reason, ...} (see ``autoresearch.study.storage.trial_rows``).
     ``check(params)`` says why the agent would skip these params without running them (out of the space,
     a duplicate, dominated by a known failure, predicted to exceed the memory limit), or None when they would run.
     """

@@ -89,6 +89,7 @@ class ClaudeProposer(Proposer):
 
     def __init__(
         self,
+        *,
         model: str | None = None,
         client: anthropic.Anthropic | None = None,
         max_invalid: int = 3,

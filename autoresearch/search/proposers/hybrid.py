@@ -37,6 +37,7 @@ class HybridProposer(Proposer):
     def __init__(
         self,
         claude: ClaudeProposer,
+        *,
         fraction: float = 0.3,
         every: int | None = None,
         sampler_half: Proposer | None = None,

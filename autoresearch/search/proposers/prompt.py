@@ -41,7 +41,7 @@ one is returned to you with the reason, and you should then propose a corrected 
 
 Exit codes and what they mean:
 {codes}
-A trial with status "pruned" was skipped without running because it was a duplicate or dominated by an earlier \
+A trial with status "{pruned}" was skipped without running because it was a duplicate or dominated by an earlier \
 failure; its reason says which.
 
 Guidance:
@@ -63,7 +63,9 @@ def exit_code_lines() -> str:
 
 
 def system_prompt() -> str:
-    return SYSTEM_PROMPT.format(tool=TOOL_NAME, codes=exit_code_lines(), ratio=DIVERGENCE_RATIO)
+    return SYSTEM_PROMPT.format(
+        tool=TOOL_NAME, codes=exit_code_lines(), ratio=DIVERGENCE_RATIO, pruned=Status.PRUNED.value
+    )
 
 
 def _mib(value: Any) -> str:

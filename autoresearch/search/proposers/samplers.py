@@ -35,10 +35,10 @@ def make_sampler(
     already bad (the "constant liar", Ginsbourger et al. 2010) instead of proposing the same point again."""
     if name in ("random", "grid"):  # grid: never consulted, every grid point is enqueued
         return optuna.samplers.RandomSampler(seed=seed)
-    # Independent rather than Optuna 5's default multivariate TPE, and gamma 0.25: measured on the fake trial's
-    # OOM space (6 micro-batches x recompute x lr, 40 trials, 20 seeds) the share of OOM trials was 0.31 for
-    # random, 0.28 for default TPE, 0.18 multivariate + gamma 0.25, 0.11 independent + gamma 0.25; on an
-    # hparams-like space with a NaN boundary both gamma-0.25 variants halved the NaN share and found the best.
+    # Independent rather than Optuna 5's default multivariate TPE, and gamma 0.25: on the fake trial's OOM space
+    # this combination ran the fewest OOM trials of random, default TPE and multivariate TPE with the same gamma,
+    # and on an hparams-like space with a NaN boundary both gamma-0.25 variants cut the NaN share and found the
+    # best (benchmarks/RESULTS.md, "autoresearch/search/proposers/samplers.py").
     # ``gamma`` is deprecated since Optuna 4.9 (removal planned for 6.0; pyproject pins 5.0): when it goes,
     # tests/unit/test_agent.py::test_tpe_with_typed_constraints_avoids_the_oom_region says what that costs.
     with warnings.catch_warnings():

@@ -85,8 +85,9 @@ class _AllGather(nn.Cell):
         d = self.dim
         if self.composed:  # the local block at its offset among zeros, summed over ranks
             # One broadcast multiply, (..., 1, s_d, ...) x (n, 1, ..., 1) -> (..., n, s_d, ...), then the n blocks
-            # merged into dim d. Not a concat of n masked copies from a list comprehension, which compiles slowly
-            # (30 gathers over 4 ranks in one graph: 9-11 s against 3.2-3.4 s; a dp_shard=4 trial: ~10% less CPU).
+            # merged into dim d. Not a concat of n masked copies from a list comprehension, which compiles several
+            # times slower, and a dp_shard=4 trial takes less CPU this way (benchmarks/RESULTS.md,
+            # "FSDP's forward+backward graph").
             mask = self.mask.astype(x.dtype).reshape((self.n,) + (1,) * (x.ndim - d))
             blocks = x.expand_dims(d) * mask
             return self.op(blocks.reshape(x.shape[:d] + (self.n * x.shape[d],) + x.shape[d + 1 :]))

@@ -43,10 +43,6 @@ class Group:
     def size(self) -> int:
         return len(self.ranks)
 
-    @property
-    def src_rank(self) -> int:
-        return self.ranks[0]
-
 
 def new_group(ranks: tuple[int, ...], rank: int, world_size: int, label: str = "g") -> Group:
     """The group over ``ranks`` (global ranks, in group order) for this ``rank``, created once per process.

@@ -27,7 +27,8 @@ def enable_p2p() -> None:
 
 def send(x: ms.Tensor, dst: int) -> None:
     """Send ``x`` to global rank ``dst``. On CPU the send is buffered (it returns before the receiver posts its
-    ``recv``: measured up to 16 MB); messages between two ranks arrive in the order they were sent."""
+    ``recv``, for every message size measured: benchmarks/RESULTS.md, "core/parallel/comm/p2p.py"); messages between
+    two ranks arrive in the order they were sent."""
     enable_p2p()
     mint.distributed.send(x, dst)
 

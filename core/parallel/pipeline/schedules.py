@@ -12,11 +12,11 @@ its forwards (F) and backwards (B) run; the sends and receives between stages fo
                  ``virtual``, for ``virtual`` times the point-to-point traffic; needs m to be a multiple of pp
 
 Pure Python, no MindSpore: ``simulate`` runs the lists with sends that never block (MindSpore's CPU send is
-buffered: measured, 16 MB included) and receives that wait for the next message from their peer, which must be
-the one they expect (messages between two ranks arrive in the order they were sent, and every activation has
-the same shape, so a mismatch would be silent); it raises on a deadlock, a message received out of order, a
-missing or repeated action, or a dependency run out of order, and returns each rank's busy time and the
-makespan, from which the bubble follows.
+buffered: benchmarks/RESULTS.md, "core/parallel/comm/p2p.py") and receives that wait for the next message from
+their peer, which must be the one they expect (messages between two ranks arrive in the order they were sent,
+and every activation has the same shape, so a mismatch would be silent); it raises on a deadlock, a message
+received out of order, a missing or repeated action, or a dependency run out of order, and returns each rank's
+busy time and the makespan, from which the bubble follows.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@ every parameter: the clipping norm and the AdamW update.
 
 On CPU, MindSpore 2.10 runs each element-wise step as a kernel of its own, per parameter: the global norm was a
 Square and two ReduceSums per gradient, clipping a Mul, the update a decay kernel and ApplyAdam; 190 kernels on
-model=small's 39 parameters, each a full pass over memory with its own launch (~50 us of runtime each). Here the
-norm is one kernel over all gradients and the update one kernel over all parameters, which also applies the
-clipping coefficient as it reads each gradient (benchmarks/RESULTS.md, "Fused optimizer kernels").
+model=small's 39 parameters, each a full pass over memory with its own launch and a runtime cost of its own
+(benchmarks/RESULTS.md, "core/runtime/kernels/__init__.py"). Here the norm is one kernel over all gradients and the
+update one kernel over all parameters, which also applies the clipping coefficient as it reads each gradient
+(benchmarks/RESULTS.md, "Fused optimizer kernels and warm starts").
 
     use_cpu_kernels(device, setting)   whether this process runs them (``execution.cpu_kernels``)
     set_threads(n)                     threads each kernel may use (``core.runtime.settings.configure``)
@@ -13,7 +14,7 @@ clipping coefficient as it reads each gradient (benchmarks/RESULTS.md, "Fused op
     adamw(...)                         AdamW over many parameters at once, in place
 
 They are MindSpore ``ops.Custom`` ops of type "aot": the C++ file is built at install time into the extension
-module ``core.kernels._cpu_kernels`` (pyproject.toml), which MindSpore loads by path. ``adamw`` writes its
+module ``core.runtime.kernels._cpu_kernels`` (pyproject.toml), which MindSpore loads by path. ``adamw`` writes its
 parameters and states in place through the data pointers it is given, which MindSpore does not know of: it is
 correct because nothing else in the update graph reads them after it, and the graph returns its output so that it
 is never pruned (tests/unit/test_kernels.py checks both modes against NumPy).
@@ -61,7 +62,7 @@ def library_path() -> str | None:
 
 def set_threads(n: int) -> None:
     """Let each kernel use ``n`` threads, the calling one included (the rank's share of the cores)."""
-    import core.runtime.kernels._cpu_kernels as lib
+    import core.runtime.kernels._cpu_kernels as lib  # function-level: optional, absent where nothing built it
 
     lib.set_threads(int(n))
 

@@ -11,7 +11,7 @@
 // threads shares, and partial sums are added in chunk order, so every result is the same whatever the number of
 // threads.
 //
-// Built by setuptools as the extension module core.kernels._cpu_kernels (pyproject.toml); Python imports it for
+// Built by setuptools as the extension module core.runtime.kernels._cpu_kernels (pyproject.toml); Python imports it for
 // its path and for set_threads(n), MindSpore's AOT loader dlopens the same file.
 
 #define PY_SSIZE_T_CLEAN
@@ -230,7 +230,7 @@ static PyMethodDef kMethods[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 static PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_cpu_kernels",
-                              "Fused CPU kernels loaded by MindSpore's AOT custom ops (core.kernels).", -1, kMethods};
+                              "Fused CPU kernels loaded by MindSpore's AOT custom ops (core.runtime.kernels).", -1, kMethods};
 
 PyMODINIT_FUNC PyInit__cpu_kernels() {
   pthread_atfork(nullptr, nullptr, [] { Pool::get().after_fork_in_child(); });

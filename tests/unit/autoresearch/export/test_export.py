@@ -8,18 +8,20 @@ from dataclasses import fields
 
 import optuna
 import pytest
-import tomllib
 import yaml
 
 from autoresearch import export
 from autoresearch.export.__main__ import main as export_main
-from autoresearch.export.targets import TARGETS, canonical, export_config, flatten, import_config
+from autoresearch.export.recipe import recipe_text
+from autoresearch.export.targets import TARGETS, canonical, export_config, flatten, import_config, unflatten
 from autoresearch.export.targets.rules import NoCounterpart, same
 from autoresearch.study.storage import load_study
 from core.config import MemoryConfig, ParallelConfig, load_config, to_dict
 from tests.agent_support import run_agent
+from tests.unit.autoresearch.export.stand_in import recipe_fields
 
 MBS, REC, LR = "training.micro_batch_size", "memory.recompute", "optim.lr"
+LAST = ["norm", "lm_head"]  # what torchtitan's last stage ends with
 
 
 def core_space(tmp_path, name="exp", lrs=(0.001, 0.1)):
@@ -122,7 +124,7 @@ def test_a_summary_with_the_core_config_is_used_as_it_is(fake_study, tmp_path):
 # --- the outputs, end to end through the CLI --------------------------------------------------------------------
 
 
-def test_every_target_writes_a_file_its_reader_parses(fake_study, tmp_path, capsys):
+def test_every_target_writes_a_file_its_reader_parses(fake_study, tmp_path, capsys, monkeypatch):
     study = load(fake_study)
     best = export.pick_trial(study)
     cfg = flatten(export.resolved_config(study, best).config)
@@ -146,32 +148,16 @@ def test_every_target_writes_a_file_its_reader_parses(fake_study, tmp_path, caps
             f"tokens_per_sec = {best.value:.6g} (maximize)"
         )
         assert head[2].startswith("# config: ") and head[2].endswith("(composed from its overrides)")
-        doc = tomllib.loads(body) if to == "torchtitan" else yaml.safe_load(body)
         exported = export_config(TARGETS[to], cfg)
-        assert doc == exported.doc
+        if to == "torchtitan":  # a Python recipe: what its tuned() sets, run against the stand-in (stand_in.py)
+            assert recipe_fields(text, monkeypatch) == flatten(exported.doc)
+        else:
+            assert yaml.safe_load(body) == exported.doc
         not_exported = [line for line in head if line.startswith("# not exported: ")]
         assert len(not_exported) == len(exported.dropped)
         for line, (key, (value, reason)) in zip(not_exported, exported.dropped.items(), strict=True):
             assert line == f"# not exported: {key}={export.value_text(value)} — {reason}"
-        assert "# not exported: model.n_layers=3 — the model is the target run's own" in text
-
-
-def test_toml_writer_reads_back_exactly():
-    doc = {
-        "a": {
-            "x": 1,
-            "y": 1e-8,
-            "z": float("inf"),
-            "s": 'say "hi"\\',
-            "t": True,
-            "l": ["layers.2", "layers.4"],
-            "n": [1, 2],
-        },
-        "b": {"k": "1F1B"},
-    }
-    assert tomllib.loads(export.toml_text(doc)) == doc
-    with pytest.raises(TypeError, match=r"\[a\]: only flat tables"):
-        export.toml_text({"a": {"deep": {"x": 1}}})
+        assert "# not exported: model.n_layers=3 — the model is the " in text  # the target run's, or the base's
 
 
 def test_overrides_add_the_keys_a_preset_brings(tmp_path):
@@ -265,6 +251,21 @@ CASES = {
         "optim.eps=1e-6",
         "optim.weight_decay=0.05",
     ],
+    "tp-no-sp-full-wsd": [
+        "model=small",
+        "parallel.tp=2",
+        "parallel.sp=false",
+        "memory.recompute=full",
+        "optim.schedule=wsd",
+        "optim.decay_ratio=0.25",
+        "optim.min_lr_ratio=0.0",
+    ],
+    "interleaved-one-virtual": [
+        "model=small",
+        "parallel.pp=2",
+        "parallel.pp_schedule=interleaved",
+        "training.micro_batch_size=2",
+    ],
     "moe-ep": [
         "model=moe-tiny",
         "parallel.dp_shard=2",
@@ -277,13 +278,20 @@ CASES = {
 }
 
 
+def written_and_read(target: str, doc: dict, monkeypatch) -> dict:
+    """A target's document through its file: the YAML parsed, the recipe run (on the stand-in) and read back."""
+    if target == "torchtitan":
+        return unflatten(recipe_fields(recipe_text(doc, []), monkeypatch))
+    return yaml.safe_load(export.yaml_text(doc))
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("case", CASES)
-def test_round_trip_gives_back_every_key_the_target_carries(target, case):
+def test_round_trip_gives_back_every_key_the_target_carries(target, case, monkeypatch):
     t, cfg = TARGETS[target], flat(*CASES[case])
     exported = export_config(t, cfg)
-    text = export.toml_text(exported.doc) if target == "torchtitan" else export.yaml_text(exported.doc)
-    doc = tomllib.loads(text) if target == "torchtitan" else yaml.safe_load(text)
+    doc = written_and_read(target, exported.doc, monkeypatch)
+    assert doc == exported.doc
     carried = [k for k in t.mapped_keys() if k not in exported.dropped]
     # The base supplies what the document does not say: the defaults for the carried keys (so that each value
     # must come from the document), the trial's own values for the rest (the model, which the split needs).
@@ -401,66 +409,102 @@ def test_torchtitan_pins_the_parallel_keys():
         "data_parallel_replicate_degree": 2,
         "data_parallel_shard_degree": 2,
         "tensor_parallel_degree": 2,
+        "enable_sequence_parallel": True,
         "pipeline_parallel_degree": 2,
         "context_parallel_degree": 2,
         "expert_parallel_degree": 1,
         "pipeline_parallel_schedule": "GPipe",
-        "pipeline_parallel_split_points": ["layers.2"],
+        "module_fqns_per_model_part": [["tok_embeddings", "layers.0", "layers.1"], ["layers.2", "layers.3"] + LAST],
         "pipeline_parallel_microbatch_size": 1,
     }
     assert doc["training"] == {
+        "disable_cuda_graphs": True,  # torchtitan rejects CUDA graphs with a pipeline
         "global_batch_size": 16,
         "local_batch_size": 4,
         "seq_len": 64,
-        "compile": True,
         "max_norm": 0.5,
-        "seed": 0,
     }  # with a pipeline a rank's batch is its micro-batches
+    assert doc["compile"] == {"enable": True} and doc["debug"] == {"seed": 0}
+    assert doc["optimizer"] == {"lr": 0.003, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
+    assert doc["lr_scheduler"] == {
+        "warmup_steps": 10,
+        "decay_type": "cosine",
+        "min_lr_factor": 0.1,
+        "decay_ratio": None,
+    }
     exported = export_config(TARGETS["torchtitan"], flat(*CASES["hsdp-tp-sp-cp-pp"]))
     assert "activation_checkpoint" not in exported.doc  # the first k blocks: no torchtitan counterpart
-    assert exported.dropped["memory.recompute_layers"][1].startswith("torchtitan's selective_ac_option=<int>")
+    assert "not the first 1 of each stage" in exported.dropped["memory.recompute_layers"][1]
 
     exported = export_config(TARGETS["torchtitan"], flat(*CASES["interleaved-uneven"]))
     assert exported.doc["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
-    assert exported.doc["parallelism"]["pipeline_parallel_split_points"] == ["layers.2", "layers.3", "layers.4"]
+    assert exported.doc["parallelism"]["module_fqns_per_model_part"] == [  # [2, 1, 1, 2] layers, 2 stages a rank
+        ["tok_embeddings", "layers.0", "layers.1"],
+        ["layers.2"],
+        ["layers.3"],
+        ["layers.4", "layers.5"] + LAST,
+    ]
     assert exported.doc["lr_scheduler"] == {
         "warmup_steps": 10,
         "decay_type": "linear",
-        "lr_min": 0.1,
+        "min_lr_factor": 0.1,
         "decay_ratio": 0.3,
     }
-    assert exported.dropped["optim.name"] == (
-        "muon",
-        "torchtitan's [optimizer] builds Adam and AdamW only (torchtitan/components/optimizer.py)",
-    )
-    assert "name" not in exported.doc["optimizer"]
+    # Muon: every optimizer key is listed (an AdamW at Muon's lr is not the tuned optimizer), none written
+    assert "optimizer" not in exported.doc
+    for key in ("optim.name", "optim.lr", "optim.beta1", "optim.beta2", "optim.eps", "optim.weight_decay"):
+        assert exported.dropped[key][1].startswith("the study ran Muon; torchtitan's Muon (DistMuon, ")
+    assert exported.dropped["optim.momentum"][1].startswith("a Muon setting, and a recipe carries AdamW only")
 
     doc = export_config(TARGETS["torchtitan"], flat(*CASES["offset-constant"])).doc
     assert doc["parallelism"]["pipeline_parallel_schedule"] == "1F1B"
-    assert doc["parallelism"]["pipeline_parallel_split_points"] == ["layers.3"]
-    assert doc["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
-    assert doc["lr_scheduler"] == {"warmup_steps": 10, "decay_type": "linear", "lr_min": 1.0}  # constant
-    assert doc["training"]["max_norm"] == float("inf") and doc["training"]["compile"] is False
-    assert "pipeline_parallel_microbatch_size" in doc["parallelism"]
+    assert doc["parallelism"]["module_fqns_per_model_part"] == [
+        ["tok_embeddings", "layers.0", "layers.1", "layers.2"],
+        ["layers.3"] + LAST,
+    ]
+    assert doc["activation_checkpoint"] == "selective"
+    assert doc["lr_scheduler"] == {  # constant
+        "warmup_steps": 10,
+        "decay_type": "linear",
+        "min_lr_factor": 1.0,
+        "decay_ratio": None,
+    }
+    assert doc["training"]["max_norm"] == float("inf") and doc["compile"]["enable"] is False
+    assert doc["debug"]["seed"] == 7 and "pipeline_parallel_microbatch_size" in doc["parallelism"]
 
     doc = export_config(TARGETS["torchtitan"], flat(*CASES["moe-ep"])).doc
     assert doc["parallelism"]["expert_parallel_degree"] == 2 and doc["parallelism"]["data_parallel_shard_degree"] == 2
+    assert doc["parallelism"]["module_fqns_per_model_part"] is None  # one stage: nothing to split
     assert doc["training"] == {
         "global_batch_size": 8,
         "local_batch_size": 4,
         "seq_len": 128,
-        "compile": True,
         "max_norm": 1.0,
-        "seed": 0,
-    }  # no pipeline: 8 / (4 * 2) = 1 step, no accumulation
-    assert doc["activation_checkpoint"] == {"mode": "none"}  # torchtitan's own default is selective
+    }  # no pipeline: 8 / (4 * 2) = 1 step, no accumulation; CUDA graphs are the base's to choose
+    assert doc["activation_checkpoint"] == "none"  # torchtitan's own default is selective
+
+    exported = export_config(TARGETS["torchtitan"], flat(*CASES["interleaved-one-virtual"]))
+    assert "pipeline_parallel_schedule" not in exported.doc["parallelism"]
+    assert "two or more stages per rank" in exported.dropped["parallel.pp_schedule"][1]
 
 
-def test_tensor_parallel_without_sequence_parallel_has_no_torchtitan_counterpart():
-    exported = export_config(TARGETS["torchtitan"], flat("model=tiny", "parallel.tp=2"))
-    assert exported.dropped["parallel.sp"][0] is False
-    assert "always shards the norms along the sequence" in exported.dropped["parallel.sp"][1]
+def test_tensor_parallel_with_and_without_sequence_parallel():
+    for sp in (True, False):
+        exported = export_config(TARGETS["torchtitan"], flat("model=tiny", "parallel.tp=2", f"parallel.sp={sp}"))
+        assert exported.doc["parallelism"]["enable_sequence_parallel"] is sp and "parallel.sp" not in exported.dropped
     assert "parallel.sp" not in export_config(TARGETS["mindformers"], flat("model=tiny", "parallel.tp=2")).dropped
+
+
+def test_a_split_torchtitan_cannot_name_is_refused_on_the_way_back():
+    t, base = TARGETS["torchtitan"], flat("model=small", "parallel.pp=2")
+    doc = export_config(t, base).doc
+    doc["parallelism"]["module_fqns_per_model_part"] = [["tok_embeddings", "layers.1"], ["layers.0", "layers.2"]]
+    with pytest.raises(ValueError, match="is not the blocks in order between embedding and head"):
+        import_config(t, doc, base)
+    doc = export_config(t, base).doc
+    doc["lr_scheduler"] |= {"decay_type": "cosine", "decay_ratio": 0.2}  # torchtitan's WSD with a cosine decay
+    with pytest.raises(ValueError, match="decay_type='cosine' with decay_ratio=0.2 has no core schedule"):
+        import_config(t, doc, base)
 
 
 def test_canonical_spells_equal_configs_one_way():

@@ -1,4 +1,4 @@
-"""A space is checked against the training core's config when it loads (autoresearch.space_core), as a new user
+"""A space is checked against the training core's config when it loads (autoresearch.space.core_check), as a new user
 would meet it: a few dozen malformed spaces, each refused with the file, the key, the line, the reason and a fix
 (SpaceError; the agent exits 2 before any trial), and every shipped space loading cleanly."""
 
@@ -349,7 +349,7 @@ CASES = [
         "choose model=moe-tiny or moe-small",
         16,
     ),
-    # the file's own schema (autoresearch.space_file)
+    # the file's own schema (autoresearch.space.file)
     (
         "trial-command-typo",
         edit("world_size: 2", "world_size: 2\ntrial_command: core"),
@@ -367,7 +367,7 @@ CASES = [
         LINE["world_size"],
     ),
 ]
-# Constraints that do not parse or name what the space lacks (autoresearch.expr): (id, text, reason, fix).
+# Constraints that do not parse or name what the space lacks (autoresearch.space.expr): (id, text, reason, fix).
 CONSTRAINTS = [
     ("syntax", "parallel.tp > or not parallel.sp", "does not parse", "expected an operator or the end, found 'or'"),
     ("incomplete", "parallel.tp >", "does not parse", "found end of input"),

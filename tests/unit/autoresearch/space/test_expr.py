@@ -1,4 +1,4 @@
-"""The constraint language (autoresearch.expr): what it evaluates, what it rejects and where, and that the text
+"""The constraint language (autoresearch.space.expr): what it evaluates, what it rejects and where, and that the text
 is never executed (it is parsed by ``ast`` and evaluated by walking the tree)."""
 
 from __future__ import annotations

@@ -205,7 +205,7 @@ def _summary(t):
 def test_the_studys_device_seconds_are_the_sum_of_ranks_times_measured_wall_times(study_run):
     tmp, study, _ = study_run
     expected = 0.0
-    for t in study.trials:  # computed here from the storage and the trial dirs, not through autoresearch.ledger
+    for t in study.trials:  # computed here from the storage and the trial dirs, not through autoresearch.study.ledger
         if t.state == TrialState.PRUNED:
             continue
         s = _summary(t)

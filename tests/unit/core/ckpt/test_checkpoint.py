@@ -1,4 +1,4 @@
-"""core.checkpoint: atomic safetensors checkpoints, bitwise round trips, pruning, crash leftovers."""
+"""core.ckpt.store: atomic safetensors checkpoints, bitwise round trips, pruning, crash leftovers."""
 
 import json
 import os

@@ -33,7 +33,7 @@ def test_terms_follow_the_settings():
     recompute = memory.terms(
         load_config(["training.micro_batch_size=8", "memory.recompute=full", "training.mode=pynative"])
     )
-    segmented = load_config(["training.micro_batch_size=8", "memory.recompute=full"])  # jit: core.recompute
+    segmented = load_config(["training.micro_batch_size=8", "memory.recompute=full"])  # jit: core.memory.segmented
     muon = memory.terms(load_config(["optim=muon"]))
     accum = memory.terms(load_config(["training.global_batch_size=8", "training.micro_batch_size=2"]))
     assert bigger.activations == 2 * base.activations and bigger.logits == 2 * base.logits  # linear in the batch
@@ -68,7 +68,7 @@ def test_swap_keeps_what_it_does_not_move():
     none, every = resident(), resident(swap)
     assert every < resident(swap, "memory.swap_layers=6") < none  # the first 6 blocks of 8
     assert every < resident(swap, "memory.swap_ops=[attention,mlp]") < none  # the norms' tensors stay
-    # what comes back at once: two blocks on demand, 3 + swap_prefetch with a prefetch (measured, core.swap)
+    # what comes back at once: two blocks on demand, 3 + swap_prefetch with a prefetch (measured, core.memory.swap)
     assert every < resident(swap, "memory.swap_prefetch=1") < resident(swap, "memory.swap_prefetch=2")
     m = load_config(["model=medium"]).model
     block = none // m.n_layers
@@ -82,7 +82,7 @@ def test_profiles_decide_what_recompute_and_ranks_cost():
     def est(*o):
         return memory.estimate_memory_bytes(load_config(list(o)))
 
-    # Measured on CPU: full recompute saves in both modes (under jit as compiled segments, core.recompute).
+    # Measured on CPU: full recompute saves in both modes (under jit as compiled segments, core.memory.segmented).
     assert est("memory.recompute=full") < est()
     assert est("memory.recompute=full", "training.mode=pynative") < est("training.mode=pynative")
     assert est("parallel.dp_replicate=2", "training.global_batch_size=16") > est("training.global_batch_size=8")

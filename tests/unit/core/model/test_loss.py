@@ -1,4 +1,4 @@
-"""core/loss.py against log-softmax + NLL computed in float64 NumPy, in PyNative and under mindspore.jit.
+"""core/model/loss.py against log-softmax + NLL computed in float64 NumPy, in PyNative and under mindspore.jit.
 
 Inputs are float32 and well conditioned (logits of std ~1.5). Bounds asserted, with what was measured over 8 seeds
 and chunk sizes 1, 8, N:

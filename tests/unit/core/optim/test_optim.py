@@ -108,7 +108,7 @@ def run_both(cfg: OptimConfig, lrs, jit: bool = True, fused: bool = False, scale
     return named, opt, ref
 
 
-# fused: AdamW by core.kernels.adamw (one kernel for all parameters), as trials on CPU run it.
+# fused: AdamW by core.runtime.kernels.adamw (one kernel for all parameters), as trials on CPU run it.
 @pytest.mark.parametrize("jit, fused", [(True, False), (False, False), (True, True), (False, True)])
 def test_adamw_matches_numpy(jit, fused):
     cfg = OptimConfig(name="adamw", weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8)

@@ -1,4 +1,4 @@
-"""core.compile_cache: which configs share graphs, and how entries are loaded, published, dropped and evicted
+"""core.runtime.compile_cache: which configs share graphs, and how entries are loaded, published, dropped and evicted
 (the directories MindSpore writes are stood in for by files; tests/integration/test_compile_cache.py runs trials)."""
 
 import dataclasses
@@ -92,7 +92,7 @@ def env():
 
 
 def test_a_miss_compiles_privately_and_publishes_only_when_the_trial_ended_well(tmp_path, env):
-    first = cc.CompileCache(tmp_path / "root", "k", 1, tmp_path / "t1" / "compile_cache")
+    first = cc.CompileCache(tmp_path / "root", "k", rank=1, work_dir=tmp_path / "t1" / "compile_cache")
     first.open()
     assert not first.loaded and env["MS_COMPILER_CACHE_ENABLE"] == "1"
     assert env["MS_COMPILER_CACHE_PATH"] == str(tmp_path / "t1" / "compile_cache")
@@ -102,7 +102,7 @@ def test_a_miss_compiles_privately_and_publishes_only_when_the_trial_ended_well(
     assert "MS_COMPILER_CACHE_ENABLE" not in env and "MS_COMPILER_CACHE_PATH" not in env  # nothing for a child
     assert (tmp_path / "t1" / "compile_cache" / "rank_1").is_dir()  # a failed trial keeps what it compiled
 
-    second = cc.CompileCache(tmp_path / "root", "k", 1, tmp_path / "t2" / "compile_cache")
+    second = cc.CompileCache(tmp_path / "root", "k", rank=1, work_dir=tmp_path / "t2" / "compile_cache")
     second.open()
     assert not second.loaded
     _compile(second, "good")
@@ -110,7 +110,7 @@ def test_a_miss_compiles_privately_and_publishes_only_when_the_trial_ended_well(
     assert [p.name for p in (tmp_path / "root" / "k").iterdir()] == ["rank_1"]  # no staging left behind
     assert not (tmp_path / "t2" / "compile_cache").exists()  # a trial that ended well keeps no copy
 
-    third = cc.CompileCache(tmp_path / "root", "k", 1, tmp_path / "t3" / "compile_cache")
+    third = cc.CompileCache(tmp_path / "root", "k", rank=1, work_dir=tmp_path / "t3" / "compile_cache")
     third.open()
     assert third.loaded
     assert (
@@ -125,8 +125,8 @@ def test_a_miss_compiles_privately_and_publishes_only_when_the_trial_ended_well(
 
 
 def test_the_first_of_two_concurrent_misses_wins(tmp_path, env):
-    a = cc.CompileCache(tmp_path / "root", "k", 0, tmp_path / "a")
-    b = cc.CompileCache(tmp_path / "root", "k", 0, tmp_path / "b")
+    a = cc.CompileCache(tmp_path / "root", "k", rank=0, work_dir=tmp_path / "a")
+    b = cc.CompileCache(tmp_path / "root", "k", rank=0, work_dir=tmp_path / "b")
     a.open(), b.open()
     _compile(a, "from a"), _compile(b, "from b")
     a.close(ok=True), b.close(ok=True)
@@ -135,9 +135,9 @@ def test_the_first_of_two_concurrent_misses_wins(tmp_path, env):
 
 
 def test_an_entry_whose_graphs_failed_is_dropped(tmp_path, env):
-    seed = cc.CompileCache(tmp_path / "root", "k", 0, tmp_path / "a")
+    seed = cc.CompileCache(tmp_path / "root", "k", rank=0, work_dir=tmp_path / "a")
     seed.open(), _compile(seed), seed.close(ok=True)
-    hit = cc.CompileCache(tmp_path / "root", "k", 0, tmp_path / "b")
+    hit = cc.CompileCache(tmp_path / "root", "k", rank=0, work_dir=tmp_path / "b")
     hit.open()
     assert hit.loaded
     hit.close(ok=False, compile_failed=True)
@@ -150,8 +150,8 @@ def test_only_the_most_recently_used_entries_are_kept(tmp_path, env, monkeypatch
     for age, key in ((300, "old"), (200, "middle"), (100, "new")):  # entries published that many seconds ago
         (root / key / "rank_0").mkdir(parents=True)
         os.utime(root / key, (time.time() - age,) * 2)
-    cc.CompileCache(root, "old", 0, tmp_path / "again").open()  # a hit makes "old" the most recently used
-    c = cc.CompileCache(root, "newest", 0, tmp_path / "newest")
+    cc.CompileCache(root, "old", rank=0, work_dir=tmp_path / "again").open()  # a hit makes "old" the most recently used
+    c = cc.CompileCache(root, "newest", rank=0, work_dir=tmp_path / "newest")
     c.open(), _compile(c), c.close(ok=True)
     assert sorted(p.name for p in root.iterdir()) == ["newest", "old"]
 
@@ -169,10 +169,10 @@ def test_the_default_root_follows_the_environment(monkeypatch, tmp_path):
 
 def test_a_cache_that_cannot_be_written_is_skipped_not_fatal(tmp_path, env):
     (tmp_path / "file").write_text("not a directory")
-    c = cc.CompileCache(tmp_path / "file" / "root", "k", 0, tmp_path / "t")
+    c = cc.CompileCache(tmp_path / "file" / "root", "k", rank=0, work_dir=tmp_path / "t")
     assert c.open()  # a miss compiles into the trial's own directory
     _compile(c)
     c.close(ok=True)  # publishing under a file fails: warned, not raised
     assert not (tmp_path / "file").is_dir()
-    unusable = cc.CompileCache(tmp_path / "root", "k", 0, tmp_path / "file" / "work")
+    unusable = cc.CompileCache(tmp_path / "root", "k", rank=0, work_dir=tmp_path / "file" / "work")
     assert not unusable.open() and "MS_COMPILER_CACHE_ENABLE" not in env

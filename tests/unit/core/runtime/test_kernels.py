@@ -1,4 +1,4 @@
-"""core.kernels' fused CPU kernels against float64 NumPy, in PyNative and under jit. (The fused AdamW kernel is
+"""core.runtime.kernels' fused CPU kernels against float64 NumPy, in PyNative and under jit. (The fused AdamW kernel is
 checked through the optimizer: tests/unit/test_optim.py runs it against the papers' rules.)"""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_cpu_kernels_only_on_cpu():
 
 def test_without_the_built_extension_the_default_falls_back_and_true_is_an_error(monkeypatch, caplog):
     monkeypatch.setattr(kernels, "library_path", lambda: None)  # installed where no C++ compiler was found
-    with caplog.at_level("WARNING", logger="core.kernels"):
+    with caplog.at_level("WARNING", logger="core.runtime.kernels"):
         assert not kernels.use_cpu_kernels("CPU", None)
     assert "not built" in caplog.text and "MindSpore's own kernels" in caplog.text
     with pytest.raises(RuntimeError, match="execution.cpu_kernels=true"):

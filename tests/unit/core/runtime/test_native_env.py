@@ -1,4 +1,4 @@
-"""core.native_env: variables MindSpore's libraries read as they load are in a trial's environment before they do."""
+"""core.runtime.native_env: variables MindSpore's libraries read as they load are in a trial's environment before they do."""
 
 import os
 import subprocess

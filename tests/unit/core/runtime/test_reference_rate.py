@@ -41,7 +41,7 @@ def test_rate_is_the_matmul_flops_over_the_fastest_run(monkeypatch):
 
 
 def test_mindspore_is_measured_as_a_trial_runs_it(monkeypatch):
-    """The MindSpore child sets the host-queue default a trial on this device gets (core.execution) before its
+    """The MindSpore child sets the host-queue default a trial on this device gets (core.runtime.settings) before its
     first op: with MindSpore's spinning queues its matmul read 60 GFLOP/s instead of ~120."""
     from unittest import mock
 
@@ -63,7 +63,7 @@ def test_mindspore_is_measured_as_a_trial_runs_it(monkeypatch):
 
 
 def test_numpy_is_measured_on_every_core_even_from_a_trial(monkeypatch):
-    """A trial runs with OMP_NUM_THREADS=1 (core.native_env), which NumPy's OpenBLAS would obey: the child that
+    """A trial runs with OMP_NUM_THREADS=1 (core.runtime.native_env), which NumPy's OpenBLAS would obey: the child that
     measures the reference does not inherit it."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     real_run, seen = reference_rate.subprocess.run, []

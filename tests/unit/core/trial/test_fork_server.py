@@ -1,4 +1,4 @@
-"""core.warm: processes forked from a warm server behave as the ``python`` processes they stand in for."""
+"""core.trial.fork_server: processes forked from a warm server behave as the ``python`` processes they stand in for."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_a_warm_child_is_the_process_it_stands_in_for(server, tmp_path):
         assert cold_code == warm_code == 0, (cold, warmed)
         assert warmed.pop("env") == "warm" and cold.pop("env") == "cold"
         # argv, working directory, sys.path, and MindSpore's entry script and compile-cache dependencies as a
-        # fresh interpreter has them (without core.warm's workaround the entry script is core/warm.py).
+        # fresh interpreter has them (without core.trial.fork_server's workaround the entry script is core/trial/fork_server.py).
         assert warmed == cold
         assert warmed["session"] and warmed["extra"]
 
