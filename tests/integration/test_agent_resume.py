@@ -9,7 +9,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autoresearch.study import storage
+from autoresearch.study import reaper, storage
 from tests.integration.agent_helpers import dead, held_space, start_agent, started, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -54,7 +54,7 @@ def test_kill_9_mid_trial_then_resume(tmp_path):
     assert storage.finished_count(study) == 3  # counted once: the reaped trial is not one of them
     reaped = trials[1]
     assert reaped.state == TrialState.FAIL and reaped.user_attrs["status"] == "reaped"
-    assert reaped.user_attrs["reason"] == storage.REAP_REASON
+    assert reaped.user_attrs["reason"] == reaper.REAP_REASON
     rerun = trials[2]
     assert rerun.user_attrs["retry_of"] == 1 and rerun.params == reaped.params  # its config was not lost
     assert rerun.state == TrialState.COMPLETE and rerun.user_attrs["status"] == "ok"

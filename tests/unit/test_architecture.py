@@ -338,6 +338,44 @@ def test_statuses_are_compared_as_members():
     assert not literals, "compare with Status/Exit members:\n" + "\n".join(literals)
 
 
+def _module_aliases(tree: ast.Module) -> dict[str, str]:
+    """Local name -> our module, for ``import a.b as x`` and ``from a import b`` where ``a.b`` is a module."""
+    from tests.unit.test_docs import _module_file
+
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases |= {a.asname: a.name for a in node.names if a.asname and _module_file(a.name) is not None}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module and _ours(node.module):
+            for a in node.names:
+                if _module_file(f"{node.module}.{a.name}") is not None:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    return aliases
+
+
+@pytest.mark.parametrize("top", ["core", "autoresearch", "tests", "benchmarks"])
+def test_module_attributes_exist(top):
+    """``storage.REAP_REASON`` after ``from autoresearch.study import storage``: the attribute is defined in that
+    module. A name that moved to a sibling module fails here, not minutes into an integration test."""
+    from tests.unit.test_docs import _exists
+
+    missing = []
+    for path in sorted((ROOT / top).rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        aliases = _module_aliases(tree)
+        shadowed = {
+            t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and isinstance(node.ctx, ast.Load):
+                module = aliases.get(node.value.id)
+                if module and node.value.id not in shadowed and not node.attr.startswith("__"):
+                    if _exists(f"{module}.{node.attr}"):
+                        continue
+                    missing.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value.id}.{node.attr} ({module})")
+    assert not missing, "\n".join(missing)
+
+
 def test_benchmarks_and_tests_import_what_exists():
     """The benchmarks run outside the suite: an import a move broke would otherwise surface only when someone
     measures. Every import of ours in benchmarks/ and tests/, function-level ones included, names a module or a

@@ -46,7 +46,7 @@ class Stage(nn.Cell):
             self.embed = model.embed  # for its table only: a stage that is not first does not embed
         elif last and not first:
             table = model.embed.weight
-            self.embed = type(model.embed)(*table.shape, model.cfg.init_std)  # the head's copy of the table
+            self.embed = type(model.embed)(*table.shape, init_std=model.cfg.init_std)  # the head's copy of the table
             self.embed.weight = Parameter(Tensor(table.asnumpy()), name=table.name)
             self.mirrors = (table.name,)
 
