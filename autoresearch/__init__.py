@@ -11,6 +11,7 @@ The packages, in import order (a package imports only those before it; tests/uni
     search/          choosing the next trial and deciding whether it runs: proposers, gate, feasibility memory
     run/             a session: trials side by side in their slots, one trial process
     report/          tables, plots, HTML, the terminal
+    plan.py          ``python -m autoresearch.plan``: a space ranked by the step-time model before any trial
     export/          the winner as the config of another stack (MindFormers, torchtitan, the core's overrides)
     cli.py           the command line, generated from the session's options
     agent.py         ``python -m autoresearch.agent``

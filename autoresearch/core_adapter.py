@@ -29,12 +29,14 @@ from core.config import (
     TrainConfig,
     compose,
     from_container,
+    from_dict,
     group_options,
     load_config,
     override_number,
 )
 from core.memory.breakdown import breakdown
 from core.memory.estimate import estimate_memory_bytes
+from core.perf import StepEstimate, check_devices, estimate_step
 
 DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-m", "core.train")
 SUMMARY = "trial_summary.json"
@@ -191,9 +193,8 @@ def composed(groups: tuple) -> dict:
     return OmegaConf.to_container(compose([f"{k}={v}" for k, v in groups]), resolve=True)
 
 
-@functools.lru_cache(maxsize=4096)
-def _config_error(items: tuple) -> ConfigError | None:
-    """The core's ConfigError for these (key, type name, value) settings, or None when the config is valid."""
+def _tree(items: tuple) -> dict:
+    """The composed tree of these (key, type name, value) settings; raises ConfigError for a key not in it."""
     schema = core_schema()
     groups = tuple(sorted((k, v) for k, _, v in items if k in schema.groups))
     tree = copy.deepcopy(composed(groups))
@@ -202,21 +203,36 @@ def _config_error(items: tuple) -> ConfigError | None:
             continue
         head, _, rest = key.partition(".")
         node, leaf = (tree.get(head), rest) if rest else (tree, head)
-        if not isinstance(node, dict) or leaf not in node:
-            # Hydra overrides only keys the composed files set (struct mode), whatever the dataclass has: a dense
-            # model's file has no moe_* keys, so model.moe_top_k=2 is refused with model=tiny.
-            chosen = dict(groups).get(head, "its default in configs/train.yaml")
-            return ConfigError(
-                key,
-                f"Hydra cannot override it: the {head} config chosen ({chosen}) does not set "
-                f"{leaf}; choose a {head} whose file in configs/{head}/ sets it, or drop the key",
-            )
+        if not isinstance(node, dict) or leaf not in node:  # the composition holds every key of the schema
+            raise ConfigError(key, f"{leaf} is not a key of the {head} section (python -m core.train --help)")
         node[leaf] = value
+    return tree
+
+
+@functools.lru_cache(maxsize=4096)
+def _config_error(items: tuple) -> ConfigError | None:
+    """The core's ConfigError for these (key, type name, value) settings, or None when the config is valid."""
     try:
-        from_container(tree)
+        from_container(_tree(items))
     except ConfigError as exc:
         return exc
     return None
+
+
+def predict_step(settings: dict[str, Any]) -> StepEstimate:
+    """``core.perf``'s prediction for these settings (``key -> value``) on the cluster they name, as
+    ``python -m core.perf`` would give it for the same overrides (the device is the cluster's; the ranks must be
+    its devices); raises ConfigError naming the field. The values must have the schema's types, as a loaded
+    space's have (``autoresearch.space.core_check.value_problem``; override text through
+    ``core.config.parse_overrides`` first): the tree composed once per group choice is rebuilt with the
+    dataclasses' own rules (``from_dict``), without OmegaConf's type pass, which would take most of the time of
+    a plan of thousands of points."""
+    tree = _tree(tuple((k, type(v).__name__, v) for k, v in settings.items()))
+    if "device" not in settings:
+        tree["device"] = tree["cluster"]["device"]
+    cfg = from_dict(tree)
+    check_devices(cfg)
+    return estimate_step(cfg)
 
 
 def config_error(settings: dict[str, Any]) -> ConfigError | None:

@@ -9,6 +9,7 @@ The packages, in import order (a package imports only those before it; tests/uni
     parallel/    the mesh and each technique on it: TP+SP, CP, EP, FSDP/HSDP, PP, gradient sync
     optim/       AdamW, Muon, the learning-rate schedule
     memory/      the memory estimate, recompute, activation SWAP, the RSS probe
+    perf/        the step-time model: a config's step on a cluster, predicted (no MindSpore)
     ckpt/        safetensors checkpoints, single-file and sharded, written atomically
     trial/       the trial contract: exit codes, the summary, the watchdog, the multi-rank supervisor
     training/    the model made parallel, the step, the loop of one rank

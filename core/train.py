@@ -22,6 +22,7 @@ from pathlib import Path
 from core.config import ConfigError, TrainConfig, from_dict, load_config, override_value, to_dict
 from core.config.docs import usage
 from core.config.overrides import NULLS
+from core.config.rules import check_runnable
 from core.memory.probe import apply_device_memory_limit
 from core.runtime import native_env
 from core.runtime.cache_dirs import compile_cache_root
@@ -137,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     handed = os.environ.get(CONFIG_ENV) if worker else None  # the supervisor's config, validated already
     try:
         cfg = from_dict(json.loads(handed)) if handed else load_config(overrides)
+        check_runnable(cfg)
     except ConfigError as e:
         write_invalid_summary(trial_dir, overrides, f"invalid config: {e}", e.field)
         print(f"invalid config: {e}", file=sys.stderr)

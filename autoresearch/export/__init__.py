@@ -17,8 +17,7 @@ holds the model, data and tokenizer the study did not tune (``autoresearch.expor
 
 ``--to overrides`` writes every key of the resolved config (trial.dir aside), not only those that differ from the
 defaults: the defaults live in configs/*.yaml and move with the code, and a key set only by a group preset
-(``model=moe-tiny``) would otherwise be lost. Keys the default composition lacks (an MoE model's keys on top of the
-default dense preset) are written ``++key=value``, which Hydra adds or overrides. The file holds overrides only,
+(``model=moe-tiny``) would otherwise be lost. The file holds overrides only,
 one per line, because ``$(cat FILE)`` hands every word to core.train; its header goes to stderr instead.
 
 Modules:

@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 import yaml
-from omegaconf import OmegaConf
 
 from autoresearch.export.targets import flatten
-from core.config import compose, format_value
+from core.config import format_value
 
 
 class ExportError(ValueError):
@@ -24,11 +23,11 @@ def yaml_text(doc: dict) -> str:
 
 
 def to_overrides(config: dict) -> list[str]:
-    """``key=value`` for every key of a resolved config but trial.dir (a re-run writes its own); ``++key=value``
-    where the default composition has no such key (see the module docstring)."""
+    """``key=value`` for every key of a resolved config but trial.dir (a re-run writes its own). Every key of the
+    schema exists in the composition (``core.config.compose``), so a key a preset's file leaves out is set as
+    plainly as any other."""
     flat = flatten(config)
     flat.pop("trial.dir", None)
-    known = flatten(OmegaConf.to_container(compose([]), resolve=True))
     lines = []
     for key, value in flat.items():
         text = format_value(value)
@@ -37,5 +36,5 @@ def to_overrides(config: dict) -> list[str]:
                 f"{key}={text} holds whitespace, which `$(cat FILE)` would split; export another "
                 "target or pass this key by hand"
             )
-        lines.append(f"{'' if key in known else '++'}{key}={text}")
+        lines.append(f"{key}={text}")
     return lines

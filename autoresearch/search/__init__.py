@@ -5,6 +5,7 @@ gate.py           whether it runs: the space's rules, duplicates, the feasibilit
 feasibility.py    what past failures prove: OOM and NaN dominance along the space's annotations
 memory_model.py   measured peaks against the core's estimate: the memory gate's prediction
 surrogate.py      the Gaussian process and failure model behind the ``gp`` proposer
+planner.py        every point of a space ranked by the core's step-time model, and why the others lost
 proposers/        gp, grid, Claude, hybrid; TPE and random are the study's own Optuna samplers
 """
 

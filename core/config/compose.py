@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from core.config import hf
 from core.config.rules import ConfigError
 from core.config.schema import SECTIONS, TrainConfig
 
@@ -22,15 +23,29 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
 
 def compose(overrides: list[str] | tuple[str, ...] = ()) -> Any:
-    """Hydra-compose ``configs/train.yaml`` with ``overrides``; returns the raw OmegaConf tree."""
+    """Hydra-compose ``configs/train.yaml`` with ``overrides`` (``model=hf:<path>`` expanded first:
+    ``core.config.hf``); returns the raw OmegaConf tree."""
     # function-level: Hydra and OmegaConf stay out of a worker's start-up (workers get their config from_dict)
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    _register_schema()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        return hydra_compose(config_name="train", overrides=list(overrides))
+        return hydra_compose(config_name="train", overrides=hf.expand(overrides))
+
+
+SCHEMA = "train_schema"  # the first entry of configs/train.yaml's defaults
+
+
+def _register_schema() -> None:
+    """TrainConfig as the base of the composition, so that every key of the schema exists before the presets
+    merge in: ``model=small model.n_experts=8`` overrides a key the preset's file leaves out."""
+    # function-level: as in compose
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name=SCHEMA, node=TrainConfig)
 
 
 def group_options(group: str) -> list[str]:
@@ -53,9 +68,11 @@ def _unknown_override(exc: Exception) -> ConfigError:
         return ConfigError(
             group, f"no option {option!r} in configs/{group}/; choose one of {', '.join(group_options(group))}"
         )
+    cause = exc.__cause__ or exc.__context__
+    if getattr(cause, "full_key", None) and "not in" not in str(cause):  # a value of the wrong type
+        return _config_error_from_omegaconf(cause)
     m = re.search(r"override '([^']+)'", text) or re.search(r"Key '([^']+)'", text)
     key = m.group(1) if m else "overrides"
-    cause = exc.__cause__ or exc.__context__
     detail = (str(cause) if cause else text).splitlines()[0]
     return ConfigError(key, f"{detail}. Unknown keys are rejected: check the spelling against configs/train.yaml")
 

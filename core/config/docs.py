@@ -95,6 +95,8 @@ def usage(overrides: list[str] | tuple[str, ...] = (), *, exit_codes: str) -> st
             f"Exit codes: {exit_codes}.",
             "",
             f"Config groups (presets in configs/<group>/): {groups}",
+            "model=hf:<dir or config.json> reads a Hugging Face config instead of a preset (Llama, Mistral, "
+            "Mixtral: core.config.hf).",
             "The parallel degrees dp_replicate * dp_shard * tp * pp * cp are the ranks this command starts.",
             "",
             "Examples:",

@@ -3,6 +3,7 @@ home of that spelling, for the core's CLI, the agent's trial commands, search sp
 
     override("optim.lr", 0.001)            -> "optim.lr=0.001"
     override_value(overrides, "trial.dir")  -> the last value given for the key (Hydra: the last one wins)
+    parse_overrides(["cluster.nodes=64"])   -> {"cluster.nodes": 64}, typed by Hydra's own grammar
 """
 
 from __future__ import annotations
@@ -58,6 +59,23 @@ def override_value(overrides: Sequence[str], key: str) -> str | None:
         if sep and k == key:
             value = v
     return value
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``key -> value`` of ``key=value`` overrides, each value typed as Hydra's grammar reads it ("64" an int,
+    "true" a bool, "null" None, "'64'" a string); the last one wins. Raises ValueError naming a malformed one."""
+    # function-level: Hydra loads only where override text is read back, not in a worker's start-up
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser, out = OverridesParser.create(), {}
+    for item in items:
+        try:
+            (parsed,) = parser.parse_overrides([item])
+        except HydraException as exc:
+            raise ValueError(f"{item!r} is not a key=value override: {str(exc).splitlines()[0]}") from exc
+        out[parsed.key_or_group] = parsed.value()
+    return out
 
 
 def override_number(overrides: Sequence[str], key: str, default: float | None) -> float | None:

@@ -250,6 +250,15 @@ def checkpoints_fit_the_budget(cfg: TrainConfig) -> None:
 
 
 # In order: a rule may rely on the ones before it (the micro-batch rules on the data-parallel split).
+def bf16_training_is_built(cfg: TrainConfig) -> None:
+    require(
+        cfg.training.precision == "fp32",
+        "training.precision",
+        "the trainer runs fp32 only so far; bf16 is for the estimates (python -m core.perf, python -m core.memory): "
+        "train with training.precision=fp32",
+    )
+
+
 CROSS_SECTION_RULES = (
     fused_kernels_run_on_the_host,
     sequence_fits_rope_table,
@@ -267,3 +276,13 @@ CROSS_SECTION_RULES = (
     interleaving_fills_every_rank,
     checkpoints_fit_the_budget,
 )
+
+# What this build can run, beyond what is valid: checked by ``core.train`` before it starts a trial, not by the
+# estimates, which answer for configs the trainer does not run yet.
+RUN_RULES = (bf16_training_is_built,)
+
+
+def check_runnable(cfg: TrainConfig) -> None:
+    """Raise ConfigError if this build cannot train ``cfg`` (``RUN_RULES``)."""
+    for rule in RUN_RULES:
+        rule(cfg)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from core.config.cluster import ClusterConfig
 from core.config.model import ModelConfig
 from core.config.rules import CROSS_SECTION_RULES, positive, require
 
@@ -21,6 +22,7 @@ PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 SWAP_OPS = ("attention", "mlp", "norm")  # the parts of a block memory.swap_ops chooses from (core.memory.swap)
 DEVICES = ("CPU", "Ascend", "GPU")
+PRECISIONS = ("fp32", "bf16")
 DEFAULT_GRACE_SEC = 30.0  # trial.grace_sec: the one home of the grace default (the agent's watchdog reads it)
 
 
@@ -271,6 +273,10 @@ class TrainingConfig:
     """Global batches of fixed validation windows per validation pass."""
     profile: bool = False
     """Profile the steps after the first two (``core.runtime.profiling``): ``metrics.comm_time_share``."""
+    precision: str = "fp32"
+    """fp32, or bf16: bf16 compute copies of the weights and bf16 activations, fp32 master weights, gradient
+    reductions, optimizer state and loss. The estimates (``core.perf``, ``core.memory``) count either; the trainer
+    runs fp32."""
 
     def __post_init__(self):
         positive("training", self, "global_batch_size", "seq_len", "log_interval", "eval_batches")
@@ -281,6 +287,11 @@ class TrainingConfig:
         )
         require(self.mode in ("jit", "pynative"), "training.mode", f"must be jit or pynative (got {self.mode!r})")
         require(self.eval_interval >= 0, "training.eval_interval", "must be >= 0")
+        require(
+            self.precision in PRECISIONS,
+            "training.precision",
+            f"must be {' or '.join(PRECISIONS)} (got {self.precision!r})",
+        )
 
 
 @dataclass
@@ -389,6 +400,7 @@ class TrainConfig:
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     trial: TrialConfig = field(default_factory=TrialConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     seed: int = 0
     """Seeds the weights and the data order: the same seed gives the same run on every layout."""
     device: str = "CPU"
@@ -440,4 +452,5 @@ SECTIONS = {
     "execution": ExecutionConfig,
     "trial": TrialConfig,
     "checkpoint": CheckpointConfig,
+    "cluster": ClusterConfig,
 }

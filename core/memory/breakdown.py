@@ -27,6 +27,7 @@ _ROWS = (
     ("optimizer temporaries", "optimizer_temps"),
     ("graphs and kernels", "graphs"),
     ("runtime baseline", "baseline"),
+    ("allocator margin", "allocator"),
 )
 
 

@@ -12,15 +12,14 @@ No MindSpore here: the agent estimates every proposal with it.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
 from core.config import SWAP_OPS, ModelConfig, TrainConfig
 from core.memory.plan import recompute_plan
-from core.model.flops import moe_capacity, param_shapes
+from core.model.flops import moe_capacity, param_groups, param_shapes
 from core.optim.param_rules import uses_muon
-from core.parallel.pipeline.schedules import build, simulate, stage_layers
+from core.parallel.pipeline.schedules import compile_schedule, stage_layers
 from core.parallel.placement import layout_placement
 
 GiB, MiB = 1024**3, 1024**2
@@ -64,9 +63,14 @@ def activation_bytes_per_layer(
     sp: bool = False,
     moe: bool = False,
     selective: bool = False,
+    element_bytes: int = 4,
+    flash: bool = False,
 ) -> int:
     """Saved-for-backward bytes of one Llama block on one rank: the sum of ``activation_parts``."""
-    return sum(activation_parts(m, batch, seq, tp=tp, cp=cp, sp=sp, moe=moe, selective=selective).values())
+    parts = activation_parts(
+        m, batch, seq, tp=tp, cp=cp, sp=sp, moe=moe, selective=selective, element_bytes=element_bytes, flash=flash
+    )
+    return sum(parts.values())
 
 
 def activation_parts(
@@ -79,6 +83,8 @@ def activation_parts(
     sp: bool = False,
     moe: bool = False,
     selective: bool = False,
+    element_bytes: int = 4,
+    flash: bool = False,
 ) -> dict[str, int]:
     """Saved-for-backward bytes of one Llama block, hand-attention (no flash), on one rank, by the part of the block
     that saves them (core.memory.swap's ``memory.swap_ops``): a rough, documented count. ``seq`` is the whole sequence;
@@ -88,8 +94,10 @@ def activation_parts(
     output 2D, k/v 2*kv: ``attention``; MLP gate/up/silu/product 4F (split over tp): ``mlp``. Per head,
     ``attention``'s scores and probabilities, this rank's tokens times the whole sequence (the S x S matrices dominate
     at long sequences); context parallelism keeps the gathered keys and values of the whole sequence. ``selective``
-    recompute (``core.memory.recompute``) keeps neither the S x S matrices nor the SwiGLU's silu. (The layout rules
-    make tp divide D, kv and F, so the parts' divisions by tp are exact.)
+    recompute (``core.memory.recompute``) keeps neither the S x S matrices nor the SwiGLU's silu; ``flash``
+    attention (accelerators) never forms the S x S matrices. ``element_bytes``: 4 (fp32) or 2 (bf16 activations).
+    The per-token count is Korthikanti et al. 2022's for a Llama block (SwiGLU's three MLP tensors in place of
+    GELU's). (The layout rules make tp divide D, kv and F, so the parts' divisions by tp are exact.)
     """
     kv = m.n_kv_heads * m.head_dim
     local = seq // cp
@@ -100,12 +108,13 @@ def activation_parts(
         slots = m.n_experts * moe_capacity(tokens, m.moe_top_k, m.n_experts, m.moe_capacity_factor)
         routed = slots * (2 * m.d_model + 4 * F // tp) + tokens * (4 * m.n_experts + (m.d_model if cp > 1 or sp else 0))
         mlp = 4 * F * m.moe_shared_experts
-    scores = score_floats(m, seq, tp, cp) if not selective else 0
+    scores = score_floats(m, seq, tp, cp) if not (selective or flash) else 0
     gathered_kv = 2 * (kv // tp) * seq if cp > 1 else 0
+    b = element_bytes
     return {
-        "norm": 4 * batch * local * ((4 * m.d_model) // (tp if sp else 1)),
-        "attention": 4 * batch * (local * ((2 * m.d_model + 2 * kv) // tp) + scores + gathered_kv),
-        "mlp": 4 * (batch * local * (mlp // tp) + routed),
+        "norm": b * batch * local * ((4 * m.d_model) // (tp if sp else 1)),
+        "attention": b * batch * (local * ((2 * m.d_model + 2 * kv) // tp) + scores + gathered_kv),
+        "mlp": b * (batch * local * (mlp // tp) + routed),
     }
 
 
@@ -123,7 +132,8 @@ def pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple[
     ranges = stage_layers(m.n_layers, n_stages, par.stage_split(m.n_layers))
     mine = range(pp_rank, n_stages, par.pp)
     names = {f"layers.{i}." for s in mine for i in ranges[s]}
-    held = {n for n in param_shapes(m) if any(n.startswith(p) for p in names)}
+    groups = param_groups(m)
+    held = {n for p in names for n in groups.get(p, ())}
     last = n_stages - 1 in mine
     if 0 in mine or (last and m.tie_embeddings):
         held.add("embed.weight")  # the last stage's copy of a tied table is its head
@@ -136,10 +146,9 @@ def pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple[
     return held, chunks, last, in_flight
 
 
-@functools.lru_cache(maxsize=64)
-def _in_flight(schedule: str, pp: int, micro_batches: int, virtual: int) -> tuple[int, ...]:
+def _in_flight(schedule: str, pp: int, micro_batches: int, virtual: int) -> list[int]:
     """Per pipeline rank, the most micro-batch stages in flight (simulated once per schedule, not per rank)."""
-    return tuple(simulate(build(schedule, pp, micro_batches, virtual), micro_batches, virtual).in_flight)
+    return compile_schedule(schedule, pp, micro_batches, virtual).in_flight
 
 
 def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
@@ -148,39 +157,50 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     m, t, par = cfg.model, cfg.training, cfg.parallel
     fsdp = par.dp_shard * par.cp
     muon = cfg.optim.name == "muon"
+    # bf16: activations and compute copies of the weights in bf16 (FSDP gathers them in bf16; without FSDP each
+    # rank keeps one beside its fp32 master), gradients, states and the loss in fp32. Accelerators run flash
+    # attention (no S x S matrices saved) and accumulate gradients in place.
+    bf16, accelerator = t.precision == "bf16", cfg.device != "CPU"
+    act_bytes, weight_bytes = (2, 2) if bf16 else (4, 4)
     held, chunks, has_loss, in_flight = pipeline_rank(cfg, pp_rank)
-    n = stored = state_floats = hidden = gathered = 0
+    n = stored = state_floats = hidden = gathered = copies = 0
     for name, shape in param_shapes(m).items():
         if name not in held:
             continue
         p = layout_placement(name, shape, par.tp, fsdp, ep=par.ep)
         size = p.shard_len if p.fsdp_size > 1 else p.local_numel
         n, stored = n + p.local_numel, stored + size
+        copies += p.local_numel if bf16 and p.fsdp_size == 1 else 0
         if muon and uses_muon(name, shape):
             hidden += math.prod(shape)
             state_floats += size  # Muon: one momentum buffer
         else:
             state_floats += 2 * size  # AdamW: m and v
         gathered = max(gathered, p.local_numel) if p.fsdp_size > 1 else gathered
-    act, act_selective = (
-        [
-            activation_bytes_per_layer(
+
+    def per_layer(selective: bool) -> list[int]:
+        kinds = {
+            moe: activation_bytes_per_layer(
                 m,
                 t.micro_batch_size,
                 t.seq_len,
                 tp=par.tp,
                 cp=par.cp,
                 sp=par.sp,
-                moe=m.is_moe_layer(i),
+                moe=moe,
                 selective=selective,
+                element_bytes=act_bytes,
+                flash=accelerator,
             )
-            for i in range(m.n_layers)
-        ]
-        for selective in (False, True)
-    )
-    sc = [4 * t.micro_batch_size * score_floats(m, t.seq_len, par.tp, par.cp)] * m.n_layers  # S x S, in act
+            for moe in {m.is_moe_layer(i) for i in range(m.n_layers)}
+        }
+        return [kinds[m.is_moe_layer(i)] for i in range(m.n_layers)]
+
+    act, act_selective = per_layer(False), per_layer(True)
+    scores_each = 0 if accelerator else act_bytes * t.micro_batch_size * score_floats(m, t.seq_len, par.tp, par.cp)
+    sc = [scores_each] * m.n_layers  # S x S, in act
     local_tokens = t.micro_batch_size * t.seq_len // par.cp
-    block_input = 4 * local_tokens * m.d_model // (par.tp if par.sp else 1)
+    block_input = act_bytes * local_tokens * m.d_model // (par.tp if par.sp else 1)
     # A stage's backward runs one micro-batch at a time (core.parallel.pipeline): the largest stage's activations
     # are live at once. Full recompute keeps each recomputed block's input and rebuilds one block at a time;
     # selective keeps less of each recomputed block.
@@ -213,18 +233,26 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     if cfg.memory.swap:
         recomputed, recomputed_scores = _swap_resident(cfg, act, sc)
     stash = block_input * in_flight * (2 if has_loss else 1) if par.pp > 1 else 0
+    if par.pp > 1 and not cfg.cluster.stage_recompute:
+        # Each micro-batch stage in flight keeps what its blocks save (torchtitan, Megatron-LM): no stash, the
+        # largest chunk's activations times the schedule's in-flight count.
+        stash, activations, scores = 0, in_flight * activations, in_flight * scores
+        if recomputed is not None:  # full recompute rebuilds one block at a time, whatever is in flight
+            recomputed = in_flight * (recomputed - rebuilt) + rebuilt
+            recomputed_scores = in_flight * recomputed_scores
     layers = sum(len(blocks) for blocks, _ in chunks)
     return Terms(
-        params=4 * stored,
-        grads=4 * stored * (3 if cfg.grad_accum_steps > 1 else 1),
+        params=4 * stored + weight_bytes * copies,
+        grads=4 * stored * (3 if cfg.grad_accum_steps > 1 and not accelerator else 1),
         optimizer=4 * state_floats,
         activations=activations,
         recomputed=recomputed,
-        logits=4 * local_tokens * (m.vocab_size // par.tp) if has_loss else 0,
+        # bf16: the logits in bf16 and their fp32 copy for the loss
+        logits=(6 if bf16 else 4) * local_tokens * (m.vocab_size // par.tp) if has_loss else 0,
         layers=layers,
         muon_hidden=4 * hidden,
         ranks=par.world_size,
-        gathered=4 * gathered,
+        gathered=weight_bytes * gathered,
         comm_params=4 * stored if par.world_size > 1 else 0,
         stash=stash,
         selective=any(r == "selective" for _, r in chunks),
@@ -287,6 +315,7 @@ class RuntimeProfile:
     distributed_per_rank: int = 0  # ... and what each further rank adds to it ...
     distributed_param_copies: float = 0.0  # ... and its buffers, as copies of this rank's parameters
     gathered_copies: float = 0.0  # FSDP: of the largest weight gathered whole
+    margin: float = 0.0  # allocator fragmentation and caches, as a share of the step's tensors (accelerators)
 
 
 # Fitted with MindSpore 2.10 on a 2-core AMD EPYC to the peaks of real 10-step trials per mode (as studies run
@@ -363,21 +392,25 @@ class MemoryEstimate:
     communication: int = 0  # collective runtime, parameter buffers, FSDP's gathered weights
     graphs: int = 0  # compiled graphs and kernel caches per block (and recompute's)
     baseline: int = 0  # before the model: libraries, thread pools, allocator pools
+    allocator: int = 0  # fragmentation and caches on top of the tensors (the profile's margin)
 
     @property
     def runtime(self) -> int:
         """What the runtime adds beyond the step's tensors."""
-        return self.state_copies + self.optimizer_temps + self.communication + self.graphs + self.baseline
+        return (
+            self.state_copies + self.optimizer_temps + self.communication + self.graphs + self.baseline + self.allocator
+        )
 
     @property
     def total(self) -> int:
         return self.params + self.grads + self.optimizer + self.activations + self.logits + self.stash + self.runtime
 
 
-def estimate_memory(cfg: TrainConfig) -> MemoryEstimate:
+def estimate_memory(cfg: TrainConfig, profile: RuntimeProfile | None = None) -> MemoryEstimate:
     """Per-rank peak estimate (the largest pipeline stage's): the textbook ``terms`` through the device's measured
-    ``runtime_profile``. The agent recalibrates it against measured peaks (autoresearch.search.feasibility)."""
-    profile = runtime_profile(cfg.device, cfg.training.mode)
+    ``runtime_profile`` (or ``profile``: ``core.perf`` passes the cluster's). The agent recalibrates it against
+    measured peaks (autoresearch.search.feasibility)."""
+    profile = profile or runtime_profile(cfg.device, cfg.training.mode)
     return max((apply_profile(terms(cfg, r), profile) for r in range(cfg.parallel.pp)), key=lambda e: e.total)
 
 
@@ -398,7 +431,9 @@ def apply_profile(t: Terms, p: RuntimeProfile) -> MemoryEstimate:
             + p.distributed_param_copies * t.comm_params
             + p.gathered_copies * t.gathered
         )
+    tensors = t.states + int(held) + int(p.logits_copies * t.logits) + t.stash
     return MemoryEstimate(
+        allocator=int(p.margin * tensors),
         params=t.params,
         grads=t.grads,
         optimizer=t.optimizer,

@@ -18,7 +18,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     submod_attrs={
         "block": ["Block"],
-        "flops": ["flops_per_token", "matmul_params", "moe_capacity", "param_shapes"],
+        "flops": ["flops_per_token", "matmul_params", "moe_capacity", "param_groups", "param_shapes"],
         "gpt": ["GPT", "count_params"],
         "loss": ["IGNORE_INDEX", "LinearCrossEntropyLoss", "cross_entropy", "linear_cross_entropy"],
         "moe": ["MoE", "moe_layers"],

@@ -7,6 +7,8 @@ has one definition.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 
 from core.config import ModelConfig
@@ -59,6 +61,22 @@ def param_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
     if not m.tie_embeddings:
         shapes["lm_head.weight"] = (m.vocab_size, m.d_model)
     return shapes
+
+
+def param_groups(m: ModelConfig) -> dict[str, dict[str, tuple[int, ...]]]:
+    """``param_shapes`` by owner: ``"embed."``, ``"layers.<i>."``, ``"norm."``, ``"lm_head."``. A stage's or a
+    block's weights are then looked up, not found by scanning every name: the plan asks for thousands of layouts
+    of an 80-block model. Cached per model shape; do not modify the result."""
+    return _groups(tuple((f.name, getattr(m, f.name)) for f in dataclasses.fields(m)))
+
+
+@functools.lru_cache(maxsize=16)
+def _groups(fields: tuple) -> dict[str, dict[str, tuple[int, ...]]]:
+    groups: dict[str, dict[str, tuple[int, ...]]] = {}
+    for name, shape in param_shapes(ModelConfig(**dict(fields))).items():
+        head, index, _ = name.split(".", 2) if name.startswith("layers.") else (name.split(".")[0], None, None)
+        groups.setdefault(f"{head}.{index}." if index is not None else f"{head}.", {})[name] = shape
+    return groups
 
 
 def matmul_params(cfg: ModelConfig) -> int:

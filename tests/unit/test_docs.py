@@ -1,5 +1,5 @@
 """The docs name real code: every ``core/...`` or ``autoresearch/...`` path and every dotted ``core.x.y`` name in
-the README, ``docs/``, the space and trial READMEs and the config files exists (a module, or a name defined in
+the README, ``docs/``, the space and trial READMEs, the config files and the spaces exists (a module, or a name defined in
 one). A move that forgets a doc fails here rather than misleading the next reader."""
 
 import ast
@@ -13,6 +13,7 @@ DOCS = sorted(
     [ROOT / "README.md", ROOT / "search_spaces" / "README.md", ROOT / "trials" / "README.md"]
     + list((ROOT / "docs").glob("*.md"))
     + list((ROOT / "configs").rglob("*.yaml"))
+    + list((ROOT / "search_spaces").glob("*.yaml"))
 )
 PATH = re.compile(r"(?<![\w./-])((?:core|autoresearch)/[\w/]*\w(?:\.\w+)?/?)")
 DOTTED = re.compile(r"(?<![\w./-])((?:core|autoresearch)(?:\.\w+)+)")

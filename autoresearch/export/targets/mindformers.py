@@ -406,6 +406,7 @@ MINDFORMERS = Target(
         same("training.mode", "context.mode", {"jit": 0, "pynative": NoCounterpart(GRAPH_ONLY)}),  # 0: GRAPH_MODE
         same("execution.jit_level", "context.jit_config.jit_level"),
         same("execution.graph_kernel_fusion", "context.enable_graph_kernel"),
+        same("training.precision", "model.model_config.compute_dtype", {"fp32": "float32", "bf16": "bfloat16"}),
         same("seed", "seed"),
         same(
             "device",
@@ -418,6 +419,8 @@ MINDFORMERS = Target(
         "data": "the trial's data; the target names its own train_dataset",
         "trial": "the trial's budget and directory; the run's length is the target's own (runner_config.epochs)",
         "checkpoint": "the trial's checkpoints; the target configures its own CheckpointMonitor",
+        "cluster": "the cluster the step-time model planned for (core.perf); the run uses the devices it is launched "
+        "on",
         "memory.swap_prefetch": "counts blocks loaded ahead in the core; MindFormers' backward_prefetch counts its "
         "own scheduling steps (written as its default, 1): tune it on the device",
         "execution.capture_mode": "how mindspore.jit turns the core's Python into a graph; MindFormers compiles "

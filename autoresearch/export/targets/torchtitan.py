@@ -296,6 +296,7 @@ CLIP = Rule(
 
 NO_SWAP = "torchtitan has no activation offload (training.enable_cpu_offload moves FSDP parameters, not activations)"
 MINDSPORE_ONLY = "a MindSpore compiler/runtime setting; PyTorch has no counterpart"
+PLANNED_ONLY = "the cluster the step-time model planned for (core.perf); a run uses the devices it is launched on"
 
 TORCHTITAN = Target(
     name="torchtitan",
@@ -317,6 +318,8 @@ TORCHTITAN = Target(
         same("training.seq_len", "training.seq_len"),
         RECOMPUTE,
         same("training.mode", "compile.enable", {"jit": True, "pynative": False}),  # compiled vs eager steps
+        # bf16: FSDP's (or autocast's) bf16 compute copies, fp32 master weights and reductions, as the core counts it
+        same("training.precision", "training.mixed_precision_param", {"fp32": "float32", "bf16": "bfloat16"}),
         OPTIMIZER,
         same("optim.warmup_steps", "lr_scheduler.warmup_steps"),
         SCHEDULE,
@@ -331,6 +334,7 @@ TORCHTITAN = Target(
         "data": "the trial's data; the base recipe names its own dataloader.dataset and tokenizer",
         "trial": "the trial's budget and directory; the run's length is the base recipe's training.steps",
         "checkpoint": "the trial's checkpoints; the base recipe configures its own checkpoint (CheckpointManager)",
+        "cluster": PLANNED_ONLY,
         "memory.swap": NO_SWAP,
         "memory.swap_layers": NO_SWAP,
         "memory.swap_ops": NO_SWAP,

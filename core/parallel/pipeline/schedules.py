@@ -21,6 +21,8 @@ busy time and the makespan, from which the bubble follows.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -123,10 +125,20 @@ class Timing:
 
 
 def simulate(
-    actions: list[list[Action]], micro_batches: int, virtual: int = 1, t_forward: float = 1.0, t_backward: float = 1.0
+    actions: list[list[Action]],
+    micro_batches: int,
+    virtual: int = 1,
+    t_forward: float = 1.0,
+    t_backward: float = 1.0,
+    *,
+    durations: Callable[[str, int], float] | None = None,
+    transfer: float = 0.0,
+    trace: list | None = None,
 ) -> Timing:
-    """Run the ranks' lists (a forward of one stage takes ``t_forward / virtual``, a backward ``t_backward /
-    virtual``, messages take no time) and check them; see the module docstring."""
+    """Run the ranks' lists and check them; see the module docstring. A forward of one stage takes ``t_forward /
+    virtual``, a backward ``t_backward / virtual``, or ``durations(op, stage)`` when given (``core.perf``: uneven
+    stages, the first's embedding, the last's head); a message arrives ``transfer`` after it is sent. ``trace``,
+    when given, receives (rank, action) in the order they ran (``compile_schedule``)."""
     pp = len(actions)
     stages = pp * virtual
     sent: dict[tuple[str, int, int], float] = {}  # (kind, mb, stage) -> time its message left
@@ -148,7 +160,7 @@ def simulate(
                     if channel[0] != key:
                         raise ScheduleError(f"rank {r}: {a} would receive {channel[0]} (messages arrive in order)")
                     channel.pop(0)
-                    clock[r] = max(clock[r], sent[key])
+                    clock[r] = max(clock[r], sent[key] + transfer)
                     received[r].add(key)
                 elif a.op.startswith("send"):
                     key = (a.op[-1], a.mb, a.stage)
@@ -161,12 +173,17 @@ def simulate(
                     queues.setdefault((r, a.peer), []).append(key)
                 else:
                     _check_ready(a, r, pp, stages, done, received[r])
-                    cost = (t_forward if a.op == "F" else t_backward) / virtual
+                    if durations is not None:
+                        cost = durations(a.op, a.stage)
+                    else:
+                        cost = (t_forward if a.op == "F" else t_backward) / virtual
                     clock[r] += cost
                     busy[r] += cost
                     done[(a.op, a.mb, a.stage)] = clock[r]
                     live[r] += 1 if a.op == "F" else -1
                     in_flight[r] = max(in_flight[r], live[r])
+                if trace is not None:
+                    trace.append((r, a))
                 pos[r] += 1
                 progressed = True
         if not progressed:
@@ -178,6 +195,45 @@ def simulate(
     if sum(len(a) for a in actions) != len(done) + 2 * len(sent):
         raise ScheduleError("an action ran twice or a message was never received")
     return Timing(max(clock), busy, in_flight)
+
+
+class Compiled:
+    """A schedule checked once and reduced to the order its actions ran in: its timing for any durations is
+    then one pass over that order (a send never blocks and a receive waits for one known message, so which
+    action can run next never depends on how long the others take; only the clocks do)."""
+
+    def __init__(self, trace: list[tuple[int, Action]], *, pp: int, stages: int, in_flight: list[int]):
+        messages: dict[tuple[str, int, int], int] = {}
+        self.events: list[tuple[int, int, int]] = []  # (0 receive | 1 send | 2 compute, rank, message or op-stage)
+        for rank, a in trace:
+            if a.op in ("F", "B"):
+                self.events.append((2, rank, (a.op == "B") * stages + a.stage))
+            else:
+                message = messages.setdefault((a.op[-1], a.mb, a.stage), len(messages))
+                self.events.append((int(a.op.startswith("send")), rank, message))
+        self.pp, self.stages, self.messages, self.in_flight = pp, stages, len(messages), in_flight
+
+    def time(self, durations: Callable[[str, int], float], transfer: float = 0.0) -> Timing:
+        """What ``simulate`` returns for the same ``durations`` and ``transfer``, without checking again."""
+        cost = [durations(op, s) for op in "FB" for s in range(self.stages)]
+        clock, busy, sent = [0.0] * self.pp, [0.0] * self.pp, [0.0] * self.messages
+        for kind, rank, x in self.events:
+            if kind == 2:
+                clock[rank] += cost[x]
+                busy[rank] += cost[x]
+            elif kind == 1:
+                sent[x] = clock[rank]
+            elif sent[x] + transfer > clock[rank]:
+                clock[rank] = sent[x] + transfer
+        return Timing(max(clock), busy, list(self.in_flight))
+
+
+@functools.lru_cache(maxsize=256)
+def compile_schedule(schedule: str, pp: int, micro_batches: int, virtual: int = 1) -> Compiled:
+    """``build`` checked by ``simulate`` once per shape, for timing many durations (``core.perf``, the plan)."""
+    trace: list = []
+    timing = simulate(build(schedule, pp, micro_batches, virtual), micro_batches, virtual, trace=trace)
+    return Compiled(trace, pp=pp, stages=pp * virtual, in_flight=timing.in_flight)
 
 
 def _check_ready(a: Action, rank: int, pp: int, stages: int, done: dict, received: set) -> None:

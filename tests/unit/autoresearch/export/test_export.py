@@ -175,7 +175,12 @@ def test_overrides_add_the_keys_a_preset_brings(tmp_path):
         )
     )
     lines = export.to_overrides(cfg)
-    assert "++model.n_experts=4" in lines and "model.n_layers=3" in lines and "parallel.pp_layers=[1,2]" in lines
+    assert (
+        "model.n_experts=4" in lines
+        and not any(x.startswith("+") for x in lines)
+        and "model.n_layers=3" in lines
+        and "parallel.pp_layers=[1,2]" in lines
+    )
     assert "parallel.pp_schedule='1f1b'" in lines and not any(line.startswith("trial.dir") for line in lines)
     again = to_dict(load_config(lines))
     assert again["trial"].pop("dir") is None and cfg["trial"].pop("dir") == str(tmp_path)
@@ -336,7 +341,12 @@ def test_mindformers_pins_the_parallel_keys():
         "pipeline_config": {"pipeline_interleave": False, "pipeline_scheduler": "gpipe"},
     }
     assert doc["runner_config"] == {"batch_size": 1, "gradient_accumulation_steps": 1}
-    assert doc["model"]["model_config"] == {"pp_interleave_num": 1, "offset": 0, "seq_length": 64}
+    assert doc["model"]["model_config"] == {
+        "pp_interleave_num": 1,
+        "offset": 0,
+        "seq_length": 64,
+        "compute_dtype": "float32",
+    }
     assert doc["recompute_config"] == {"recompute": [1, 1], "select_recompute": [0, 0]}  # 1 of 2 blocks a stage
     assert doc["context"]["max_device_memory"] == "12.5GB"
     assert doc["runner_wrapper"] == {"use_clip_grad": True, "max_grad_norm": 0.5}
@@ -344,7 +354,12 @@ def test_mindformers_pins_the_parallel_keys():
     doc = export_config(TARGETS["mindformers"], flat(*CASES["interleaved-uneven"])).doc
     assert doc["parallel"]["pipeline_config"] == {"pipeline_interleave": True, "pipeline_scheduler": "1f1b"}
     # core stage s is chunk s // pp on rank s % pp; MindFormers lists [interleave][stage]
-    assert doc["model"]["model_config"] == {"pp_interleave_num": 2, "offset": [[1, 0], [0, 1]], "seq_length": 64}
+    assert doc["model"]["model_config"] == {
+        "pp_interleave_num": 2,
+        "offset": [[1, 0], [0, 1]],
+        "seq_length": 64,
+        "compute_dtype": "float32",
+    }
     assert doc["recompute_config"] == {"recompute": [[1, 0], [0, 0]], "select_recompute": [[0, 0], [1, 0]]}
     assert doc["runner_config"] == {"batch_size": 2, "gradient_accumulation_steps": 1}
     assert doc["parallel_config"]["micro_batch_num"] == 4
@@ -423,6 +438,7 @@ def test_torchtitan_pins_the_parallel_keys():
         "local_batch_size": 4,
         "seq_len": 64,
         "max_norm": 0.5,
+        "mixed_precision_param": "float32",
     }  # with a pipeline a rank's batch is its micro-batches
     assert doc["compile"] == {"enable": True} and doc["debug"] == {"seed": 0}
     assert doc["optimizer"] == {"lr": 0.003, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
@@ -480,6 +496,7 @@ def test_torchtitan_pins_the_parallel_keys():
         "local_batch_size": 4,
         "seq_len": 128,
         "max_norm": 1.0,
+        "mixed_precision_param": "float32",
     }  # no pipeline: 8 / (4 * 2) = 1 step, no accumulation; CUDA graphs are the base's to choose
     assert doc["activation_checkpoint"] == "none"  # torchtitan's own default is selective
 

@@ -1,0 +1,277 @@
+"""The step-time model (``core.perf``) against published training runs (``benchmarks/data/published_runs.yaml``).
+
+    python benchmarks/perf_model.py [--out benchmarks/data/perf_model.md]
+
+For each device profile one named row fits ``cluster.matmul_efficiency`` (bisection until the predicted figure
+equals the published one; ``FIT``); every other row is held out: predicted from its model, layout, batch,
+precision and recompute with that efficiency, and compared with what its source measured, in the source's own
+metric (tokens/s per GPU; or TFLOP/s per GPU by the source's FLOP formula; or MFU). Rows the model cannot
+represent are listed with the reason and not scored: FP8 (the model counts bf16/fp16 peaks), pipeline rows
+whose micro-batch size is not published, models that change the architecture (MegaScale's parallel blocks).
+
+Reported: median and worst |error| on the held-out rows, and for every pair of held-out rows of one source, model
+and device count that differ only in layout or schedule, whether the model orders them as measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from core.config import ConfigError  # noqa: E402
+from core.perf import estimate_step  # noqa: E402
+from core.perf import planned_config as load  # noqa: E402
+
+DATA = ROOT / "benchmarks" / "data" / "published_runs.yaml"
+# One row per device profile fits its matmul efficiency (at most one per device, named here).
+FIT = {
+    "h100-hbm2e-96gb": "tt-llama3.1-8b-fsdp-8gpu-compile-bf16",
+    "h100-sxm": "mcore-2024-gpt-7.1b-tp2-pp1-dp48-96gpu",
+    "a100-80gb": "mlm-sc21-t1-gpt-1.7b-tp1-pp1-32gpu",
+    "ascend-910b": "ms-llama2-7b-bf16-dp8-800ta2",
+}
+# The published rows' devices as this project's profiles, with what a row's notes say differs.
+DEVICES = {
+    # Meta's Grand Teton H100: 96 GB HBM2e at 2.4 TB/s, 500 W (the rows' notes; torchtitan's doc)
+    "h100-hbm2e-96gb": ("h100-sxm", ["cluster.memory_gib=96", "cluster.memory_bandwidth_gbps=2400"]),
+    "h100-sxm": ("h100-sxm", []),
+    "h200": ("h200", []),
+    "a100-80gb": ("a100-80gb", []),
+    "a100": ("a100-80gb", []),  # MegaScale: "NVIDIA Ampere", memory not stated
+    "ascend-910b": ("ascend-910b", []),
+}
+PRESETS = {
+    "llama3.1-8b": "llama3-8b",
+    "llama3-8b": "llama3-8b",
+    "llama3.1-70b": "llama3-70b",
+    "llama3-70b": "llama3-70b",
+    "llama3.1-405b": "llama3.1-405b",
+    "llama2-7b": "llama2-7b",
+    "llama2-13b": "llama2-13b",
+    "llama2-70b": "llama2-70b",
+}
+# Schedule names of the sources, as the core's. MindSpore's pipeline runs 1F1B (MindFormers' docs).
+SCHEDULES = {"interleaved_1f1b": "interleaved", "Interleaved1F1B": "interleaved", "mindspore_pipeline": "1f1b"}
+GPT_VOCAB = 51200  # Megatron's GPT vocabulary, padded (the SC'21 runs)
+
+
+def skip_reason(row: dict) -> str | None:
+    if row["precision"] == "fp8" or any("float8" in f or f.startswith("precision_label=FP8") for f in row["flags"]):
+        return "FP8: the model counts bf16/fp16 peaks"
+    if row["source"].startswith("megatron-bridge") and row["precision"] is None:
+        return "precision not published (the next release labels the same configs FP8)"
+    if "parallel_transformer_block" in row["flags"]:
+        return "MegaScale changes the block (parallel attention and MLP, sliding windows): another model"
+    if row["layout"]["pp"] > 1 and row["micro_batch_size"] is None and not row["source"].startswith("mcore"):
+        return "pipeline micro-batch size not published"
+    if any(f == "phase=sft" for f in row["flags"]):
+        return "fine-tuning with packed/variable sequences"
+    return None
+
+
+def overrides(row: dict, efficiency: float | None) -> list[str]:
+    lay, m = row["layout"], row["model"]
+    profile, extra = DEVICES[row["device"]]
+    gpus, per_node = row["gpus"], row.get("gpus_per_node") or 8
+    out = [f"cluster={profile}", f"cluster.nodes={math.ceil(gpus / per_node)}", f"cluster.devices_per_node={per_node}"]
+    out += extra
+    if gpus % per_node:
+        out[1:3] = ["cluster.nodes=1", f"cluster.devices_per_node={gpus}"]
+    if efficiency is not None:
+        out.append(f"cluster.matmul_efficiency={efficiency}")
+    if row["source"].startswith(("megatron", "mcore")):
+        out.append("cluster.reduce_precision=bf16")  # Megatron reduces gradients in the 16-bit type by default
+    if any(f in row["flags"] for f in ("async_tp", "tp_comm_overlap")):
+        out.append("cluster.overlap_tp=1.0")  # the run hides TP traffic under compute (its flag)
+    if m.get("name") in PRESETS:
+        out.append(f"model={PRESETS[m['name']]}")
+    else:  # a Megatron GPT: GELU MLP of 4h as a SwiGLU of the same FLOPs (3 h F = 8 h^2)
+        h, tp = m["d_model"], lay["tp"]
+        heads = m["n_heads"] or h // 128  # unpublished: GPT-3 175B's head dimension, 128 (Brown et al. 2020)
+        ffn = round(8 * h / 3 / (64 * tp)) * 64 * tp
+        out += [
+            "model=tiny",
+            f"model.vocab_size={GPT_VOCAB}",
+            f"model.n_layers={m['n_layers']}",
+            f"model.d_model={h}",
+            f"model.n_heads={heads}",
+            f"model.n_kv_heads={heads}",
+            f"model.ffn_hidden={ffn}",
+            "model.tie_embeddings=false",
+        ]
+    seq, micro = row["seq_len"], row["micro_batch_size"] or 1
+    out += [f"model.max_seq_len={seq}", f"training.seq_len={seq}", "training.precision=bf16"]
+    out += [f"training.global_batch_size={row['global_batch_sequences']}", f"training.micro_batch_size={micro}"]
+    for key in ("dp_replicate", "dp_shard", "tp", "pp", "cp", "ep"):
+        out.append(f"parallel.{key}={lay[key]}")
+    out.append(f"parallel.sp={str(bool(lay['sp']) or lay['tp'] > 1).lower()}")
+    if lay["pp"] > 1:
+        virtual = _virtual(row, lay)
+        schedule = SCHEDULES.get(lay.get("pp_schedule"), lay.get("pp_schedule"))
+        out += [f"parallel.pp_schedule={schedule or ('interleaved' if virtual > 1 else '1f1b')}"]
+        out += [f"parallel.pp_virtual={virtual}"]
+    out.append(f"memory.recompute={row['activation_checkpointing'] or 'none'}")
+    return out
+
+
+def _virtual(row: dict, lay: dict) -> int:
+    for flag in row["flags"]:
+        if flag.startswith("num_layers_per_virtual_pipeline_stage="):
+            per = int(flag.split("=")[1])
+            return max(1, row["model"]["n_layers"] // (lay["pp"] * per))
+    return lay.get("pp_virtual") or 1
+
+
+def measured(row: dict) -> tuple[str, float]:
+    """The row's figure and its metric: tokens/s per GPU where published, else TFLOP/s per GPU, else MFU."""
+    got = row["measured"]
+    for metric in ("tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu"):
+        if got.get(metric) is not None:
+            return metric, float(got[metric])
+    raise ValueError(row["id"])
+
+
+def megatron_flops(row: dict, cfg, *, recompute: bool) -> float:
+    """FLOPs per iteration by Megatron's formula (Narayanan et al. 2021, eq. 3): 96 B s l h^2 (1 + s / 6h +
+    V / 16 l h) with full recompute, 72 B s l h^2 (1 + s / 6h + V / 12 l h) without."""
+    B, s, l, h, V = (
+        cfg.training.global_batch_size,
+        cfg.training.seq_len,
+        cfg.model.n_layers,
+        cfg.model.d_model,
+        cfg.model.vocab_size,
+    )
+    if recompute:
+        return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    return 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+
+
+def predicted(row: dict, efficiency: float) -> tuple[float, object]:
+    cfg = load(overrides(row, efficiency))
+    est = estimate_step(cfg)
+    metric, _ = measured(row)
+    if metric == "tokens_per_sec_per_gpu":
+        return est.tokens_per_sec_per_device, est
+    if metric == "mfu" and not row["source"].startswith("llama3"):
+        flops = megatron_flops(row, cfg, recompute=False)
+        return flops / est.step_time_sec / row["gpus"] / (cfg.cluster.peak_tflops_bf16 * 1e12), est
+    if metric == "mfu":
+        return est.mfu, est
+    if row["source"].startswith("megatron"):  # SC'21: counts recompute when the run recomputes
+        flops = megatron_flops(row, cfg, recompute=(row["activation_checkpointing"] or "full") == "full")
+        return flops / est.step_time_sec / row["gpus"] / 1e12, est
+    if row["source"].startswith("mcore"):
+        return megatron_flops(row, cfg, recompute=False) / est.step_time_sec / row["gpus"] / 1e12, est
+    return est.mfu * cfg.cluster.peak_tflops_bf16, est  # Llama 3: BF16 model TFLOP/s
+
+
+def fit(row: dict) -> float:
+    """The matmul efficiency at which the model predicts ``row``'s published figure (bisection)."""
+    target = measured(row)[1]
+    low, high = 0.05, 1.0
+    for _ in range(40):
+        mid = (low + high) / 2
+        if predicted(row, mid)[0] < target:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "data" / "perf_model.md")
+    args = ap.parse_args(argv)
+    runs = yaml.safe_load(DATA.read_text())["runs"]
+    by_id = {r["id"]: r for r in runs}
+    efficiency = {device: fit(by_id[row]) for device, row in FIT.items()}
+    efficiency["h200"] = efficiency["h100-sxm"]  # the same chip; no H200 row is fitted
+    efficiency["a100"] = efficiency["a100-80gb"]
+    for profile in ("h100-sxm", "h200", "a100-80gb", "ascend-910b"):
+        written = yaml.safe_load((ROOT / "configs" / "cluster" / f"{profile}.yaml").read_text())["matmul_efficiency"]
+        if abs(written - efficiency[profile]) > 0.0005:
+            print(
+                f"configs/cluster/{profile}.yaml: matmul_efficiency {written} is not this fit's "
+                f"{efficiency[profile]:.3f}; write the fit there"
+            )
+    lines = [
+        "| row | device | metric | published | predicted | error | fitted? | memory GiB published / predicted |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    memory_errors = []
+    scored, skipped, results = [], [], {}
+    for row in runs:
+        reason = skip_reason(row)
+        if reason:
+            skipped.append((row["id"], reason))
+            continue
+        try:
+            value, est = predicted(row, efficiency[row["device"]])
+        except ConfigError as e:
+            skipped.append((row["id"], f"the core refuses the layout: {e}"))
+            continue
+        metric, published = measured(row)
+        error = value / published - 1
+        fitted = row["id"] in FIT.values()
+        results[row["id"]] = value
+        if not fitted:
+            scored.append(error)
+        gib = est.peak_memory_bytes_per_rank / 2**30
+        memory = row["measured"].get("memory_gib")
+        if memory:
+            memory_errors.append(gib / memory - 1)
+        lines.append(
+            f"| {row['id']} | {row['device']} | {metric} | {published:g} | {value:.4g} | {error:+.1%} | "
+            f"{'fitted' if fitted else 'held out'} | {memory or '-'} / {gib:.1f} |"
+        )
+    pairs = _pairs(runs, results)
+    right = sum(ok for *_, ok in pairs)
+    summary = [
+        "efficiencies: "
+        + ", ".join(
+            f"{d} {e:.3f} ({FIT.get(d, 'as ' + ('h100-sxm' if d == 'h200' else 'a100-80gb'))})"
+            for d, e in efficiency.items()
+        ),
+        f"held-out rows: {len(scored)}; median |error| {statistics.median(abs(e) for e in scored):.1%}, "
+        f"worst {max(abs(e) for e in scored):.1%}",
+        f"pairs differing only in layout or schedule: {right} of {len(pairs)} ordered as measured",
+        f"peak memory against the {len(memory_errors)} rows that publish it (nothing fitted): median |error| "
+        f"{statistics.median(abs(e) for e in memory_errors):.1%}, worst {max(memory_errors, key=abs):+.1%}",
+    ]
+    text = "\n".join(["# Step-time model against published runs", "", *summary, "", *lines, "", "Pairs:", ""])
+    text += "\n".join(
+        f"- {a} vs {b}: published {pa:g} vs {pb:g}, {'right' if ok else 'WRONG'}" for a, b, pa, pb, ok in pairs
+    )
+    text += "\n\nNot scored:\n\n" + "\n".join(f"- {i}: {why}" for i, why in skipped) + "\n"
+    args.out.write_text(text)
+    print("\n".join(summary))
+    return 0
+
+
+def _pairs(runs: list[dict], results: dict) -> list[tuple]:
+    """Held-out rows of one source, model and GPU count whose layout or schedule differs, and nothing else."""
+    out = []
+    scored = [r for r in runs if r["id"] in results and r["id"] not in FIT.values()]
+    for i, a in enumerate(scored):
+        for b in scored[i + 1 :]:
+            same = all(a[k] == b[k] for k in ("source", "gpus", "seq_len", "precision", "device"))
+            same = same and a["model"] == b["model"]
+            if not same or a["layout"] == b["layout"] or measured(a)[0] != measured(b)[0]:
+                continue
+            pa, pb = measured(a)[1], measured(b)[1]
+            if pa == pb:
+                continue
+            out.append((a["id"], b["id"], pa, pb, (pa > pb) == (results[a["id"]] > results[b["id"]])))
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

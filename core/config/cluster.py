@@ -1,0 +1,130 @@
+"""The cluster section of a trial's config: the devices a run is planned for and how fast they compute, hold and
+talk. The step-time model (``core.perf``) reads it; the presets in ``configs/cluster/`` give each number with its
+public source. Training reads nothing here: a trial runs on the processes it starts.
+
+Bandwidths are per device and one direction, the way a ring collective uses a link: each device sends to one peer
+and receives from another at once. Efficiencies are the achieved share of a peak, fitted (the profile file names
+the published row it was fitted on, one per device at most) or measured on this machine (``cpu-local``).
+No MindSpore here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.config.rules import positive, require
+
+
+@dataclass
+class ClusterConfig:
+    """The devices a run is planned for (``configs/cluster/<name>.yaml``); ``core.perf`` predicts a step on them."""
+
+    name: str = "cpu-local"
+    """The profile's name (``configs/cluster/<name>.yaml``)."""
+    device: str = "CPU"
+    """The device type of the profile: CPU, GPU or Ascend."""
+    nodes: int = 1
+    """Hosts in the run."""
+    devices_per_node: int = 1
+    """Devices (ranks) per host; nodes * devices_per_node must equal the parallel degrees' product in core.perf."""
+    peak_tflops_fp32: float | None = None
+    """Dense FP32 peak, TFLOP/s per device; null on cpu-local: the measured reference rate
+    (``core.runtime.reference_rate``)."""
+    peak_tflops_bf16: float | None = None
+    """Dense BF16 peak, TFLOP/s per device (no sparsity); null: the device has no faster BF16 path (FP32's)."""
+    memory_gib: float | None = None
+    """Device memory per device, GiB; null on cpu-local: the host's memory divided by its ranks."""
+    memory_bandwidth_gbps: float | None = None
+    """Device memory bandwidth, GB/s: what memory-bound work (norms, element-wise ops, the optimizer) runs at;
+    null on cpu-local: measured (``python -m core.perf calibrate``)."""
+    intra_node_bandwidth_gbps: float | None = None
+    """Per device, one direction, GB/s, to the other devices of its node; null on cpu-local: measured."""
+    intra_node_latency_us: float | None = None
+    """One small message between two devices of a node, microseconds (a collective's alpha per step); null on
+    cpu-local: measured."""
+    inter_node_bandwidth_gbps: float | None = None
+    """Per device, one direction, GB/s, across nodes; null: measured on cpu-local, or a single-node profile."""
+    inter_node_latency_us: float | None = None
+    """One small message across nodes, microseconds; null as inter_node_bandwidth_gbps."""
+    matmul_efficiency: float | None = None
+    """Achieved share of the peak by a large matmul (fitted per device: the profile names its row); null on
+    cpu-local: fitted on this machine's 1-process trial (``python -m core.perf calibrate``)."""
+    matmul_half_dim: int = 128
+    """A matmul whose smallest dimension is this reaches half of matmul_efficiency (small shapes underfill the
+    device)."""
+    collective_efficiency_intra: float = 0.8
+    """Achieved share of the intra-node bandwidth by a large collective."""
+    collective_efficiency_inter: float = 0.8
+    """Achieved share of the inter-node bandwidth by a large collective."""
+    memory_margin: float = 0.1
+    """Allocator fragmentation and caches on top of the counted tensors, as a share of them (accelerators)."""
+    memory_reserved_gib: float = 1.0
+    """Memory a device process holds before the model (runtime context, communication buffers), GiB."""
+    reduce_precision: str = "fp32"
+    """Gradient reductions (FSDP reduce-scatter, data-parallel all-reduce) in fp32 (torchtitan's FSDP default) or
+    bf16 (Megatron's default without --accumulate-allreduce-grads-in-fp32): half the bytes."""
+    overlap_fsdp: bool = True
+    """FSDP gathers the next block's weights while this block computes (prefetch), and reduces gradients while
+    backward goes on: only what compute cannot hide is exposed."""
+    overlap_dp: bool = True
+    """Data-parallel gradient reduction runs under the last micro-batch's backward."""
+    overlap_tp: float = 0.0
+    """Share of tensor/sequence-parallel communication hidden under compute (0: exposed, as without async TP)."""
+    overlap_cp: float = 0.0
+    """Share of context parallelism's key/value gathers hidden under compute."""
+    stage_recompute: bool = True
+    """Pipeline stages but the last recompute their forward in backward and keep only their inputs for the
+    micro-batches in flight, as the core's pipeline runtime does (``core.parallel.pipeline.runtime``); false: each
+    in-flight micro-batch keeps its saved activations and nothing is recomputed unless memory.recompute says so,
+    as torchtitan, Megatron-LM and MindFormers run a pipeline (the accelerator profiles, whose published rows come
+    from those stacks)."""
+
+    def __post_init__(self):
+        positive("cluster", self, "nodes", "devices_per_node", "matmul_half_dim")
+        require(
+            self.device in ("CPU", "GPU", "Ascend"),
+            "cluster.device",
+            f"must be CPU, GPU or Ascend (got {self.device!r})",
+        )
+        for key in (
+            "peak_tflops_fp32",
+            "peak_tflops_bf16",
+            "memory_gib",
+            "memory_bandwidth_gbps",
+            "intra_node_bandwidth_gbps",
+            "inter_node_bandwidth_gbps",
+        ):
+            value = getattr(self, key)
+            require(value is None or value > 0, f"cluster.{key}", f"must be > 0, or null (got {value})")
+        for key in ("intra_node_latency_us", "inter_node_latency_us"):
+            value = getattr(self, key)
+            require(value is None or value >= 0, f"cluster.{key}", f"must be >= 0, or null (got {value})")
+        for key in ("memory_reserved_gib", "memory_margin"):
+            require(getattr(self, key) >= 0, f"cluster.{key}", f"must be >= 0 (got {getattr(self, key)})")
+        for key in (
+            "collective_efficiency_intra",
+            "collective_efficiency_inter",
+        ):
+            value = getattr(self, key)
+            require(0 < value <= 1, f"cluster.{key}", f"must be in (0, 1] (got {value})")
+        value = self.matmul_efficiency
+        require(
+            value is None or 0 < value <= 1, "cluster.matmul_efficiency", f"must be in (0, 1], or null (got {value})"
+        )
+        require(
+            self.reduce_precision in ("fp32", "bf16"),
+            "cluster.reduce_precision",
+            f"must be fp32 or bf16 (got {self.reduce_precision!r})",
+        )
+        for key in ("overlap_tp", "overlap_cp"):
+            value = getattr(self, key)
+            require(0 <= value <= 1, f"cluster.{key}", f"must be in [0, 1] (got {value})")
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    @property
+    def reduce_bytes(self) -> int:
+        """Bytes per gradient element in reductions."""
+        return 2 if self.reduce_precision == "bf16" else 4

@@ -1,0 +1,137 @@
+"""``model=hf:<dir or config.json>``: the model section from a Hugging Face ``config.json``, as overrides.
+
+The override is expanded before Hydra composes (``core.config.compose``): the ``tiny`` preset first, then one
+``model.<key>=<value>`` per field read here, so that overrides after it still win (``model=hf:... model.max_seq_len=
+8192``) and the config records where the shapes came from (``model.name=hf:<dir>``).
+
+Only what the core builds is read. A field it does not build with the value the checkpoint needs (biases, sliding
+windows, RoPE scaling, another activation) is refused naming it, never dropped: a model that silently differs from
+its checkpoint is worse than none. Architectures: Llama, Mistral and Mixtral, the fields of ``transformers``'
+configuration classes of the same names; Qwen2 is refused (its q/k/v projections have biases the core does not
+build). Reads JSON only (no
+``transformers``); no MindSpore here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from core.config.overrides import override
+from core.config.rules import ConfigError
+
+PREFIX = "hf:"
+ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM")
+# Read, then refused for a reason of the architecture itself (not of a field).
+_REFUSED = {"Qwen2ForCausalLM": "its q/k/v projections have biases, which the core does not build"}
+
+# config.json key -> model key, for the keys copied as they are
+_COPIED = {
+    "vocab_size": "vocab_size",
+    "num_hidden_layers": "n_layers",
+    "hidden_size": "d_model",
+    "num_attention_heads": "n_heads",
+    "intermediate_size": "ffn_hidden",
+    "max_position_embeddings": "max_seq_len",
+    "rope_theta": "rope_theta",
+    "rms_norm_eps": "norm_eps",
+    "tie_word_embeddings": "tie_embeddings",
+    "initializer_range": "init_std",
+}
+# Keys that carry no shape or numerics of training: read past.
+_IGNORED = {
+    "architectures",
+    "model_type",
+    "torch_dtype",
+    "dtype",
+    "transformers_version",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "use_cache",
+    "output_router_logits",
+    "max_window_layers",  # Qwen2: which layers a sliding window applies to, when use_sliding_window is on
+    "_name_or_path",
+}
+# Keys the core reads only at the value it builds; any other value is refused with the reason.
+_REQUIRED_VALUES = {
+    "hidden_act": ("silu", "the core's MLP is SwiGLU (silu)"),
+    "attention_dropout": (0.0, "the core has no attention dropout"),
+    "attention_bias": (False, "the core's attention projections have no bias"),
+    "mlp_bias": (False, "the core's MLP has no bias"),
+    "pretraining_tp": (1, "pretraining_tp splits the MLP matmuls for numerics the core does not reproduce"),
+    "rope_scaling": (None, "the core's RoPE has no scaling (Llama 3.1 and YaRN scaling are not built)"),
+    "sliding_window": (None, "the core's attention is full causal (no sliding window)"),
+    "use_sliding_window": (False, "the core's attention is full causal (no sliding window)"),
+    "router_jitter_noise": (0.0, "the core's router adds no jitter"),
+}
+
+
+def config_path(spec: str) -> Path:
+    """The config.json that ``hf:<dir or file>`` names."""
+    path = Path(spec[len(PREFIX) :]).expanduser()
+    return path / "config.json" if path.is_dir() else path
+
+
+def read(spec: str) -> dict[str, Any]:
+    """The model section's fields (``ModelConfig`` keys) that ``hf:<dir or config.json>`` gives."""
+    path = config_path(spec)
+    try:
+        hf = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError("model", f"{spec}: no {path}; give a directory holding config.json, or the file") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError("model", f"{spec}: {path} is not a readable JSON config ({exc})") from None
+    if not isinstance(hf, dict):
+        raise ConfigError("model", f"{spec}: {path} must hold a JSON object")
+    arch = (hf.get("architectures") or [None])[0]
+    if arch in _REFUSED:
+        raise ConfigError("model", f"{spec}: {arch} is not built: {_REFUSED[arch]}")
+    if arch not in ARCHITECTURES:
+        raise ConfigError(
+            "model", f"{spec}: architecture {arch!r} is not built; the core reads {', '.join(ARCHITECTURES)}"
+        )
+    return _fields(hf, spec, moe=arch == "MixtralForCausalLM")
+
+
+def _fields(hf: dict, spec: str, *, moe: bool) -> dict[str, Any]:
+    fields: dict[str, Any] = {"name": f"{PREFIX}{config_path(spec).parent.name or config_path(spec).stem}"}
+    for key, value in hf.items():
+        if key in _COPIED:
+            fields[_COPIED[key]] = value
+        elif key == "num_key_value_heads":
+            fields["n_kv_heads"] = value if value is not None else hf["num_attention_heads"]
+        elif key == "head_dim":
+            if value is not None and value * hf["num_attention_heads"] != hf["hidden_size"]:
+                raise ConfigError(
+                    "model", f"{spec}: head_dim={value} is not hidden_size / num_attention_heads (the core's)"
+                )
+        elif key == "sliding_window" and hf.get("use_sliding_window") is False:
+            continue  # a window size that is switched off
+        elif key in _REQUIRED_VALUES:
+            built, why = _REQUIRED_VALUES[key]
+            if value != built and not (built is False and value is None):
+                raise ConfigError("model", f"{spec}: {key}={value!r} is not built: {why}")
+        elif moe and key in ("num_local_experts", "num_experts_per_tok", "router_aux_loss_coef"):
+            target = {"num_local_experts": "n_experts", "num_experts_per_tok": "moe_top_k"}.get(key)
+            fields[target or "moe_aux_loss_weight"] = value
+        elif key not in _IGNORED:
+            raise ConfigError("model", f"{spec}: {key}={value!r} is a field the core does not read or build")
+    fields.setdefault("n_kv_heads", hf["num_attention_heads"])
+    fields.setdefault("tie_embeddings", False)  # transformers' default for these architectures
+    if moe:  # Mixtral: dropless softmax top-k over experts of intermediate_size, no shared or dense blocks
+        fields |= {"moe_router": "softmax", "moe_capacity_factor": None, "moe_shared_experts": 0, "moe_dense_layers": 0}
+    return fields
+
+
+def expand(overrides: list[str] | tuple[str, ...]) -> list[str]:
+    """``overrides`` with each ``model=hf:<path>`` replaced by the preset it starts from and the fields read."""
+    out: list[str] = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key.lstrip("+") == "model" and value.startswith(PREFIX):
+            out += ["model=tiny", *(override(f"model.{k}", v) for k, v in read(value).items())]
+        else:
+            out.append(item)
+    return out

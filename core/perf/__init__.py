@@ -1,0 +1,16 @@
+"""The step-time model: what one optimizer step of a config costs on a cluster, predicted from the model's shapes,
+the layout and the devices' profile, beside the memory model (``core.memory``). No MindSpore anywhere here: the
+agent ranks whole search spaces with it, and ``python -m core.perf`` answers for a 1,024-device config in well
+under a second.
+
+    device.py    a cluster profile as rates: matmul FLOP/s by shape, memory bytes/s, links per tier
+    links.py     which tier a process group crosses, and the alpha-beta cost of each collective
+    work.py      one micro-batch through one block on one rank: matmuls, memory-bound work, exposed collectives
+    step.py      estimate_step(cfg): stages timed, the pipeline schedule simulated, data parallelism, optimizer;
+                 planned_config(overrides): a config on its cluster's device
+    calibrate.py ``python -m core.perf calibrate``: cpu-local measured on this machine and cached
+"""
+
+from core.perf.step import StepEstimate, check_devices, estimate_step, planned_config
+
+__all__ = ["StepEstimate", "check_devices", "estimate_step", "planned_config"]

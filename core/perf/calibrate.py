@@ -1,0 +1,148 @@
+"""``python -m core.perf calibrate [--force]``: measure the ``cpu-local`` profile on this machine and cache it, as
+the reference rate is cached (``core.runtime.reference_rate``; the same machine key).
+
+What the profile leaves null is measured here, from one micro-benchmark and three real trials of ``model=small``
+(global batch 8 x 64 tokens, jit, AdamW, 12 steps: the project's layout benchmark), each a ``python -m core.train``
+process like any trial:
+
+    memory_bandwidth_gbps      an element-wise add of 2^24 floats under MindSpore, the fastest of 20 rounds
+                               (two arrays read, one written)
+    matmul_efficiency          the 1-process trial: the efficiency at which core.perf predicts its median step
+    intra_node_bandwidth_gbps  the dp_replicate=2 trial (its step is dominated by one all-reduce of every gradient)
+    intra_node_latency_us      the tp=2 trial (four all-reduces of one micro-batch's activations per block: many
+                               small messages), fitted jointly with the bandwidth (alternating, a few rounds)
+
+Each number is solved for (Brent's method) so that the model's prediction equals the measured step, the others
+held; every other layout is held out (``benchmarks/perf_cpu.py`` checks them). The reference rate is measured
+first when this machine has none. MindSpore runs only in the child processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from scipy.optimize import brentq
+
+from core.config import TrainConfig
+from core.perf.device import calibration, calibration_path
+from core.perf.step import estimate_step, planned_config
+from core.runtime.files import write_atomic
+from core.runtime.reference_rate import cache_path as reference_cache
+from core.runtime.reference_rate import machine_key
+
+# The calibration trials: the layout benchmark's setting (benchmarks/layouts.py).
+BASE = [
+    "model=small",
+    "training.global_batch_size=8",
+    "training.seq_len=64",
+    "trial.max_steps=12",
+    "training.eval_batches=1",
+]
+LAYOUTS = {
+    "1 process": [],
+    "dp_replicate=2": ["parallel.dp_replicate=2", "cluster.devices_per_node=2"],
+    "tp=2": ["parallel.tp=2", "cluster.devices_per_node=2"],
+}
+ROUNDS = 3  # alternations of the two collective fits (each moves the other's answer by little)
+_BANDWIDTH = """
+import time, numpy as np, mindspore as ms
+ms.set_device("CPU")
+n = 1 << 24
+x, y = ms.Tensor(np.ones(n, np.float32)), ms.Tensor(np.ones(n, np.float32))
+best = float("inf")
+for _ in range(20):
+    t = time.perf_counter()
+    z = x + y
+    float(z[0].asnumpy())  # waits for the add
+    best = min(best, time.perf_counter() - t)
+print(3 * 4 * n / best / 1e9)
+"""
+
+
+def run_trial(overrides: list[str], out: Path) -> dict:
+    """One real trial through the CLI; its summary (a trial that did not end ok stops the calibration)."""
+    subprocess.run([sys.executable, "-m", "core.train", *overrides, f"trial.dir={out}"], capture_output=True)
+    summary = json.loads((out / "trial_summary.json").read_text())
+    if summary["exit_code"] != 0:  # 0: the trial contract's ok (core.trial.contract, a layer above this one)
+        raise SystemExit(f"calibration trial {overrides} ended {summary['status']}: {summary['reason']}")
+    return summary
+
+
+def solve(cfg: TrainConfig, key: str, measured_sec: float, low: float, high: float) -> float:
+    """The value of ``cluster.<key>`` in [low, high] at which core.perf predicts ``measured_sec`` (clamped to the
+    bound the measurement lies beyond)."""
+
+    def gap(value: float) -> float:
+        cluster = dataclasses.replace(cfg.cluster, **{key: value})
+        return estimate_step(dataclasses.replace(cfg, cluster=cluster)).step_time_sec - measured_sec
+
+    a, b = gap(low), gap(high)
+    if a * b > 0:
+        return low if abs(a) < abs(b) else high
+    return brentq(gap, low, high, rtol=1e-6)
+
+
+def fit(measured: dict[str, float], profile: dict[str, float]) -> dict[str, float]:
+    """The profile's fitted numbers from the three layouts' measured median steps (seconds)."""
+
+    def cfg(name: str) -> TrainConfig:
+        sets = [f"cluster.{k}={v}" for k, v in profile.items()]
+        return planned_config([*BASE, *LAYOUTS[name], *sets])
+
+    profile["matmul_efficiency"] = solve(cfg("1 process"), "matmul_efficiency", measured["1 process"], 0.01, 1.0)
+    for _ in range(ROUNDS):
+        dp, tp = measured["dp_replicate=2"], measured["tp=2"]
+        profile["intra_node_bandwidth_gbps"] = solve(cfg("dp_replicate=2"), "intra_node_bandwidth_gbps", dp, 0.01, 1e3)
+        profile["intra_node_latency_us"] = solve(cfg("tp=2"), "intra_node_latency_us", tp, 0.0, 1e5)
+    return profile
+
+
+def calibrate(force: bool = False) -> dict:
+    entry = calibration()
+    if entry and not force:
+        return entry
+    if not reference_cache().exists() or machine_key("CPU") not in json.loads(reference_cache().read_text()):
+        subprocess.run([sys.executable, "-m", "core.reference_rate"], check=True)
+    done = subprocess.run([sys.executable, "-c", _BANDWIDTH], capture_output=True, text=True, check=True)
+    profile = {
+        "memory_bandwidth_gbps": float(done.stdout.split()[-1]),
+        # Placeholders the fit replaces; a null in the profile would stop the model before it is fitted.
+        "matmul_efficiency": 1.0,
+        "intra_node_bandwidth_gbps": 1.0,
+        "intra_node_latency_us": 0.0,
+    }
+    measured = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (name, overrides) in enumerate(LAYOUTS.items()):
+            trial = [o for o in overrides if not o.startswith("cluster.")]
+            summary = run_trial([*BASE, *trial], Path(tmp) / str(i))
+            measured[name] = summary["metrics"]["step_time_ms_median"] / 1000
+            print(f"  {name}: {measured[name] * 1000:.0f} ms per step", file=sys.stderr)
+    entry = {
+        **fit(measured, profile),
+        "measured_step_sec": measured,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    try:
+        table = json.loads(calibration_path().read_text())
+    except (OSError, ValueError):
+        table = {}
+    table[machine_key("CPU")] = entry
+    write_atomic(calibration_path(), json.dumps(table, indent=2) + "\n")
+    return entry
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m core.perf calibrate", description=__doc__.splitlines()[0])
+    ap.add_argument("--force", action="store_true", help="measure again even when this machine has an entry")
+    args = ap.parse_args(argv)
+    entry = calibrate(args.force)
+    print(json.dumps({machine_key("CPU"): entry}, indent=2))
+    return 0

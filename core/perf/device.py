@@ -1,0 +1,119 @@
+"""A cluster profile turned into the rates the step-time model divides by: FLOP/s for a matmul of a given shape,
+bytes/s of device memory, and a link (bandwidth, latency) per tier. Everything in SI units (seconds, bytes).
+
+The achieved matmul rate is ``peak * matmul_efficiency * d / (d + matmul_half_dim)`` with ``d`` the matmul's
+smallest dimension: a large matmul reaches the fitted efficiency, a thin one (few tokens per micro-batch, a narrow
+tensor-parallel shard) underfills the device. On ``cpu-local`` the peak is the machine's measured reference rate
+(``core.runtime.reference_rate``, read from its cache, never measured here), shared by the node's ranks.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.config import ClusterConfig, ConfigError
+from core.runtime.cache_dirs import cache_root
+from core.runtime.reference_rate import cache_path, machine_key
+
+TFLOPS, GBPS, US = 1e12, 1e9, 1e-6
+
+
+@dataclass(frozen=True)
+class Link:
+    """What a collective over one tier achieves: bytes/s per device and direction, seconds per message step."""
+
+    bandwidth: float
+    latency: float
+
+
+@dataclass(frozen=True)
+class Device:
+    peak_flops: float  # FLOP/s of one device at the trial's precision
+    efficiency: float
+    half_dim: int
+    memory_bandwidth: float  # bytes/s
+    memory_bytes: float | None
+    intra: Link
+    inter: Link
+    devices_per_node: int
+
+    def matmul_seconds(self, flops: float, smallest_dim: float) -> float:
+        if flops <= 0:
+            return 0.0
+        rate = self.peak_flops * self.efficiency * smallest_dim / (smallest_dim + self.half_dim)
+        return flops / rate
+
+    def memory_seconds(self, nbytes: float) -> float:
+        return nbytes / self.memory_bandwidth
+
+
+def device(cluster: ClusterConfig, precision: str) -> Device:
+    """The rates of ``cluster``'s devices at ``precision``; a number the profile leaves null and nothing measured
+    gives is a ConfigError naming the key."""
+    peak = cluster.peak_tflops_bf16 if precision == "bf16" and cluster.peak_tflops_bf16 else cluster.peak_tflops_fp32
+    if peak is None and cluster.device == "CPU":
+        peak = _reference_rate(cluster) / TFLOPS / cluster.devices_per_node  # the node's cores, shared by its ranks
+    return Device(
+        peak_flops=_need(cluster, "peak_tflops_fp32", peak) * TFLOPS,
+        efficiency=_need(cluster, "matmul_efficiency"),
+        half_dim=cluster.matmul_half_dim,
+        memory_bandwidth=_need(cluster, "memory_bandwidth_gbps") * GBPS,
+        memory_bytes=None if cluster.memory_gib is None else cluster.memory_gib * 2**30,
+        intra=Link(
+            _need(cluster, "intra_node_bandwidth_gbps") * GBPS * cluster.collective_efficiency_intra,
+            _need(cluster, "intra_node_latency_us") * US,
+        ),
+        inter=_inter(cluster),
+        devices_per_node=cluster.devices_per_node,
+    )
+
+
+def _inter(cluster: ClusterConfig) -> Link:
+    if cluster.nodes == 1:  # never used: no group leaves the node
+        return Link(float("inf"), 0.0)
+    return Link(
+        _need(cluster, "inter_node_bandwidth_gbps") * GBPS * cluster.collective_efficiency_inter,
+        _need(cluster, "inter_node_latency_us") * US,
+    )
+
+
+def _need(cluster: ClusterConfig, key: str, value: float | None = None) -> float:
+    """The profile's number, else (on a CPU profile) this machine's calibration's, else a ConfigError."""
+    value = getattr(cluster, key) if value is None else value
+    if value is None and cluster.device == "CPU":
+        value = (calibration() or {}).get(key)
+    if value is None:
+        fix = f"set cluster.{key}=<value>"
+        if cluster.device == "CPU":
+            fix = f"run `python -m core.perf calibrate` to measure this machine, or {fix}"
+        raise ConfigError(f"cluster.{key}", f"profile {cluster.name!r} gives no value; {fix}")
+    return value
+
+
+def calibration_path() -> Path:
+    return cache_root() / "perf_calibration.json"
+
+
+def calibration() -> dict | None:
+    """This machine's cpu-local calibration (``core.perf.calibrate``), or None when it has none."""
+    try:
+        return json.loads(calibration_path().read_text()).get(machine_key("CPU"))
+    except (OSError, ValueError):
+        return None
+
+
+def _reference_rate(cluster: ClusterConfig) -> float:
+    """The cached reference rate of this machine (FLOP/s of the whole host), without measuring it."""
+    try:
+        entry = json.loads(cache_path().read_text()).get(machine_key("CPU"))
+    except (OSError, ValueError):
+        entry = None
+    if not entry:
+        raise ConfigError(
+            "cluster.peak_tflops_fp32",
+            f"profile {cluster.name!r} takes this machine's reference rate, which is not measured yet: run "
+            "`python -m core.reference_rate`, or set cluster.peak_tflops_fp32",
+        )
+    return float(entry["flops_per_sec"])

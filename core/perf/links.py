@@ -1,0 +1,53 @@
+"""Collectives on the mesh: which tier a process group's traffic crosses, and what each collective costs there.
+
+The mesh is laid out as ``core.parallel.dims.MESH`` (pp, dp_replicate, dp_shard, cp, tp; tp innermost) and
+ranks fill nodes in order, so a group over some axes spans ``stride(outermost axis) * degree(outermost axis)``
+consecutive ranks: inside one node when that fits in ``devices_per_node``, across nodes otherwise (and then the
+slower tier bounds the ring).
+
+Costs are the alpha-beta model of the ring algorithms (Thakur et al. 2005; NCCL's "bus bandwidth"): for n ranks and
+a full tensor of B bytes, all-reduce 2(n-1)/n * B / bw + 2(n-1) * alpha; all-gather and reduce-scatter
+(n-1)/n * B / bw + (n-1) * alpha; all-to-all (n-1)/n * B / bw + (n-1) * alpha (B: what one rank holds before);
+point-to-point B / bw + alpha. ``bw`` is the link's achieved bandwidth (the profile's collective efficiency times
+its peak, per device and direction).
+"""
+
+from __future__ import annotations
+
+import math
+
+from core.config import ParallelConfig
+from core.parallel.dims import MESH
+from core.perf.device import Device, Link
+
+
+def degree(par: ParallelConfig, axis: str) -> int:
+    return getattr(par, axis)
+
+
+def group_link(par: ParallelConfig, axes: tuple[str, ...], dev: Device) -> Link:
+    """The tier a group over ``axes`` (names of ``MESH``) crosses."""
+    outer = min(MESH.index(a) for a in axes)
+    span = math.prod(degree(par, a) for a in MESH[outer:])
+    return dev.intra if span <= dev.devices_per_node else dev.inter
+
+
+def all_reduce(nbytes: float, n: int, link: Link) -> float:
+    return 0.0 if n <= 1 else 2 * (n - 1) / n * nbytes / link.bandwidth + 2 * (n - 1) * link.latency
+
+
+def all_gather(nbytes: float, n: int, link: Link) -> float:
+    """All-gather (or reduce-scatter) of a tensor of ``nbytes`` when whole."""
+    return 0.0 if n <= 1 else (n - 1) / n * nbytes / link.bandwidth + (n - 1) * link.latency
+
+
+reduce_scatter = all_gather
+
+
+def all_to_all(nbytes: float, n: int, link: Link) -> float:
+    """All-to-all of the ``nbytes`` one rank holds."""
+    return 0.0 if n <= 1 else (n - 1) / n * nbytes / link.bandwidth + (n - 1) * link.latency
+
+
+def p2p(nbytes: float, link: Link) -> float:
+    return nbytes / link.bandwidth + link.latency

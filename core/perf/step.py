@@ -1,0 +1,209 @@
+"""One optimizer step of a config on a cluster, predicted: every pipeline rank's stages timed block by block
+(``core.perf.work``), the pipeline run as a discrete-event simulation of the schedule the runtime executes
+(``core.parallel.pipeline.schedules``, with these durations and the point-to-point transfers), then the
+data-parallel gradient reduction and the optimizer.
+
+    step = makespan of the schedule (or m x (forward + backward) without a pipeline)
+           + exposed data-parallel reduction (under the last micro-batch's backward with cluster.overlap_dp)
+           + optimizer (memory-bound: each held parameter's fp32 master, gradient and two states read and written)
+
+With ``cluster.stage_recompute`` (the core's pipeline runtime) each stage but the last runs its forward again in
+its backward; the accelerator profiles price the stacks their published rows come from, which keep the
+activations of each micro-batch in flight instead (``core.memory.estimate`` counts them either way).
+
+MFU is model FLOPs (``core.model.flops.flops_per_token``: 6N + the attention term, no recompute) per second per
+device over the profile's peak at the trial's precision. Peak memory per rank is ``core.memory``'s estimate with
+the cluster's accounting (per tensor and precision, its allocator margin and reserved memory on accelerators;
+the measured runtime profile on CPU).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from core.config import ConfigError, TrainConfig, compose, load_config
+from core.memory.estimate import RuntimeProfile, estimate_memory, runtime_profile
+from core.model.flops import flops_per_token, param_groups
+from core.parallel.pipeline.schedules import compile_schedule, stage_layers
+from core.parallel.placement import is_expert
+from core.perf import links
+from core.perf.device import Device, device
+from core.perf.work import Pass, Shape, block_passes, edge_passes, sharded_numel
+
+ADAMW_BYTES = 4 + 4 + 4 + 8 + 8  # per held parameter: master read+write, gradient read, m and v read+write
+
+
+@dataclass
+class StepEstimate:
+    step_time_sec: float
+    tokens_per_sec: float  # global
+    tokens_per_sec_per_device: float
+    mfu: float
+    peak_memory_bytes_per_rank: int
+    memory_bytes_per_device: float | None  # the device's, when the profile gives it
+    breakdown: dict[str, float] = field(default_factory=dict)  # seconds of the step, by kind (the slowest rank's)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory_bytes_per_device is None or self.peak_memory_bytes_per_rank <= self.memory_bytes_per_device
+
+
+def check_devices(cfg: TrainConfig) -> None:
+    """The layout's ranks must be the cluster's devices: a ConfigError naming cluster.nodes otherwise."""
+    cluster, ranks = cfg.cluster, cfg.parallel.world_size
+    if ranks != cluster.devices:
+        raise ConfigError(
+            "cluster.nodes",
+            f"the parallel degrees multiply to {ranks} ranks but the cluster has cluster.nodes * "
+            f"cluster.devices_per_node = {cluster.nodes} * {cluster.devices_per_node} = {cluster.devices} devices; "
+            "make them equal",
+        )
+
+
+def planned_config(overrides: list[str]) -> TrainConfig:
+    """The config of ``overrides`` as planned on its cluster: ``device`` is the cluster's (its rules apply, e.g.
+    flash attention and in-place accumulation on accelerators), and the ranks must be the cluster's devices."""
+    try:  # the cluster's device first, from the composed tree: the rules depend on the device
+        device = compose(overrides).cluster.device
+    except (HydraException, OmegaConfBaseException):
+        load_config(overrides)  # raises the ConfigError that names the key
+        raise
+    cfg = load_config([f"device={device}", *overrides])
+    check_devices(cfg)
+    return cfg
+
+
+def estimate_step(cfg: TrainConfig) -> StepEstimate:
+    """Predict one step of ``cfg`` on ``cfg.cluster`` (whose devices must be the layout's ranks)."""
+    dev = device(cfg.cluster, cfg.training.precision)
+    par, t = cfg.parallel, cfg.training
+    stages = _stage_passes(cfg, dev)
+    m = cfg.grad_accum_steps
+    if par.pp > 1:
+        transfer = _p2p_seconds(cfg, dev)
+        durations = {(op, s): (f if op == "F" else b).total for s, (f, b) in enumerate(stages) for op in "FB"}
+        schedule = compile_schedule(par.pp_schedule, par.pp, m, par.pp_virtual)
+        timing = schedule.time(lambda op, s: durations[(op, s)], transfer)
+        pipeline = timing.makespan
+        rank = max(range(par.pp), key=lambda r: timing.busy[r])
+        mine = [stages[s] for s in range(rank, len(stages), par.pp)]
+    else:
+        mine, rank = stages, 0
+        pipeline = m * sum(f.total + b.total for f, b in stages)
+    fwd, bwd = Pass(), Pass()
+    for f, b in mine:
+        fwd.add(f)
+        bwd.add(b)
+    dp = _dp_seconds(cfg, dev, rank, last_backward=bwd.total)
+    optimizer = _optimizer_seconds(cfg, dev, rank)
+    step = pipeline + dp + optimizer
+    busy = m * (fwd.total + bwd.total)
+    breakdown = {
+        "compute": m * (fwd.compute + bwd.compute),
+        "recompute": m * bwd.recompute,
+        **{f"comm_{k}": m * v for k, v in _merge(fwd.comm, bwd.comm).items()},
+        "comm_pp": pipeline - busy if par.pp > 1 else 0.0,  # bubble and transfers, measured as idle time
+        "comm_dp": dp,
+        "optimizer": optimizer,
+    }
+    tokens = t.global_batch_size * t.seq_len / step
+    per_device = tokens / par.world_size
+    peak = dev.peak_flops
+    memory = estimate_memory(cfg, _memory_profile(cfg))
+    return StepEstimate(
+        step_time_sec=step,
+        tokens_per_sec=tokens,
+        tokens_per_sec_per_device=per_device,
+        mfu=flops_per_token(cfg.model, t.seq_len) * per_device / peak,
+        peak_memory_bytes_per_rank=memory.total,
+        memory_bytes_per_device=dev.memory_bytes,
+        breakdown=breakdown,
+    )
+
+
+def _stage_passes(cfg: TrainConfig, dev: Device) -> list[tuple[Pass, Pass]]:
+    """(forward, backward) of one micro-batch through each (virtual) pipeline stage; one stage without a pipeline."""
+    par, n = cfg.parallel, cfg.model.n_layers
+    ranges = stage_layers(n, par.stages, par.stage_split(n)) if par.pp > 1 else [range(n)]
+    out = []
+    for s, blocks in enumerate(ranges):
+        fwd, bwd = edge_passes(cfg, dev, first=s == 0, last=s == len(ranges) - 1)
+        mode = cfg.memory.recompute_of(s) if par.pp > 1 else cfg.memory.recompute
+        redo = set(blocks[: cfg.memory.recompute_layers or len(blocks)]) if mode != "none" else set()
+        for i in blocks:
+            f, b = block_passes(cfg, dev, i, mode if i in redo else "none")
+            fwd.add(f)
+            bwd.add(b)
+        if par.pp > 1 and cfg.cluster.stage_recompute and s < len(ranges) - 1:
+            bwd.add(Pass(recompute=fwd.compute, comm=dict(fwd.comm)))  # the stage's forward again, its collectives too
+        out.append((fwd, bwd))
+    return out
+
+
+def _p2p_seconds(cfg: TrainConfig, dev: Device) -> float:
+    """One micro-batch's activation (or its gradient) between two pipeline stages."""
+    par, sh = cfg.parallel, Shape.of(cfg)
+    nbytes = sh.tokens * cfg.model.d_model * sh.act_bytes / (par.tp if par.sp else 1)
+    return links.p2p(nbytes, links.group_link(par, ("pp",), dev))
+
+
+def _dp_seconds(cfg: TrainConfig, dev: Device, pp_rank: int, *, last_backward: float) -> float:
+    """The exposed all-reduce of this rank's gradients over the replicas (dp_replicate)."""
+    par = cfg.parallel
+    if par.dp_replicate <= 1:
+        return 0.0
+    held = _state_numel(cfg, pp_rank)
+    seconds = links.all_reduce(
+        held * cfg.cluster.reduce_bytes, par.dp_replicate, links.group_link(par, ("dp_replicate",), dev)
+    )
+    return max(0.0, seconds - last_backward) if cfg.cluster.overlap_dp else seconds
+
+
+def _optimizer_seconds(cfg: TrainConfig, dev: Device, pp_rank: int) -> float:
+    held = _state_numel(cfg, pp_rank)
+    copy = 2 if cfg.training.precision == "bf16" else 0  # the bf16 compute copy written back
+    return dev.memory_seconds(held * (ADAMW_BYTES + copy))
+
+
+def _state_numel(cfg: TrainConfig, pp_rank: int) -> float:
+    """Elements of the weights whose gradients and states pipeline rank ``pp_rank`` holds: its tp share, divided
+    over the FSDP ranks (dp_shard * cp), and its share of the experts under expert parallelism."""
+    par, n = cfg.parallel, cfg.model.n_layers
+    ranges = stage_layers(n, par.stages, par.stage_split(n)) if par.pp > 1 else [range(n)]
+    mine = range(pp_rank, len(ranges), par.pp)
+    prefixes = [f"layers.{i}." for s in mine for i in ranges[s]]
+    if 0 in mine:
+        prefixes.append("embed.")
+    if len(ranges) - 1 in mine:
+        prefixes += ["norm.", "lm_head."]
+    fsdp = par.dp_shard * par.cp
+    return sum(sharded_numel(cfg, p) for p in prefixes) / fsdp + _experts(cfg, prefixes)
+
+
+def _experts(cfg: TrainConfig, prefixes: list[str]) -> float:
+    """Expert weights split by expert parallelism (left out of ``sharded_numel``, which counts what FSDP gathers)."""
+    par = cfg.parallel
+    if par.ep <= 1:
+        return 0.0
+    groups = param_groups(cfg.model)
+    return sum(
+        math.prod(shape) / par.tp / par.ep
+        for p in prefixes
+        for name, shape in groups.get(p, {}).items()
+        if is_expert(name)
+    )
+
+
+def _memory_profile(cfg: TrainConfig) -> RuntimeProfile:
+    c = cfg.cluster
+    if c.device == "CPU":
+        return runtime_profile(cfg.device, cfg.training.mode)
+    return RuntimeProfile(baseline=int(c.memory_reserved_gib * 2**30), margin=c.memory_margin)
+
+
+def _merge(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in sorted({*a, *b})}

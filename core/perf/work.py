@@ -1,0 +1,225 @@
+"""What one micro-batch costs one rank, block by block: matmul FLOPs (with the shape that bounds their rate),
+memory-bound bytes, and the collectives the layout adds, counted from the model definition (no MindSpore).
+
+Per block and micro-batch of ``b`` sequences of ``S`` tokens, a rank holds ``T = b S / cp`` tokens and a 1/tp share
+of heads, FFN width and vocabulary (D: width, kv: key/value width, F: FFN width, V: vocabulary):
+
+    forward matmuls      q and o 2 T D^2 / tp each, k and v 2 T D kv / tp each, SwiGLU 3 x 2 T D F / tp (MoE: the
+                         router 2 T D E, the experts 3 x 2 T k c D F_e / tp with c the capacity factor (1
+                         dropless), the shared experts as a dense MLP), the causal attention core 2 T S D / tp
+                         (half of q k^T and p v); the head 2 T D V / tp on the last stage
+    backward             twice the forward matmuls; flash attention's core 2.5 times (it recomputes the scores:
+                         Dao 2023, FlashAttention-2, section 3.1)
+    memory-bound         norms and residuals 10 D per token (over tp with sequence parallelism), RoPE 2 (D + kv)
+                         / tp, SwiGLU's element-wise 3 F / tp: read and written once forward, twice backward
+    recompute            full: the block's forward again in backward; selective: its element-wise work (and the
+                         attention core where the S x S matrices are not kept by flash attention)
+
+Collectives per block and micro-batch (bytes of the whole tensor; ``core.perf.links`` prices them):
+
+    tp       2 all-reduces forward and 2 backward of T D (with sequence parallelism the same volume as
+             all-gathers and reduce-scatters); hidden by the share ``cluster.overlap_tp``
+    cp       an all-gather of the keys and values of the whole sequence forward, a reduce-scatter of their
+             gradients backward (``core.parallel.context_parallel``); hidden by ``cluster.overlap_cp``
+    ep       2 all-to-alls forward (dispatch, combine) and 2 backward of the routed tokens
+    fsdp     an all-gather of the block's weights forward, again backward, and a reduce-scatter of its
+             gradients (fp32 or bf16: ``cluster.reduce_precision``) (FSDP re-gathers in backward: ``core.parallel.fsdp``); with ``cluster.overlap_fsdp`` only
+             what the block's compute cannot hide is exposed
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from core.config import TrainConfig
+from core.model.flops import param_groups
+from core.parallel.placement import is_expert
+from core.perf import links
+from core.perf.device import Device
+
+FLASH_BACKWARD = 2.5  # flash attention's backward FLOPs over its forward's
+
+
+@dataclass
+class Pass:
+    """Seconds of one forward or backward of a micro-batch through some blocks, by kind."""
+
+    compute: float = 0.0
+    recompute: float = 0.0
+    comm: dict[str, float] = field(default_factory=dict)  # exposed communication by kind: tp, cp, ep, fsdp
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.recompute + sum(self.comm.values())
+
+    def add(self, other: Pass) -> None:
+        self.compute += other.compute
+        self.recompute += other.recompute
+        for kind, seconds in other.comm.items():
+            self.comm[kind] = self.comm.get(kind, 0.0) + seconds
+
+    def expose(self, kind: str, seconds: float) -> None:
+        if seconds > 0:
+            self.comm[kind] = self.comm.get(kind, 0.0) + seconds
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the counts need of a config, resolved once."""
+
+    tokens: float  # T: tokens of one micro-batch on one rank
+    act_bytes: int  # bytes per activation element (2 in bf16)
+    weight_bytes: int  # bytes per compute copy of a weight (2 in bf16)
+    flash: bool  # accelerators: flash attention (no S x S matrices, recomputed in backward)
+
+    @classmethod
+    def of(cls, cfg: TrainConfig) -> Shape:
+        t, bf16 = cfg.training, cfg.training.precision == "bf16"
+        return cls(
+            tokens=t.micro_batch_size * t.seq_len / cfg.parallel.cp,
+            act_bytes=2 if bf16 else 4,
+            weight_bytes=2 if bf16 else 4,
+            flash=cfg.device != "CPU",
+        )
+
+
+@dataclass(frozen=True)
+class BlockWork:
+    """One micro-batch's forward through one block on one rank."""
+
+    matmuls: list[tuple[float, float]]  # (FLOPs, smallest dimension) of each weight matmul
+    attention: tuple[float, float]  # the causal attention core: (FLOPs, head dim)
+    elementwise_bytes: float  # memory-bound bytes read and written
+
+
+def block_work(cfg: TrainConfig, i: int) -> BlockWork:
+    """The counts of the module docstring for block ``i``."""
+    m, par, sh = cfg.model, cfg.parallel, Shape.of(cfg)
+    T, D, tp, S = sh.tokens, m.d_model, par.tp, cfg.training.seq_len
+    kv = m.n_kv_heads * m.head_dim
+    matmuls = [
+        (2 * 2 * T * D * D / tp, min(T, D / tp)),  # q, o
+        (2 * 2 * T * D * kv / tp, min(T, kv / tp)),  # k, v
+    ]
+    # causal attention: q k^T and p v over half the S x S pairs. Flash attention tiles it into large blocks of
+    # queries and keys (its rate is a large matmul's); without it, per-head (S x hd) matmuls.
+    core = (2 * T * S * D / tp, T if sh.flash else m.head_dim)
+    if m.is_moe_layer(i):
+        factor = m.moe_capacity_factor or 1.0
+        routed = T * m.moe_top_k * factor  # token-expert pairs this rank's share of the experts computes
+        per_expert = routed * par.ep / m.n_experts
+        matmuls += [
+            (2 * T * D * m.n_experts, min(T, m.n_experts)),  # the router
+            (3 * 2 * routed * D * m.expert_width / tp, min(per_expert, m.expert_width / tp)),
+        ]
+        width = m.expert_width * m.moe_shared_experts
+        active = m.moe_top_k * factor * m.expert_width + width
+    else:
+        width = active = m.ffn_hidden
+    if width:
+        matmuls.append((3 * 2 * T * D * width / tp, min(T, width / tp)))
+    elementwise = T * sh.act_bytes * (10 * D / (tp if par.sp else 1) + 2 * (D + kv) / tp + 3 * active / tp)
+    return BlockWork(matmuls, core, elementwise)
+
+
+def block_passes(cfg: TrainConfig, dev: Device, i: int, recompute: str) -> tuple[Pass, Pass]:
+    """(forward, backward) of block ``i`` for one micro-batch on one rank; ``recompute``: none, selective, full."""
+    sh, w = Shape.of(cfg), block_work(cfg, i)
+    matmuls, core, elementwise = w.matmuls, w.attention, w.elementwise_bytes
+
+    def matmul_seconds(items) -> float:
+        return sum(dev.matmul_seconds(f, d) for f, d in items)
+
+    fwd, bwd = Pass(), Pass()
+    fwd.compute = matmul_seconds(matmuls) + dev.matmul_seconds(*core) + dev.memory_seconds(elementwise)
+    core_back = FLASH_BACKWARD if sh.flash else 2.0
+    bwd.compute = (
+        2 * matmul_seconds(matmuls)
+        + dev.matmul_seconds(core_back * core[0], core[1])
+        + dev.memory_seconds(2 * elementwise)
+    )
+    if recompute == "full":
+        bwd.recompute = fwd.compute
+    elif recompute == "selective":
+        bwd.recompute = dev.memory_seconds(elementwise) + (0.0 if sh.flash else dev.matmul_seconds(*core))
+    _block_comm(cfg, dev, sh, i, fwd, bwd)
+    return fwd, bwd
+
+
+def _block_comm(cfg: TrainConfig, dev: Device, sh: Shape, i: int, fwd: Pass, bwd: Pass) -> None:
+    m, par, c = cfg.model, cfg.parallel, cfg.cluster
+    T, D = sh.tokens, m.d_model
+    if par.tp > 1:
+        link = links.group_link(par, ("tp",), dev)
+        seconds = 2 * links.all_reduce(T * D * sh.act_bytes, par.tp, link) * (1 - c.overlap_tp)
+        fwd.expose("tp", seconds)
+        bwd.expose("tp", seconds)
+    if par.cp > 1:
+        link = links.group_link(par, ("cp",), dev)
+        kv = m.n_kv_heads * m.head_dim / par.tp
+        whole = 2 * kv * cfg.training.micro_batch_size * cfg.training.seq_len * sh.act_bytes
+        seconds = links.all_gather(whole, par.cp, link) * (1 - c.overlap_cp)
+        fwd.expose("cp", seconds)
+        bwd.expose("cp", seconds)
+    if m.is_moe_layer(i) and par.ep > 1:
+        link = links.group_link(par, ("dp_shard",), dev)
+        held = T * m.moe_top_k * (m.moe_capacity_factor or 1.0) * D * sh.act_bytes
+        seconds = 2 * links.all_to_all(held, par.ep, link)
+        fwd.expose("ep", seconds)
+        bwd.expose("ep", seconds)
+    fsdp = par.dp_shard * par.cp
+    if fsdp > 1:
+        weights = sharded_numel(cfg, f"layers.{i}.")
+        link = links.group_link(par, ("dp_shard", "cp"), dev)
+        gather = links.all_gather(weights * sh.weight_bytes, fsdp, link)
+        scatter = links.reduce_scatter(weights * c.reduce_bytes, fsdp, link)
+        fwd.expose("fsdp", gather if not c.overlap_fsdp else max(0.0, gather - fwd.compute))
+        back = gather + scatter
+        bwd.expose("fsdp", back if not c.overlap_fsdp else max(0.0, back - bwd.compute - bwd.recompute))
+
+
+def sharded_numel(cfg: TrainConfig, prefix: str) -> float:
+    """Elements of the weights of owner ``prefix`` (``"layers.3."``: ``core.model.flops.param_groups``) that one
+    rank holds of its tp share and FSDP gathers whole (experts split by expert parallelism are not gathered:
+    ``core.parallel.expert_parallel``)."""
+    par = cfg.parallel
+    return sum(
+        math.prod(shape) / par.tp
+        for name, shape in param_groups(cfg.model).get(prefix, {}).items()
+        if not (par.ep > 1 and is_expert(name))
+    )
+
+
+def head_work(cfg: TrainConfig) -> tuple[float, float]:
+    """The output head's forward matmul on one rank: (FLOPs, smallest dimension)."""
+    m, par, T = cfg.model, cfg.parallel, Shape.of(cfg).tokens
+    return 2 * T * m.d_model * m.vocab_size / par.tp, min(T, m.d_model, m.vocab_size / par.tp)
+
+
+def edge_passes(cfg: TrainConfig, dev: Device, *, first: bool, last: bool) -> tuple[Pass, Pass]:
+    """(forward, backward) of the embedding (first stage) and of the final norm, head and loss (last stage)."""
+    m, par, sh = cfg.model, cfg.parallel, Shape.of(cfg)
+    T, D, V = sh.tokens, m.d_model, m.vocab_size
+    fwd, bwd = Pass(), Pass()
+    names = []
+    if first:
+        fwd.compute += dev.memory_seconds(2 * T * D * sh.act_bytes)  # the lookup
+        bwd.compute += dev.memory_seconds(2 * T * D * 4)  # the table's gradient, scattered
+        names.append("embed.")
+    if last:
+        head = head_work(cfg)
+        logits = T * V / par.tp * (sh.act_bytes + 4 + 4)  # logits, their fp32 copy, the loss's gradient
+        fwd.compute += dev.matmul_seconds(*head) + dev.memory_seconds(logits)
+        bwd.compute += dev.matmul_seconds(2 * head[0], head[1]) + dev.memory_seconds(logits)
+        names += ["norm.", "lm_head."]
+    fsdp = par.dp_shard * par.cp
+    if fsdp > 1 and names:
+        weights = sum(sharded_numel(cfg, n) for n in names)
+        link = links.group_link(par, ("dp_shard", "cp"), dev)
+        gather = links.all_gather(weights * sh.weight_bytes, fsdp, link)
+        scatter = links.reduce_scatter(weights * cfg.cluster.reduce_bytes, fsdp, link)
+        fwd.expose("fsdp", gather if not cfg.cluster.overlap_fsdp else max(0.0, gather - fwd.compute))
+        back = gather + scatter
+        bwd.expose("fsdp", back if not cfg.cluster.overlap_fsdp else max(0.0, back - bwd.compute))
+    return fwd, bwd

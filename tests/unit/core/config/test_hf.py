@@ -1,0 +1,119 @@
+"""``model=hf:<dir or config.json>``: a Hugging Face config read into the model section, field by field, and
+every field the core does not build refused by name. The configs are written here in the shape transformers
+saves them (the keys of its LlamaConfig, MistralConfig, MixtralConfig and Qwen2Config)."""
+
+import json
+
+import pytest
+
+from core.config import ConfigError, load_config
+
+LLAMA3_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 8192,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.40.0.dev0",
+    "use_cache": True,
+    "vocab_size": 128256,
+}
+MIXTRAL = {
+    "architectures": ["MixtralForCausalLM"],
+    "attention_dropout": 0.0,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mixtral",
+    "num_attention_heads": 32,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "num_local_experts": 8,
+    "output_router_logits": False,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.02,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "vocab_size": 32000,
+}
+
+
+def _write(tmp_path, config: dict, name="model"):
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_llama_config_gives_the_preset_shapes(tmp_path):
+    folder = _write(tmp_path, LLAMA3_8B, "Meta-Llama-3-8B")
+    from_hf = load_config([f"model=hf:{folder}"]).model
+    preset = load_config(["model=llama3-8b"]).model
+    for key in ("vocab_size", "n_layers", "d_model", "n_heads", "n_kv_heads", "ffn_hidden", "max_seq_len"):
+        assert getattr(from_hf, key) == getattr(preset, key), key
+    assert (from_hf.rope_theta, from_hf.norm_eps, from_hf.tie_embeddings) == (500000.0, 1e-05, False)
+    assert from_hf.name == "hf:Meta-Llama-3-8B" and from_hf.n_experts == 0
+    # the file itself works too, and later overrides win
+    again = load_config([f"model=hf:{folder / 'config.json'}", "model.max_seq_len=1024"]).model
+    assert again.max_seq_len == 1024 and again.d_model == 4096
+
+
+def test_mixtral_reads_its_experts(tmp_path):
+    m = load_config([f"model=hf:{_write(tmp_path, MIXTRAL)}"]).model
+    assert (m.n_experts, m.moe_top_k, m.moe_aux_loss_weight) == (8, 2, 0.02)
+    assert (m.moe_router, m.moe_capacity_factor, m.moe_shared_experts, m.moe_dense_layers) == ("softmax", None, 0, 0)
+    assert m.expert_width == 14336
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_scaling"),
+        ({"attention_bias": True}, "attention_bias"),
+        ({"hidden_act": "gelu"}, "hidden_act"),
+        ({"sliding_window": 4096}, "sliding_window"),
+        ({"some_new_field": 1}, "some_new_field"),
+        ({"architectures": ["Qwen2ForCausalLM"]}, "Qwen2ForCausalLM"),
+        ({"architectures": ["GPT2LMHeadModel"]}, "GPT2LMHeadModel"),
+        ({"head_dim": 64}, "head_dim"),
+    ],
+)
+def test_what_the_core_does_not_build_is_refused_by_name(tmp_path, change, named):
+    folder = _write(tmp_path, {**LLAMA3_8B, **change})
+    with pytest.raises(ConfigError, match=named) as info:
+        load_config([f"model=hf:{folder}"])
+    assert info.value.field == "model"
+
+
+def test_a_switched_off_sliding_window_is_read_past(tmp_path):
+    qwen_like = {**LLAMA3_8B, "use_sliding_window": False, "sliding_window": 131072, "max_window_layers": 28}
+    assert load_config([f"model=hf:{_write(tmp_path, qwen_like)}"]).model.d_model == 4096
+
+
+def test_a_missing_or_broken_file_names_it(tmp_path):
+    with pytest.raises(ConfigError, match="no .*config.json"):
+        load_config([f"model=hf:{tmp_path / 'absent'}"])
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="not a readable JSON"):
+        load_config([f"model=hf:{tmp_path / 'bad'}"])

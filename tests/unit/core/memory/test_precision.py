@@ -1,0 +1,49 @@
+"""The memory estimate by precision: bf16 keeps fp32 master weights, gradients and states beside a bf16 compute
+copy (gathered by FSDP instead of kept), halves the saved activations, and on accelerators counts flash attention
+(no S x S matrices) and in-place gradient accumulation. Counted here from the parameter shapes directly."""
+
+import math
+
+import pytest
+
+from core.config import ConfigError, load_config
+from core.config.rules import check_runnable
+from core.memory.estimate import terms
+from core.model.flops import param_shapes
+
+
+def _cfg(*overrides, device="GPU"):
+    return load_config([f"device={device}", "model=small", "training.seq_len=128", *overrides])
+
+
+def test_bf16_adds_a_compute_copy_without_fsdp_and_halves_activations():
+    numel = sum(math.prod(s) for s in param_shapes(_cfg().model).values())
+    fp32, bf16 = terms(_cfg()), terms(_cfg("training.precision=bf16"))
+    assert fp32.params == 4 * numel
+    assert bf16.params == 4 * numel + 2 * numel
+    assert bf16.grads == fp32.grads == 4 * numel and bf16.optimizer == fp32.optimizer == 8 * numel
+    assert bf16.activations * 2 == fp32.activations
+    assert bf16.scores == fp32.scores == 0  # flash attention on an accelerator
+
+
+def test_fsdp_gathers_the_bf16_copy_instead_of_keeping_it():
+    sharded = terms(_cfg("training.precision=bf16", "parallel.dp_shard=2"))
+    whole = terms(_cfg("training.precision=bf16"))
+    assert sharded.params < whole.params / 2  # fp32 shards only
+    largest = max(math.prod(s) for s in param_shapes(_cfg().model).values())
+    assert sharded.gathered == 2 * largest  # the largest weight, gathered in bf16
+
+
+def test_cpu_keeps_its_measured_accounting():
+    cpu = terms(_cfg(device="CPU"))
+    assert cpu.scores > 0  # no flash attention on the CPU: the S x S matrices are saved
+    accumulating = terms(_cfg("training.micro_batch_size=4", "training.global_batch_size=8", device="CPU"))
+    assert accumulating.grads == 3 * cpu.params  # the old sum, the new gradient and the new sum
+
+
+def test_the_trainer_refuses_bf16_naming_the_field():
+    cfg = _cfg("training.precision=bf16", device="CPU")
+    with pytest.raises(ConfigError) as info:
+        check_runnable(cfg)
+    assert info.value.field == "training.precision"
+    check_runnable(_cfg(device="CPU"))  # fp32 runs

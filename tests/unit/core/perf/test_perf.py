@@ -1,0 +1,235 @@
+"""The step-time model against counts made another way: FLOPs against 6N + attention from an independent
+parameter count, collective costs against hand-derived volumes, the pipeline simulation against the closed-form
+bubble, and the command's contract (exit 2 naming the field; no MindSpore)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.config import load_config
+from core.memory.estimate import terms
+from core.model.flops import param_groups, param_shapes
+from core.parallel.pipeline.schedules import build, compile_schedule, simulate
+from core.perf import estimate_step, links, planned_config
+from core.perf.device import Device, Link
+from core.perf.work import block_work, head_work
+
+ROOT = Path(__file__).resolve().parents[4]
+PRESETS = sorted(p.stem for p in (ROOT / "configs" / "model").glob("*.yaml"))
+# A made-up accelerator with round numbers, so that hand-derived times are easy to write down.
+CLUSTER = [
+    "cluster.name=test",
+    "cluster.device=GPU",
+    "cluster.peak_tflops_fp32=100",
+    "cluster.peak_tflops_bf16=200",
+    "cluster.memory_gib=80",
+    "cluster.memory_bandwidth_gbps=2000",
+    "cluster.intra_node_bandwidth_gbps=100",
+    "cluster.intra_node_latency_us=0",
+    "cluster.inter_node_bandwidth_gbps=10",
+    "cluster.inter_node_latency_us=0",
+    "cluster.devices_per_node=8",
+    "cluster.matmul_efficiency=1.0",
+    "cluster.collective_efficiency_intra=1.0",
+    "cluster.collective_efficiency_inter=1.0",
+    "cluster.overlap_fsdp=true",
+    "cluster.overlap_dp=true",
+]
+
+
+def _params(m) -> tuple[int, int]:
+    """(weights a token multiplies, routed-expert weights it does not) by the textbook formula: attention
+    d (H hd) + 2 d (K hd) + (H hd) d, SwiGLU 3 d F, MoE router d E and k of E experts, the head V d."""
+    hd = m.d_model // m.n_heads
+    attn = 2 * m.d_model * m.n_heads * hd + 2 * m.d_model * m.n_kv_heads * hd
+    total = m.vocab_size * m.d_model
+    for i in range(m.n_layers):
+        if m.n_experts and i >= m.moe_dense_layers:
+            width = m.moe_ffn_hidden or m.ffn_hidden
+            total += attn + m.d_model * m.n_experts + 3 * m.d_model * width * (m.moe_top_k + m.moe_shared_experts)
+        else:
+            total += attn + 3 * m.d_model * m.ffn_hidden
+    return total, 0
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_flops_are_6n_plus_attention(preset):
+    overrides = [f"model={preset}", "model.moe_capacity_factor=null", "training.seq_len=128"]  # dropless: k experts
+    cfg = load_config([*overrides, "training.global_batch_size=2"])
+    m, T, S = cfg.model, cfg.training.micro_batch_size * 128, 128
+    works = [block_work(cfg, i) for i in range(m.n_layers)]
+    weights = sum(f for w in works for f, _ in w.matmuls) + head_work(cfg)[0]
+    attention = sum(w.attention[0] for w in works)
+    n, _ = _params(m)
+    assert 3 * weights / T == pytest.approx(6 * n, rel=1e-12)
+    # causal: half of the PaLM term 12 L S D, which counts the whole S x S matrix
+    assert 3 * attention / T == pytest.approx(12 * m.n_layers * S * m.d_model / 2, rel=1e-12)
+
+
+def test_collectives_cost_their_ring_volumes():
+    link = Link(bandwidth=1e9, latency=1e-6)
+    assert links.all_reduce(8e9, 4, link) == pytest.approx(2 * 3 / 4 * 8 + 2 * 3 * 1e-6)
+    assert links.all_gather(8e9, 4, link) == pytest.approx(3 / 4 * 8 + 3e-6)
+    assert links.all_to_all(8e9, 8, link) == pytest.approx(7 / 8 * 8 + 7e-6)
+    assert links.p2p(1e9, link) == pytest.approx(1 + 1e-6)
+    assert links.all_reduce(8e9, 1, link) == 0.0
+
+
+def test_groups_cross_nodes_by_their_span():
+    dev = Device(1, 1, 1, 1, None, intra=Link(100, 0), inter=Link(10, 0), devices_per_node=8)
+    par = load_config(["model=small", "parallel.dp_shard=4", "parallel.tp=4", "training.global_batch_size=8"]).parallel
+    assert links.group_link(par, ("tp",), dev).bandwidth == 100  # ranks 0-3
+    assert links.group_link(par, ("dp_shard",), dev).bandwidth == 10  # stride 4, 4 of them: 16 ranks, 2 nodes
+
+
+def _cfg(*overrides):
+    return planned_config([*CLUSTER, "model=llama3-8b", "training.precision=bf16", *overrides])
+
+
+def test_tensor_parallel_traffic_is_four_all_reduces_per_block():
+    base = ["cluster.devices_per_node=2", "training.seq_len=1024", "training.global_batch_size=1"]
+    est = estimate_step(_cfg(*base, "parallel.tp=2"))
+    m = load_config(["model=llama3-8b"]).model
+    tokens, bw = 1024, 100e9
+    expected = m.n_layers * 4 * (2 * 1 / 2 * tokens * m.d_model * 2 / bw)
+    assert est.breakdown["comm_tp"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_fsdp_hides_what_compute_covers_and_exposes_the_rest():
+    base = ["cluster.nodes=2", "parallel.dp_shard=16", "training.seq_len=8192", "training.global_batch_size=16"]
+    hidden = estimate_step(_cfg(*base))
+    exposed = estimate_step(_cfg(*base, "cluster.overlap_fsdp=false"))
+    assert 0 <= hidden.breakdown.get("comm_fsdp", 0.0) < exposed.breakdown["comm_fsdp"]
+    assert exposed.step_time_sec > hidden.step_time_sec
+
+
+@pytest.mark.parametrize(("schedule", "virtual"), [("gpipe", 1), ("1f1b", 1), ("interleaved", 2)])
+@pytest.mark.parametrize(("pp", "m"), [(2, 4), (4, 8), (4, 16)])
+def test_uniform_stages_give_the_closed_form_bubble(schedule, virtual, pp, m):
+    timing = simulate(build(schedule, pp, m, virtual), m, virtual, durations=lambda op, s: 1.0 if op == "F" else 2.0)
+    assert timing.bubble == pytest.approx((pp - 1) / (virtual * m + pp - 1))
+
+
+def test_uneven_stages_cost_more_than_balanced_ones():
+    def makespan(times):
+        return simulate(build("1f1b", 2, 8), 8, durations=lambda op, s: times[s] * (1 if op == "F" else 2)).makespan
+
+    assert makespan([1.5, 0.5]) > makespan([1.0, 1.0])
+    slow = simulate(build("1f1b", 2, 8), 8, durations=lambda op, s: 1.0, transfer=0.5).makespan
+    assert slow > simulate(build("1f1b", 2, 8), 8, durations=lambda op, s: 1.0).makespan
+
+
+def test_interleaving_shrinks_the_pipeline_idle_time():
+    def idle(*overrides):
+        cfg = _cfg(
+            "cluster.devices_per_node=4",
+            "parallel.pp=4",
+            "training.seq_len=2048",
+            "training.global_batch_size=8",
+            "training.micro_batch_size=1",
+            "cluster.stage_recompute=false",  # stages alike but for the embedding and the head
+            *overrides,
+        )
+        return estimate_step(cfg).breakdown["comm_pp"]
+
+    one = idle("parallel.pp_schedule=1f1b")
+    assert 0 < idle("parallel.pp_schedule=interleaved", "parallel.pp_virtual=2") < one
+    assert idle("parallel.pp_schedule=gpipe") == pytest.approx(one, rel=0.05)  # same bubble, other order
+
+
+def test_bf16_halves_activations_and_keeps_fp32_states():
+    fp32 = estimate_step(_cfg("cluster.nodes=1", "parallel.dp_shard=8", "training.precision=fp32"))
+    bf16 = estimate_step(_cfg("cluster.nodes=1", "parallel.dp_shard=8"))
+    assert bf16.step_time_sec < fp32.step_time_sec  # bf16 peak is twice fp32's here
+    assert bf16.mfu == pytest.approx(fp32.mfu * fp32.step_time_sec / bf16.step_time_sec / 2)
+
+
+def _perf(*args, hide_mindspore=False):
+    code = "import runpy, sys\n"
+    if hide_mindspore:
+        code += "sys.modules['mindspore'] = None\n"
+    code += "sys.argv = ['core.perf', *sys.argv[1:]]\nrunpy.run_module('core.perf', run_name='__main__')\n"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def test_the_command_answers_without_mindspore():
+    done = _perf(
+        *CLUSTER,
+        "model=llama3-70b",
+        "cluster.nodes=4",
+        "parallel.dp_shard=4",
+        "parallel.tp=8",
+        "training.seq_len=4096",
+        "training.global_batch_size=16",
+        "training.precision=bf16",
+        "--json",
+        hide_mindspore=True,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert 0 < out["mfu"] < 1 and out["step_time_sec"] > 0 and out["peak_memory_bytes_per_rank"] > 0
+    assert set(out["breakdown"]) >= {"compute", "comm_tp", "optimizer"}
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["model=llama3-8b", "cluster.nodes=2", "parallel.tp=16"], "parallel.tp"),  # 8 KV heads
+        (["model=llama3-8b", "cluster.nodes=2", "parallel.tp=8"], "cluster.nodes"),  # 8 ranks, 16 devices
+        (["model=llama3-8b", "cluster.nodes=1", "cluster.matmul_efficiency=2"], "cluster.matmul_efficiency"),
+    ],
+)
+def test_invalid_configs_exit_2_naming_the_field(args, field):
+    done = _perf(*CLUSTER, *args)
+    assert done.returncode == 2
+    assert field in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("schedule", "pp", "m", "virtual"), [("gpipe", 3, 5, 1), ("1f1b", 4, 7, 1), ("interleaved", 2, 6, 3)]
+)
+def test_a_compiled_schedule_times_as_the_checked_simulation(schedule, pp, m, virtual):
+    rng = np.random.default_rng(0)
+    cost = {(op, s): float(rng.uniform(0.5, 2.0)) for op in "FB" for s in range(pp * virtual)}
+    for transfer in (0.0, 0.3):
+        want = simulate(
+            build(schedule, pp, m, virtual), m, virtual, durations=lambda op, s: cost[(op, s)], transfer=transfer
+        )
+        got = compile_schedule(schedule, pp, m, virtual).time(lambda op, s: cost[(op, s)], transfer)
+        assert got.makespan == pytest.approx(want.makespan, rel=1e-12)
+        assert got.busy == pytest.approx(want.busy, rel=1e-12)
+        assert got.in_flight == want.in_flight
+
+
+@pytest.mark.parametrize("preset", ["llama3-8b", "mixtral-8x7b"])
+def test_param_groups_partition_the_parameters_by_owner(preset):
+    model = load_config([f"model={preset}"]).model
+    groups = param_groups(model)
+    assert {n: s for g in groups.values() for n, s in g.items()} == param_shapes(model)
+    for owner, names in groups.items():
+        assert all(n.startswith(owner) for n in names)
+    assert len([g for g in groups if g.startswith("layers.")]) == model.n_layers
+
+
+def test_the_core_s_pipeline_recomputes_stages_where_the_others_keep_micro_batches():
+    """cluster.stage_recompute: the core's runtime reruns each stage's forward but the last, and keeps stage
+    inputs; torchtitan/Megatron keep each in-flight micro-batch's activations (core.memory.estimate.terms)."""
+    base = [
+        "cluster.devices_per_node=4",
+        "parallel.pp=4",
+        "training.seq_len=2048",
+        "training.global_batch_size=16",
+        "training.micro_batch_size=1",
+    ]
+    core_cfg, stacks_cfg = _cfg(*base), _cfg(*base, "cluster.stage_recompute=false")
+    core_step, stacks_step = estimate_step(core_cfg), estimate_step(stacks_cfg)
+    assert stacks_step.breakdown["recompute"] == 0 < core_step.breakdown["recompute"]
+    assert core_step.step_time_sec > stacks_step.step_time_sec
+    kept, stashed = terms(stacks_cfg, 0), terms(core_cfg, 0)
+    in_flight = compile_schedule("1f1b", 4, 16).in_flight[0]
+    assert in_flight == 4 and kept.stash == 0 < stashed.stash
+    assert kept.activations == in_flight * stashed.activations
