@@ -1,0 +1,32 @@
+"""``python -m core.perf calibrate`` on this machine, for real: three trials and a micro-benchmark, the entry
+cached, and ``python -m core.perf`` then predicting the 1-process trial it was fitted on at its measured step."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from core.perf.calibrate import BASE
+from core.runtime.cache_dirs import CACHE_ENV
+
+from .conftest import ROOT
+
+
+def test_calibrate_caches_a_profile_that_reproduces_its_fit(tmp_path):
+    env = {**os.environ, CACHE_ENV: str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "core.perf", "calibrate"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (entry,) = json.loads((tmp_path / "perf_calibration.json").read_text()).values()
+    for key in ("memory_bandwidth_gbps", "matmul_efficiency", "intra_node_bandwidth_gbps"):
+        assert entry[key] > 0, key
+    assert 0 < entry["matmul_efficiency"] <= 1 and entry["intra_node_latency_us"] >= 0
+    predicted = subprocess.run(
+        [sys.executable, "-m", "core.perf", *BASE, "--json"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert predicted.returncode == 0, predicted.stderr
+    step = json.loads(predicted.stdout)["step_time_sec"]
+    assert step == pytest.approx(entry["measured_step_sec"]["1 process"], rel=1e-3)

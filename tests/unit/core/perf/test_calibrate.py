@@ -1,0 +1,44 @@
+"""cpu-local's calibration: the fit recovers the numbers that generated its measurements, and the profile reads
+this machine's cached entry, or says to calibrate, naming the key."""
+
+import json
+
+import pytest
+
+from core.config import ConfigError, load_config
+from core.perf import calibrate, device
+from core.perf.calibrate import BASE, LAYOUTS, fit
+from core.perf.step import estimate_step, planned_config
+from core.runtime.cache_dirs import CACHE_ENV
+from core.runtime.reference_rate import machine_key
+
+PEAK = {"peak_tflops_fp32": 0.1, "memory_bandwidth_gbps": 20.0}  # a made-up host; no reference rate needed
+
+
+def test_the_fit_recovers_the_numbers_behind_the_measurements():
+    truth = {**PEAK, "matmul_efficiency": 0.55, "intra_node_bandwidth_gbps": 0.3, "intra_node_latency_us": 800.0}
+    measured = {
+        name: estimate_step(
+            planned_config([*BASE, *overrides, *(f"cluster.{k}={v}" for k, v in truth.items())])
+        ).step_time_sec
+        for name, overrides in LAYOUTS.items()
+    }
+    start = {**PEAK, "matmul_efficiency": 1.0, "intra_node_bandwidth_gbps": 1.0, "intra_node_latency_us": 0.0}
+    fitted = fit(measured, start)
+    for key in ("matmul_efficiency", "intra_node_bandwidth_gbps", "intra_node_latency_us"):
+        assert fitted[key] == pytest.approx(truth[key], rel=0.02), key
+
+
+def test_a_cpu_profile_reads_the_calibration_or_names_the_key(tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    cluster = load_config(["cluster.peak_tflops_fp32=0.1"]).cluster
+    with pytest.raises(ConfigError) as info:
+        device.device(cluster, "fp32")
+    assert info.value.field.startswith("cluster.") and "core.perf calibrate" in str(info.value)
+    entry = {"matmul_efficiency": 0.5, "memory_bandwidth_gbps": 12.0, "intra_node_bandwidth_gbps": 0.2}
+    entry["intra_node_latency_us"] = 100.0
+    device.calibration_path().write_text(json.dumps({machine_key("CPU"): entry}))
+    rates = device.device(cluster, "fp32")
+    assert rates.efficiency == 0.5 and rates.memory_bandwidth == 12e9
+    assert rates.intra.bandwidth == pytest.approx(0.2e9) and rates.intra.latency == pytest.approx(100e-6)
+    assert calibrate.calibration() == entry
