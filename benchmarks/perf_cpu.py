@@ -1,11 +1,12 @@
 """The step-time model on this machine (issue "Scale I"): ``cpu-local`` fitted on three fresh trials, every other
 layout of the project's layout, pipeline and MoE benchmarks predicted and run, side by side in one run.
 
-    .venv/bin/python benchmarks/perf_cpu.py [--steps 12]
+    .venv/bin/python benchmarks/perf_cpu.py [--steps 12] [--rounds 3]
 
 The fit is ``core.perf.calibrate``'s (the 1-process run for the matmul efficiency; dp_replicate=2 and tp=2 for
 the collective bandwidth and latency) on trials run here, not the cached calibration, so that fit and check share
-the machine's state. Held out: everything else. Reported: each layout's measured median step, the prediction, the
+the machine's state. Each layout runs ``--rounds`` times, alternating, and its median step counts. Held out:
+everything else. Reported: each layout's measured median step, the prediction, the
 error; the median |error| and the Spearman rank correlation over the held-out layouts. A 4-rank layout runs two
 ranks per core (``cluster.devices_per_node=4``: the host's rate shared four ways). Writes
 ``benchmarks/data/perf_cpu.md``.
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from scipy.stats import spearmanr  # noqa: E402
 
 from core.perf import estimate_step, planned_config  # noqa: E402
-from core.perf.calibrate import BASE, LAYOUTS, fit, run_trial  # noqa: E402
+from core.perf.calibrate import BASE, LAYOUTS, fit, measure_layouts  # noqa: E402
 from core.perf.device import calibration  # noqa: E402
 
 HELD_OUT = {  # name -> (trial overrides, the cluster's devices per node)
@@ -52,17 +52,13 @@ HELD_OUT = {  # name -> (trial overrides, the cluster's devices per node)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--rounds", type=int, default=3, help="trials per layout, alternating; the median counts")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "data" / "perf_cpu.md")
     args = ap.parse_args()
     base = [o for o in BASE if not o.startswith("trial.max_steps")] + [f"trial.max_steps={args.steps}"]
-    measured: dict[str, float] = {}
     rows = {name: ([o for o in ov if not o.startswith("cluster.")], ov) for name, ov in LAYOUTS.items()}
     rows |= {name: (ov, [*ov, f"cluster.devices_per_node={n}"]) for name, (ov, n) in HELD_OUT.items()}
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, (name, (trial, _)) in enumerate(rows.items()):
-            summary = run_trial([*base, *trial], Path(tmp) / str(i))
-            measured[name] = summary["metrics"]["step_time_ms_median"] / 1000
-            print(f"  {name}: {measured[name] * 1000:.0f} ms", file=sys.stderr)
+    measured = measure_layouts({name: trial for name, (trial, _) in rows.items()}, base, args.rounds)
     cached = calibration() or {}
     profile = fit(
         {k: measured[k] for k in LAYOUTS},
@@ -95,7 +91,7 @@ def main() -> None:
     )
     head = (
         f"# Step-time model on this machine — {time.strftime('%Y-%m-%d')}, commit {git_commit()}, "
-        f"{args.steps} steps per trial, model=small (MoE rows moe-small), global batch 8 x 64, jit\n"
+        f"{args.steps} steps per trial, median of {args.rounds} alternating rounds, model=small (MoE rows moe-small), global batch 8 x 64, jit\n"
     )
     text = "\n".join([head, summary, "", *lines]) + "\n"
     args.out.write_text(text)

@@ -1,4 +1,4 @@
-"""``python -m core.perf calibrate [--force]``: measure the ``cpu-local`` profile on this machine and cache it, as
+"""``python -m core.perf calibrate [--force] [--rounds 3]``: measure the ``cpu-local`` profile on this machine and cache it, as
 the reference rate is cached (``core.runtime.reference_rate``; the same machine key).
 
 What the profile leaves null is measured here, from one micro-benchmark and three real trials of ``model=small``
@@ -12,6 +12,8 @@ process like any trial:
     intra_node_latency_us      the tp=2 trial (four all-reduces of one micro-batch's activations per block: many
                                small messages), fitted jointly with the bandwidth (alternating, a few rounds)
 
+The trials run ``--rounds`` times, alternating, and each layout's median step counts: one trial's median step
+moved by up to 45% between runs minutes apart on this shared machine (benchmarks/RESULTS.md, "Step-time model").
 Each number is solved for (Brent's method) so that the model's prediction equals the measured step, the others
 held; every other layout is held out (``benchmarks/perf_cpu.py`` checks them). The reference rate is measured
 first when this machine has none. MindSpore runs only in the child processes.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -104,7 +107,21 @@ def fit(measured: dict[str, float], profile: dict[str, float]) -> dict[str, floa
     return profile
 
 
-def calibrate(force: bool = False) -> dict:
+def measure_layouts(layouts: dict[str, list[str]], base: list[str], rounds: int) -> dict[str, float]:
+    """Each layout's median step (seconds) over ``rounds`` real trials, the layouts alternating within a round so
+    that load on a shared machine hits them alike."""
+    steps: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for i, (name, overrides) in enumerate(layouts.items()):
+                trial = [o for o in overrides if not o.startswith("cluster.")]
+                summary = run_trial([*base, *trial], Path(tmp) / f"{i}_{r}")
+                steps.setdefault(name, []).append(summary["metrics"]["step_time_ms_median"] / 1000)
+                print(f"  {name} #{r + 1}: {steps[name][-1] * 1000:.0f} ms per step", file=sys.stderr)
+    return {name: statistics.median(values) for name, values in steps.items()}
+
+
+def calibrate(force: bool = False, rounds: int = 3) -> dict:
     entry = calibration()
     if entry and not force:
         return entry
@@ -118,13 +135,7 @@ def calibrate(force: bool = False) -> dict:
         "intra_node_bandwidth_gbps": 1.0,
         "intra_node_latency_us": 0.0,
     }
-    measured = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, (name, overrides) in enumerate(LAYOUTS.items()):
-            trial = [o for o in overrides if not o.startswith("cluster.")]
-            summary = run_trial([*BASE, *trial], Path(tmp) / str(i))
-            measured[name] = summary["metrics"]["step_time_ms_median"] / 1000
-            print(f"  {name}: {measured[name] * 1000:.0f} ms per step", file=sys.stderr)
+    measured = measure_layouts(LAYOUTS, BASE, rounds)
     entry = {
         **fit(measured, profile),
         "measured_step_sec": measured,
@@ -142,7 +153,8 @@ def calibrate(force: bool = False) -> dict:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m core.perf calibrate", description=__doc__.splitlines()[0])
     ap.add_argument("--force", action="store_true", help="measure again even when this machine has an entry")
+    ap.add_argument("--rounds", type=int, default=3, help="trials per layout; the median counts (default 3)")
     args = ap.parse_args(argv)
-    entry = calibrate(args.force)
+    entry = calibrate(args.force, args.rounds)
     print(json.dumps({machine_key("CPU"): entry}, indent=2))
     return 0

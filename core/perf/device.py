@@ -26,6 +26,7 @@ class Link:
 
     bandwidth: float
     latency: float
+    composed: bool = False  # every collective is an all-reduce here (see composes_collectives)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ def device(cluster: ClusterConfig, precision: str) -> Device:
         intra=Link(
             _need(cluster, "intra_node_bandwidth_gbps") * GBPS * cluster.collective_efficiency_intra,
             _need(cluster, "intra_node_latency_us") * US,
+            composes_collectives(cluster),
         ),
         inter=_inter(cluster),
         devices_per_node=cluster.devices_per_node,
@@ -76,7 +78,16 @@ def _inter(cluster: ClusterConfig) -> Link:
     return Link(
         _need(cluster, "inter_node_bandwidth_gbps") * GBPS * cluster.collective_efficiency_inter,
         _need(cluster, "inter_node_latency_us") * US,
+        composes_collectives(cluster),
     )
+
+
+def composes_collectives(cluster: ClusterConfig) -> bool:
+    """CPU workaround, priced as it runs: MindSpore's CPU collectives lack reduce-scatter and all-to-all and gather
+    only on the world group, so the core composes every collective from AllReduce there
+    (``core.parallel.comm.collectives.compose_from_all_reduce``): an all-gather costs an all-reduce of the whole
+    tensor, not (n - 1) / n of it."""
+    return cluster.device == "CPU"
 
 
 def _need(cluster: ClusterConfig, key: str, value: float | None = None) -> float:

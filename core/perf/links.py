@@ -9,7 +9,8 @@ Costs are the alpha-beta model of the ring algorithms (Thakur et al. 2005; NCCL'
 a full tensor of B bytes, all-reduce 2(n-1)/n * B / bw + 2(n-1) * alpha; all-gather and reduce-scatter
 (n-1)/n * B / bw + (n-1) * alpha; all-to-all (n-1)/n * B / bw + (n-1) * alpha (B: what one rank holds before);
 point-to-point B / bw + alpha. ``bw`` is the link's achieved bandwidth (the profile's collective efficiency times
-its peak, per device and direction).
+its peak, per device and direction). On a link whose collectives are composed from all-reduce (the core on CPU:
+``Link.composed``) each is priced as the all-reduce it runs.
 """
 
 from __future__ import annotations
@@ -37,16 +38,28 @@ def all_reduce(nbytes: float, n: int, link: Link) -> float:
 
 
 def all_gather(nbytes: float, n: int, link: Link) -> float:
-    """All-gather (or reduce-scatter) of a tensor of ``nbytes`` when whole."""
-    return 0.0 if n <= 1 else (n - 1) / n * nbytes / link.bandwidth + (n - 1) * link.latency
+    """All-gather of a tensor of ``nbytes`` when whole."""
+    if n <= 1:
+        return 0.0
+    if link.composed:  # the local block among zeros, all-reduced
+        return all_reduce(nbytes, n, link)
+    return (n - 1) / n * nbytes / link.bandwidth + (n - 1) * link.latency
 
 
-reduce_scatter = all_gather
+def reduce_scatter(nbytes: float, n: int, link: Link) -> float:
+    """Reduce-scatter of a tensor of ``nbytes`` when whole."""
+    if link.composed:  # the whole tensor all-reduced, this rank's block kept
+        return all_reduce(nbytes, n, link)
+    return all_gather(nbytes, n, link)
 
 
 def all_to_all(nbytes: float, n: int, link: Link) -> float:
     """All-to-all of the ``nbytes`` one rank holds."""
-    return 0.0 if n <= 1 else (n - 1) / n * nbytes / link.bandwidth + (n - 1) * link.latency
+    if n <= 1:
+        return 0.0
+    if link.composed:  # every rank's whole tensor all-gathered (composed), this rank's blocks selected
+        return all_gather(n * nbytes, n, link)
+    return (n - 1) / n * nbytes / link.bandwidth + (n - 1) * link.latency
 
 
 def p2p(nbytes: float, link: Link) -> float:

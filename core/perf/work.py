@@ -17,14 +17,15 @@ of heads, FFN width and vocabulary (D: width, kv: key/value width, F: FFN width,
 
 Collectives per block and micro-batch (bytes of the whole tensor; ``core.perf.links`` prices them):
 
-    tp       2 all-reduces forward and 2 backward of T D (with sequence parallelism the same volume as
-             all-gathers and reduce-scatters); hidden by the share ``cluster.overlap_tp``
+    tp       2 all-reduces forward and 2 backward of T D (with sequence parallelism 2 all-gathers and 2
+             reduce-scatters: natively the same volume); hidden by the share ``cluster.overlap_tp``
     cp       an all-gather of the keys and values of the whole sequence forward, a reduce-scatter of their
              gradients backward (``core.parallel.context_parallel``); hidden by ``cluster.overlap_cp``
     ep       2 all-to-alls forward (dispatch, combine) and 2 backward of the routed tokens
     fsdp     an all-gather of the block's weights forward, again backward, and a reduce-scatter of its
-             gradients (fp32 or bf16: ``cluster.reduce_precision``) (FSDP re-gathers in backward: ``core.parallel.fsdp``); with ``cluster.overlap_fsdp`` only
-             what the block's compute cannot hide is exposed
+             gradients (fp32 or bf16: ``cluster.reduce_precision``) (FSDP re-gathers in backward:
+             ``core.parallel.fsdp``); with ``cluster.overlap_fsdp`` only what the block's compute cannot hide is
+             exposed
 """
 
 from __future__ import annotations
@@ -152,7 +153,12 @@ def _block_comm(cfg: TrainConfig, dev: Device, sh: Shape, i: int, fwd: Pass, bwd
     T, D = sh.tokens, m.d_model
     if par.tp > 1:
         link = links.group_link(par, ("tp",), dev)
-        seconds = 2 * links.all_reduce(T * D * sh.act_bytes, par.tp, link) * (1 - c.overlap_tp)
+        whole = T * D * sh.act_bytes
+        if par.sp:  # an all-gather before attention and the MLP, a reduce-scatter after each
+            one = links.all_gather(whole, par.tp, link) + links.reduce_scatter(whole, par.tp, link)
+        else:
+            one = links.all_reduce(whole, par.tp, link)
+        seconds = 2 * one * (1 - c.overlap_tp)
         fwd.expose("tp", seconds)
         bwd.expose("tp", seconds)
     if par.cp > 1:

@@ -17,7 +17,11 @@ from .conftest import ROOT
 def test_calibrate_caches_a_profile_that_reproduces_its_fit(tmp_path):
     env = {**os.environ, CACHE_ENV: str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "-m", "core.perf", "calibrate"], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "core.perf", "calibrate", "--rounds", "1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     (entry,) = json.loads((tmp_path / "perf_calibration.json").read_text()).values()

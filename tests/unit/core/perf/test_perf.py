@@ -79,6 +79,16 @@ def test_collectives_cost_their_ring_volumes():
     assert links.all_reduce(8e9, 1, link) == 0.0
 
 
+def test_collectives_composed_from_all_reduce_cost_what_they_send():
+    """The core on CPU (core.parallel.comm.collectives): an all-gather all-reduces the whole tensor with the
+    local block among zeros, a reduce-scatter the whole tensor, an all-to-all gathers every rank's whole tensor."""
+    link = Link(bandwidth=1e9, latency=1e-6, composed=True)
+    assert links.all_gather(8e9, 4, link) == pytest.approx(2 * 3 / 4 * 8 + 2 * 3 * 1e-6)
+    assert links.reduce_scatter(8e9, 4, link) == pytest.approx(2 * 3 / 4 * 8 + 2 * 3 * 1e-6)
+    assert links.all_to_all(1e9, 8, link) == pytest.approx(2 * 7 / 8 * 8 + 2 * 7 * 1e-6)
+    assert links.all_gather(8e9, 1, link) == links.all_to_all(8e9, 1, link) == 0.0
+
+
 def test_groups_cross_nodes_by_their_span():
     dev = Device(1, 1, 1, 1, None, intra=Link(100, 0), inter=Link(10, 0), devices_per_node=8)
     par = load_config(["model=small", "parallel.dp_shard=4", "parallel.tp=4", "training.global_batch_size=8"]).parallel

@@ -1,0 +1,170 @@
+"""The plan against the experts (issue "Scale I"): for each published (model, cluster, batch) of
+``benchmarks/data/published_runs.yaml`` that ``perf_model.py`` scores, plan a space of layouts around it and ask
+whether the layout its authors published is among the plan's top 5, and what the plan predicts for its own first
+choice against it.
+
+    .venv/bin/python benchmarks/plan_vs_experts.py [--limit N]
+
+The space per row: every power-of-two split of the row's GPUs into dp_shard x tp x pp x cp (tp <= 8, pp <= 16,
+cp <= the row's), sequence parallelism with tp, 1F1B or interleaved (2 virtual stages), micro-batch 1, 2, 4 or the
+row's, recompute none / selective / full; dp_replicate as published; everything else (model, cluster, batch,
+sequence, precision, the row's flags) fixed as ``perf_model.overrides`` gives it, with the fitted efficiencies.
+The ranking is by predicted tokens/s per device among the points that fit in memory (not only the speed-memory
+front: a slower layout with less memory is still a rank down). Writes ``benchmarks/data/plan_vs_experts.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from perf_model import DATA, FIT, fit, overrides, skip_reason  # noqa: E402
+from provenance import git_commit  # noqa: E402
+
+from autoresearch.search.planner import Verdict, plan  # noqa: E402
+from autoresearch.space import load_space  # noqa: E402
+from core.config import ConfigError  # noqa: E402
+
+SEARCHED = (
+    "parallel.dp_shard",
+    "parallel.tp",
+    "parallel.sp",
+    "parallel.pp",
+    "parallel.cp",
+    "parallel.pp_schedule",
+    "parallel.pp_virtual",
+    "training.micro_batch_size",
+    "memory.recompute",
+)
+TOP = 5
+
+
+def _value(text: str):
+    return yaml.safe_load(text)
+
+
+def space_for(row: dict, fixed: dict) -> dict:
+    gpus, lay = row["gpus"], row["layout"]
+    world = gpus // lay["dp_replicate"]
+    powers = [2**i for i in range(int(math.log2(world)) + 1)]
+    micro = sorted({1, 2, 4, row["micro_batch_size"] or 1})
+    layers, batch = fixed.get("model.n_layers") or row["model"]["n_layers"], row["global_batch_sequences"]
+    return {
+        "name": f"experts-{row['id']}",
+        "objective": {"metric": "tokens_per_sec", "direction": "maximize"},
+        "world_size": gpus,
+        "fixed": fixed,
+        "params": {
+            "parallel.dp_shard": {"type": "choice", "values": powers},
+            "parallel.tp": {"type": "choice", "values": [p for p in powers if p <= 8]},
+            "parallel.sp": {"type": "choice", "values": [False, True]},
+            "parallel.pp": {"type": "choice", "values": [p for p in powers if p <= 16]},
+            "parallel.cp": {"type": "choice", "values": [p for p in powers if p <= max(1, lay["cp"])]},
+            "parallel.pp_schedule": {"type": "choice", "values": ["1f1b", "interleaved"]},
+            "parallel.pp_virtual": {"type": "choice", "values": [1, 2]},
+            "training.micro_batch_size": {"type": "choice", "values": micro},
+            "memory.recompute": {"type": "choice", "values": ["none", "selective", "full"]},
+        },
+        "constraints": [
+            f"parallel.dp_shard * parallel.tp * parallel.pp * parallel.cp == {world}",
+            "parallel.tp > 1 or not parallel.sp",
+            "parallel.pp > 1 or (parallel.pp_schedule == '1f1b' and parallel.pp_virtual == 1)",
+            "(parallel.pp_virtual > 1) == (parallel.pp_schedule == 'interleaved')",
+            # what the core would refuse for this model and batch, said as constraints: stages divide the layers,
+            # micro-batches the batch
+            f"{layers} % (parallel.pp * parallel.pp_virtual) == 0",
+            f"{batch} % (training.micro_batch_size * parallel.dp_shard * {lay['dp_replicate']}) == 0",
+        ],
+    }
+
+
+def published_point(settings: dict) -> dict:
+    """The row's own layout as a point of its space (a row without a pipeline names no schedule)."""
+    defaults = {"parallel.pp_schedule": "1f1b", "parallel.pp_virtual": 1}
+    return {k: settings.get(k, defaults.get(k)) for k in SEARCHED}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--limit", type=int, default=None, help="rows to plan (default: every distinct setting)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "data" / "plan_vs_experts.md")
+    args = ap.parse_args()
+    runs = yaml.safe_load(DATA.read_text())["runs"]
+    by_id = {r["id"]: r for r in runs}
+    efficiency = {device: fit(by_id[row]) for device, row in FIT.items()}
+    efficiency["h200"], efficiency["a100"] = efficiency["h100-sxm"], efficiency["a100-80gb"]
+    seen, rows = set(), []
+    for row in runs:  # one row per distinct (model, device, GPUs, batch, sequence, precision), held out of the fit
+        key = (str(row["model"]), row["device"], row["gpus"], row["global_batch_sequences"], row["seq_len"])
+        if skip_reason(row) or row["id"] in FIT.values() or key in seen:
+            continue
+        seen.add(key)
+        rows.append(row)
+    lines = [
+        "| row | published layout | its predicted rank (of fitting points) | in top 5? | plan's first choice | "
+        "predicted gain |",
+        "|---|---|---:|---|---|---:|",
+    ]
+    hits, gains, started = 0, [], time.time()
+    for row in rows[: args.limit]:
+        settings = dict(o.split("=", 1) for o in overrides(row, efficiency[row["device"]]))
+        typed = {k: _value(v) for k, v in settings.items()}
+        fixed = {k: v for k, v in typed.items() if k not in SEARCHED}
+        profile = yaml.safe_load((ROOT / "configs" / "cluster" / f"{fixed['cluster']}.yaml").read_text())
+        fixed["device"] = profile["device"]  # the space is checked by the core's rules for that device
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "space.yaml"
+            path.write_text(yaml.safe_dump(space_for(row, fixed), sort_keys=False))
+            try:
+                every = plan(load_space(path))
+            except (ConfigError, ValueError) as exc:
+                lines.append(f"| {row['id']} | - | not planned: {exc} | - | - | - |")
+                continue
+        ranked = sorted(
+            (r for r in every if r.verdict in (Verdict.RANKED, Verdict.DOMINATED)),
+            key=lambda r: -r.tokens_per_sec_per_device,
+        )
+        mine = published_point(typed)
+        where = next((i for i, r in enumerate(ranked) if r.params == mine), None)
+        layout = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in mine.items())
+        if where is None:
+            own = next((r for r in every if r.params == mine), None)
+            why = f"{own.verdict.value}: {own.reason}" if own else "not a point of the space"
+            lines.append(f"| {row['id']} | {layout} | predicted not to run ({why}) | no | - | - |")
+            continue
+        best = ranked[0]
+        hits += where < TOP
+        gain = best.tokens_per_sec_per_device / ranked[where].tokens_per_sec_per_device
+        gains.append(gain)
+        choice = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in best.params.items() if mine.get(k) != v)
+        lines.append(
+            f"| {row['id']} | {layout} | {where + 1} of {len(ranked)} | {'yes' if where < TOP else 'no'} | "
+            f"{choice or 'the same'} | {gain:.2f}x |"
+        )
+        print(f"  {row['id']}: rank {where + 1} of {len(ranked)}, gain {gain:.2f}x", file=sys.stderr)
+    planned = len(lines) - 2
+    summary = (
+        f"{planned} published settings planned in {time.time() - started:.0f} s; the published layout in the top "
+        f"{TOP}: {hits} of {len(gains)}; the plan's first choice predicted "
+        f"{statistics.median(gains):.2f}x the published layout at the median (max {max(gains):.2f}x)"
+        if gains
+        else "no setting planned"
+    )
+    head = f"# The plan against the experts — {time.strftime('%Y-%m-%d')}, commit {git_commit()}\n"
+    text = "\n".join([head, summary, "", *lines]) + "\n"
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
