@@ -1,5 +1,5 @@
-"""``python -m core.perf calibrate [--force] [--rounds 3]``: measure the ``cpu-local`` profile on this machine and cache it, as
-the reference rate is cached (``core.runtime.reference_rate``; the same machine key).
+"""``python -m core.perf calibrate [--force] [--rounds 3]``: measure the ``cpu-local`` profile on this machine and
+cache it, as the reference rate is cached (``core.runtime.reference_rate``; the same machine key).
 
 What the profile leaves null is measured here, from one micro-benchmark and three real trials of ``model=small``
 (global batch 8 x 64 tokens, jit, AdamW, 12 steps: the project's layout benchmark), each a ``python -m core.train``
@@ -34,7 +34,7 @@ from pathlib import Path
 from scipy.optimize import brentq
 
 from core.config import TrainConfig
-from core.perf.device import calibration, calibration_path
+from core.perf.device import CALIBRATION_METHOD, calibration, calibration_path
 from core.perf.step import estimate_step, planned_config
 from core.runtime.files import write_atomic
 from core.runtime.reference_rate import cache_path as reference_cache
@@ -139,6 +139,7 @@ def calibrate(force: bool = False, rounds: int = 3) -> dict:
     entry = {
         **fit(measured, profile),
         "measured_step_sec": measured,
+        "method": CALIBRATION_METHOD,
         "date": time.strftime("%Y-%m-%d"),
     }
     try:

@@ -107,12 +107,19 @@ def calibration_path() -> Path:
     return cache_root() / "perf_calibration.json"
 
 
+# What a fitted number means depends on the model it was fitted through: an entry of another method is stale
+# (2: collectives priced as the core composes them on CPU, ``composes_collectives``).
+CALIBRATION_METHOD = 2
+
+
 def calibration() -> dict | None:
-    """This machine's cpu-local calibration (``core.perf.calibrate``), or None when it has none."""
+    """This machine's cpu-local calibration (``core.perf.calibrate``), or None when it has none or it was fitted
+    through an older model (``CALIBRATION_METHOD``)."""
     try:
-        return json.loads(calibration_path().read_text()).get(machine_key("CPU"))
+        entry = json.loads(calibration_path().read_text()).get(machine_key("CPU"))
     except (OSError, ValueError):
         return None
+    return entry if entry and entry.get("method") == CALIBRATION_METHOD else None
 
 
 def _reference_rate(cluster: ClusterConfig) -> float:

@@ -37,6 +37,10 @@ def test_a_cpu_profile_reads_the_calibration_or_names_the_key(tmp_path, monkeypa
     assert info.value.field.startswith("cluster.") and "core.perf calibrate" in str(info.value)
     entry = {"matmul_efficiency": 0.5, "memory_bandwidth_gbps": 12.0, "intra_node_bandwidth_gbps": 0.2}
     entry["intra_node_latency_us"] = 100.0
+    stale = {**entry, "method": device.CALIBRATION_METHOD - 1}  # fitted through an older model: not used
+    device.calibration_path().write_text(json.dumps({machine_key("CPU"): stale}))
+    assert calibrate.calibration() is None
+    entry["method"] = device.CALIBRATION_METHOD
     device.calibration_path().write_text(json.dumps({machine_key("CPU"): entry}))
     rates = device.device(cluster, "fp32")
     assert rates.efficiency == 0.5 and rates.memory_bandwidth == 12e9
