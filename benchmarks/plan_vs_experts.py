@@ -33,7 +33,7 @@ from provenance import git_commit  # noqa: E402
 
 from autoresearch.search.planner import Verdict, plan  # noqa: E402
 from autoresearch.space import load_space  # noqa: E402
-from core.config import ConfigError  # noqa: E402
+from core.config import ConfigError, parse_overrides  # noqa: E402
 
 SEARCHED = (
     "parallel.dp_shard",
@@ -47,10 +47,6 @@ SEARCHED = (
     "memory.recompute",
 )
 TOP = 5
-
-
-def _value(text: str):
-    return yaml.safe_load(text)
 
 
 def space_for(row: dict, fixed: dict) -> dict:
@@ -117,8 +113,7 @@ def main() -> None:
     ]
     hits, gains, started = 0, [], time.time()
     for row in rows[: args.limit]:
-        settings = dict(o.split("=", 1) for o in overrides(row, efficiency[row["device"]]))
-        typed = {k: _value(v) for k, v in settings.items()}
+        typed = parse_overrides(overrides(row, efficiency[row["device"]]))
         fixed = {k: v for k, v in typed.items() if k not in SEARCHED}
         profile = yaml.safe_load((ROOT / "configs" / "cluster" / f"{fixed['cluster']}.yaml").read_text())
         fixed["device"] = profile["device"]  # the space is checked by the core's rules for that device

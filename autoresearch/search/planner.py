@@ -4,13 +4,12 @@ point is at least as fast with no more memory per rank).
 
 Points come from ``SearchSpace.grid`` (floats at ``points_per_float`` values) and are predicted on the cluster the
 space's fixed settings name (``cluster=h100-sxm cluster.nodes=32 ...``): a space for real clusters ranks in
-seconds, without MindSpore, and the agent's ``--plan`` starts its search from the top of it.
+seconds to minutes, without MindSpore.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from dataclasses import field as dataclass_field
 from enum import Enum
 
 from autoresearch.core_adapter import predict_step
@@ -42,7 +41,6 @@ class PlanRow:
     verdict: Verdict = Verdict.RANKED
     reason: str = ""
     field: str = ""  # invalid: the config key the core's rule names
-    breakdown: dict = dataclass_field(default_factory=dict)
 
 
 def plan(
@@ -88,7 +86,6 @@ def _predict(space: SearchSpace, point: dict, extra: dict) -> PlanRow:
     row.tokens_per_sec_per_device, row.tokens_per_sec = est.tokens_per_sec_per_device, est.tokens_per_sec
     row.mfu, row.step_time_sec = est.mfu, est.step_time_sec
     row.memory_gib, row.bubble = est.peak_memory_bytes_per_rank / 2**30, idle / est.step_time_sec
-    row.breakdown = est.breakdown
     if not est.fits:
         row.verdict = Verdict.MEMORY
         row.reason = f"{row.memory_gib:.1f} GiB per rank over the device's {est.memory_bytes_per_device / 2**30:.0f}"

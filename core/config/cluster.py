@@ -33,7 +33,8 @@ class ClusterConfig:
     peak_tflops_bf16: float | None = None
     """Dense BF16 peak, TFLOP/s per device (no sparsity); null: the device has no faster BF16 path (FP32's)."""
     memory_gib: float | None = None
-    """Device memory per device, GiB; null on cpu-local: the host's memory divided by its ranks."""
+    """Device memory per device, GiB; null: no limit is checked (cpu-local: a study's memory gate uses
+    memory.limit_gb and the measured runtime profile instead)."""
     memory_bandwidth_gbps: float | None = None
     """Device memory bandwidth, GB/s: what memory-bound work (norms, element-wise ops, the optimizer) runs at;
     null on cpu-local: measured (``python -m core.perf calibrate``)."""

@@ -249,7 +249,6 @@ def checkpoints_fit_the_budget(cfg: TrainConfig) -> None:
     )
 
 
-# In order: a rule may rely on the ones before it (the micro-batch rules on the data-parallel split).
 def bf16_training_is_built(cfg: TrainConfig) -> None:
     require(
         cfg.training.precision == "fp32",
@@ -259,6 +258,7 @@ def bf16_training_is_built(cfg: TrainConfig) -> None:
     )
 
 
+# In order: a rule may rely on the ones before it (the micro-batch rules on the data-parallel split).
 CROSS_SECTION_RULES = (
     fused_kernels_run_on_the_host,
     sequence_fits_rope_table,

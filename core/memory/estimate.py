@@ -141,14 +141,9 @@ def pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple[
         held |= {"norm.weight"} | ({"lm_head.weight"} if not m.tie_embeddings else set())
     chunks = [(ranges[s], cfg.memory.recompute_of(s)) for s in mine]
     in_flight = 1
-    if par.pp > 1:
-        in_flight = _in_flight(par.pp_schedule, par.pp, cfg.grad_accum_steps, par.pp_virtual)[pp_rank]
+    if par.pp > 1:  # the schedule simulated once per shape (compile_schedule caches it), not per rank
+        in_flight = compile_schedule(par.pp_schedule, par.pp, cfg.grad_accum_steps, par.pp_virtual).in_flight[pp_rank]
     return held, chunks, last, in_flight
-
-
-def _in_flight(schedule: str, pp: int, micro_batches: int, virtual: int) -> list[int]:
-    """Per pipeline rank, the most micro-batch stages in flight (simulated once per schedule, not per rank)."""
-    return compile_schedule(schedule, pp, micro_batches, virtual).in_flight
 
 
 def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:

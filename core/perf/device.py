@@ -56,29 +56,32 @@ def device(cluster: ClusterConfig, precision: str) -> Device:
     peak = cluster.peak_tflops_bf16 if precision == "bf16" and cluster.peak_tflops_bf16 else cluster.peak_tflops_fp32
     if peak is None and cluster.device == "CPU":
         peak = _reference_rate(cluster) / TFLOPS / cluster.devices_per_node  # the node's cores, shared by its ranks
+    measured = (calibration() or {}) if cluster.device == "CPU" else {}
+
+    def need(key: str, value: float | None = None) -> float:
+        return _need(cluster, key, measured, value)
+
     return Device(
-        peak_flops=_need(cluster, "peak_tflops_fp32", peak) * TFLOPS,
-        efficiency=_need(cluster, "matmul_efficiency"),
+        peak_flops=need("peak_tflops_fp32", peak) * TFLOPS,
+        efficiency=need("matmul_efficiency"),
         half_dim=cluster.matmul_half_dim,
-        memory_bandwidth=_need(cluster, "memory_bandwidth_gbps") * GBPS,
+        memory_bandwidth=need("memory_bandwidth_gbps") * GBPS,
         memory_bytes=None if cluster.memory_gib is None else cluster.memory_gib * 2**30,
         intra=Link(
-            _need(cluster, "intra_node_bandwidth_gbps") * GBPS * cluster.collective_efficiency_intra,
-            _need(cluster, "intra_node_latency_us") * US,
+            need("intra_node_bandwidth_gbps") * GBPS * cluster.collective_efficiency_intra,
+            need("intra_node_latency_us") * US,
             composes_collectives(cluster),
         ),
-        inter=_inter(cluster),
+        inter=(
+            Link(float("inf"), 0.0)  # never used: no group leaves a single node
+            if cluster.nodes == 1
+            else Link(
+                need("inter_node_bandwidth_gbps") * GBPS * cluster.collective_efficiency_inter,
+                need("inter_node_latency_us") * US,
+                composes_collectives(cluster),
+            )
+        ),
         devices_per_node=cluster.devices_per_node,
-    )
-
-
-def _inter(cluster: ClusterConfig) -> Link:
-    if cluster.nodes == 1:  # never used: no group leaves the node
-        return Link(float("inf"), 0.0)
-    return Link(
-        _need(cluster, "inter_node_bandwidth_gbps") * GBPS * cluster.collective_efficiency_inter,
-        _need(cluster, "inter_node_latency_us") * US,
-        composes_collectives(cluster),
     )
 
 
@@ -90,11 +93,12 @@ def composes_collectives(cluster: ClusterConfig) -> bool:
     return cluster.device == "CPU"
 
 
-def _need(cluster: ClusterConfig, key: str, value: float | None = None) -> float:
-    """The profile's number, else (on a CPU profile) this machine's calibration's, else a ConfigError."""
+def _need(cluster: ClusterConfig, key: str, measured: dict, value: float | None = None) -> float:
+    """The profile's number, else the machine's calibration's (``measured``: a CPU profile's), else a
+    ConfigError naming the key."""
     value = getattr(cluster, key) if value is None else value
-    if value is None and cluster.device == "CPU":
-        value = (calibration() or {}).get(key)
+    if value is None:
+        value = measured.get(key)
     if value is None:
         fix = f"set cluster.{key}=<value>"
         if cluster.device == "CPU":

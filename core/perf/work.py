@@ -174,15 +174,22 @@ def _block_comm(cfg: TrainConfig, dev: Device, sh: Shape, i: int, fwd: Pass, bwd
         seconds = 2 * links.all_to_all(held, par.ep, link)
         fwd.expose("ep", seconds)
         bwd.expose("ep", seconds)
+    _fsdp_comm(cfg, dev, sh, sharded_numel(cfg, f"layers.{i}."), fwd, bwd)
+
+
+def _fsdp_comm(cfg: TrainConfig, dev: Device, sh: Shape, weights: float, fwd: Pass, bwd: Pass) -> None:
+    """FSDP's gather of ``weights`` elements forward, again backward, and the reduce-scatter of their gradients;
+    with ``cluster.overlap_fsdp`` only what the pass's compute cannot hide is exposed."""
+    par, c = cfg.parallel, cfg.cluster
     fsdp = par.dp_shard * par.cp
-    if fsdp > 1:
-        weights = sharded_numel(cfg, f"layers.{i}.")
-        link = links.group_link(par, ("dp_shard", "cp"), dev)
-        gather = links.all_gather(weights * sh.weight_bytes, fsdp, link)
-        scatter = links.reduce_scatter(weights * c.reduce_bytes, fsdp, link)
-        fwd.expose("fsdp", gather if not c.overlap_fsdp else max(0.0, gather - fwd.compute))
-        back = gather + scatter
-        bwd.expose("fsdp", back if not c.overlap_fsdp else max(0.0, back - bwd.compute - bwd.recompute))
+    if fsdp <= 1 or not weights:
+        return
+    link = links.group_link(par, ("dp_shard", "cp"), dev)
+    gather = links.all_gather(weights * sh.weight_bytes, fsdp, link)
+    scatter = links.reduce_scatter(weights * c.reduce_bytes, fsdp, link)
+    fwd.expose("fsdp", gather if not c.overlap_fsdp else max(0.0, gather - fwd.compute))
+    back = gather + scatter
+    bwd.expose("fsdp", back if not c.overlap_fsdp else max(0.0, back - bwd.compute - bwd.recompute))
 
 
 def sharded_numel(cfg: TrainConfig, prefix: str) -> float:
@@ -219,13 +226,5 @@ def edge_passes(cfg: TrainConfig, dev: Device, *, first: bool, last: bool) -> tu
         fwd.compute += dev.matmul_seconds(*head) + dev.memory_seconds(logits)
         bwd.compute += dev.matmul_seconds(2 * head[0], head[1]) + dev.memory_seconds(logits)
         names += ["norm.", "lm_head."]
-    fsdp = par.dp_shard * par.cp
-    if fsdp > 1 and names:
-        weights = sum(sharded_numel(cfg, n) for n in names)
-        link = links.group_link(par, ("dp_shard", "cp"), dev)
-        gather = links.all_gather(weights * sh.weight_bytes, fsdp, link)
-        scatter = links.reduce_scatter(weights * cfg.cluster.reduce_bytes, fsdp, link)
-        fwd.expose("fsdp", gather if not cfg.cluster.overlap_fsdp else max(0.0, gather - fwd.compute))
-        back = gather + scatter
-        bwd.expose("fsdp", back if not cfg.cluster.overlap_fsdp else max(0.0, back - bwd.compute))
+    _fsdp_comm(cfg, dev, sh, sum(sharded_numel(cfg, n) for n in names), fwd, bwd)
     return fwd, bwd
