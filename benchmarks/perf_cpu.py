@@ -1,10 +1,10 @@
-"""The step-time model on this machine (issue "Scale I"): ``cpu-local`` fitted on three fresh trials, every other
+"""The step-time model on this machine (issue "Scale I"): ``cpu-local`` fitted on four fresh trials, every other
 layout of the project's layout, pipeline and MoE benchmarks predicted and run, side by side in one run.
 
     .venv/bin/python benchmarks/perf_cpu.py [--steps 12] [--rounds 3]
 
-The fit is ``core.perf.calibrate``'s (the 1-process run for the matmul efficiency; dp_replicate=2 and tp=2 for
-the collective bandwidth and latency) on trials run here, not the cached calibration, so that fit and check share
+The fit is ``core.perf.calibrate``'s (1-process runs in one micro-batch and in eight for the matmul efficiency
+and the kernel launches; dp_replicate=2 and tp=2 for the collective bandwidth and latency) on trials run here, not the cached calibration, so that fit and check share
 the machine's state. Each layout runs ``--rounds`` times, alternating, and its median step counts. Held out:
 everything else. Reported: each layout's measured median step, the prediction, the
 error; the median |error| and the Spearman rank correlation over the held-out layouts. A 4-rank layout runs two
@@ -67,6 +67,7 @@ def main() -> None:
             "matmul_efficiency": 1.0,
             "intra_node_bandwidth_gbps": 1.0,
             "intra_node_latency_us": 0.0,
+            "launch_overhead_us": 0.0,
         },
     )
     sets = [f"cluster.{k}={v}" for k, v in profile.items()]

@@ -53,6 +53,11 @@ class ClusterConfig:
     matmul_half_dim: int = 128
     """A matmul whose smallest dimension is this reaches half of matmul_efficiency (small shapes underfill the
     device)."""
+    launch_overhead_us: float | None = 0.0
+    """Host time to launch the kernels of one block for one micro-batch's forward, microseconds (its backward
+    twice, a full recompute once more; the embedding and the head with the loss count as a block each). 0 on
+    accelerators, whose graph-mode launches are asynchronous and hidden under device compute; null on cpu-local,
+    where the host is the device and every launch adds to the step: measured (``python -m core.perf calibrate``)."""
     collective_efficiency_intra: float = 0.8
     """Achieved share of the intra-node bandwidth by a large collective."""
     collective_efficiency_inter: float = 0.8
@@ -97,7 +102,7 @@ class ClusterConfig:
         ):
             value = getattr(self, key)
             require(value is None or value > 0, f"cluster.{key}", f"must be > 0, or null (got {value})")
-        for key in ("intra_node_latency_us", "inter_node_latency_us"):
+        for key in ("intra_node_latency_us", "inter_node_latency_us", "launch_overhead_us"):
             value = getattr(self, key)
             require(value is None or value >= 0, f"cluster.{key}", f"must be >= 0, or null (got {value})")
         for key in ("memory_reserved_gib", "memory_margin"):

@@ -1,16 +1,20 @@
 """``python -m core.perf calibrate [--force] [--rounds 3]``: measure the ``cpu-local`` profile on this machine and
 cache it, as the reference rate is cached (``core.runtime.reference_rate``; the same machine key).
 
-What the profile leaves null is measured here, from one micro-benchmark and three real trials of ``model=small``
+What the profile leaves null is measured here, from one micro-benchmark and four real trials of ``model=small``
 (global batch 8 x 64 tokens, jit, AdamW, 12 steps: the project's layout benchmark), each a ``python -m core.train``
 process like any trial:
 
     memory_bandwidth_gbps      an element-wise add of 2^24 floats under MindSpore, the fastest of 20 rounds
                                (two arrays read, one written)
     matmul_efficiency          the 1-process trial: the efficiency at which core.perf predicts its median step
+    launch_overhead_us         the 1-process trial in micro-batches of one sequence (8 micro-batches of 64 tokens:
+                               mostly kernel launches), fitted jointly with the efficiency
     intra_node_bandwidth_gbps  the dp_replicate=2 trial (its step is dominated by one all-reduce of every gradient)
     intra_node_latency_us      the tp=2 trial (four all-reduces of one micro-batch's activations per block: many
-                               small messages), fitted jointly with the bandwidth (alternating, a few rounds)
+                               small messages), fitted jointly with the bandwidth
+
+Each pair is solved alternately until it stops moving.
 
 The trials run ``--rounds`` times, alternating, and each layout's median step counts: one trial's median step
 moved by up to 45% between runs minutes apart on this shared machine (benchmarks/RESULTS.md, "Step-time model").
@@ -50,10 +54,17 @@ BASE = [
 ]
 LAYOUTS = {
     "1 process": [],
+    "1 process, micro 1": ["training.micro_batch_size=1"],
     "dp_replicate=2": ["parallel.dp_replicate=2", "cluster.devices_per_node=2"],
     "tp=2": ["parallel.tp=2", "cluster.devices_per_node=2"],
 }
-ROUNDS = 3  # alternations of the two collective fits (each moves the other's answer by little)
+# Each pair is solved alternately until a round moves no number by more than this share; the 1-process pair first
+# (the layouts' fits need its rates; those runs have no collectives, so the second pair cannot move it).
+PAIRS = (
+    (("1 process", "matmul_efficiency", 0.01, 1.0), ("1 process, micro 1", "launch_overhead_us", 0.0, 1e5)),
+    (("dp_replicate=2", "intra_node_bandwidth_gbps", 0.01, 1e3), ("tp=2", "intra_node_latency_us", 0.0, 1e5)),
+)
+TOLERANCE, MAX_ROUNDS = 1e-6, 50
 _BANDWIDTH = """
 import time, numpy as np, mindspore as ms
 ms.set_device("CPU")
@@ -93,17 +104,19 @@ def solve(cfg: TrainConfig, key: str, measured_sec: float, low: float, high: flo
 
 
 def fit(measured: dict[str, float], profile: dict[str, float]) -> dict[str, float]:
-    """The profile's fitted numbers from the three layouts' measured median steps (seconds)."""
+    """The profile's fitted numbers from the calibration runs' measured median steps (seconds; ``LAYOUTS``)."""
 
     def cfg(name: str) -> TrainConfig:
         sets = [f"cluster.{k}={v}" for k, v in profile.items()]
         return planned_config([*BASE, *LAYOUTS[name], *sets])
 
-    profile["matmul_efficiency"] = solve(cfg("1 process"), "matmul_efficiency", measured["1 process"], 0.01, 1.0)
-    for _ in range(ROUNDS):
-        dp, tp = measured["dp_replicate=2"], measured["tp=2"]
-        profile["intra_node_bandwidth_gbps"] = solve(cfg("dp_replicate=2"), "intra_node_bandwidth_gbps", dp, 0.01, 1e3)
-        profile["intra_node_latency_us"] = solve(cfg("tp=2"), "intra_node_latency_us", tp, 0.0, 1e5)
+    for pair in PAIRS:
+        for _ in range(MAX_ROUNDS):
+            before = dict(profile)
+            for name, key, low, high in pair:
+                profile[key] = solve(cfg(name), key, measured[name], low, high)
+            if all(abs(profile[k] - before[k]) <= TOLERANCE * abs(profile[k]) for _, k, _, _ in pair):
+                break
     return profile
 
 
@@ -134,6 +147,7 @@ def calibrate(force: bool = False, rounds: int = 3) -> dict:
         "matmul_efficiency": 1.0,
         "intra_node_bandwidth_gbps": 1.0,
         "intra_node_latency_us": 0.0,
+        "launch_overhead_us": 0.0,
     }
     measured = measure_layouts(LAYOUTS, BASE, rounds)
     entry = {

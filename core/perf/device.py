@@ -1,6 +1,11 @@
 """A cluster profile turned into the rates the step-time model divides by: FLOP/s for a matmul of a given shape,
 bytes/s of device memory, and a link (bandwidth, latency) per tier. Everything in SI units (seconds, bytes).
 
+Each block's forward of a micro-batch also pays ``launch_overhead_us`` of host time (its backward twice): nothing
+on accelerators, whose graph-mode launches hide under device compute; on a CPU the host is the device, and a
+micro-batch of few tokens costs mostly launches (``model=tiny`` at 256 tokens per micro-batch: ~3x the step the
+FLOPs and bytes alone predict, benchmarks/RESULTS.md "Step-time model").
+
 The achieved matmul rate is ``peak * matmul_efficiency * d / (d + matmul_half_dim)`` with ``d`` the matmul's
 smallest dimension: a large matmul reaches the fitted efficiency, a thin one (few tokens per micro-batch, a narrow
 tensor-parallel shard) underfills the device. On ``cpu-local`` the peak is the machine's measured reference rate
@@ -36,6 +41,7 @@ class Device:
     half_dim: int
     memory_bandwidth: float  # bytes/s
     memory_bytes: float | None
+    launch: float  # host seconds to launch one block's kernels forward (cluster.launch_overhead_us)
     intra: Link
     inter: Link
     devices_per_node: int
@@ -67,6 +73,7 @@ def device(cluster: ClusterConfig, precision: str) -> Device:
         half_dim=cluster.matmul_half_dim,
         memory_bandwidth=need("memory_bandwidth_gbps") * GBPS,
         memory_bytes=None if cluster.memory_gib is None else cluster.memory_gib * 2**30,
+        launch=need("launch_overhead_us") * US,
         intra=Link(
             need("intra_node_bandwidth_gbps") * GBPS * cluster.collective_efficiency_intra,
             need("intra_node_latency_us") * US,
@@ -112,8 +119,8 @@ def calibration_path() -> Path:
 
 
 # What a fitted number means depends on the model it was fitted through: an entry of another method is stale
-# (2: collectives priced as the core composes them on CPU, ``composes_collectives``).
-CALIBRATION_METHOD = 2
+# (2: collectives priced as the core composes them on CPU, ``composes_collectives``; 3: kernel launches priced).
+CALIBRATION_METHOD = 3
 
 
 def calibration() -> dict | None:

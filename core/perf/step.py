@@ -105,6 +105,7 @@ def estimate_step(cfg: TrainConfig) -> StepEstimate:
     breakdown = {
         "compute": m * (fwd.compute + bwd.compute),
         "recompute": m * bwd.recompute,
+        "launch": m * (fwd.launch + bwd.launch),
         **{f"comm_{k}": m * v for k, v in _merge(fwd.comm, bwd.comm).items()},
         "comm_pp": pipeline - busy if par.pp > 1 else 0.0,  # bubble and transfers, measured as idle time
         "comm_dp": dp,
@@ -139,7 +140,7 @@ def _stage_passes(cfg: TrainConfig, dev: Device) -> list[tuple[Pass, Pass]]:
             fwd.add(f)
             bwd.add(b)
         if par.pp > 1 and cfg.cluster.stage_recompute and s < len(ranges) - 1:
-            bwd.add(Pass(recompute=fwd.compute, comm=dict(fwd.comm)))  # the stage's forward again, its collectives too
+            bwd.add(Pass(recompute=fwd.compute, launch=fwd.launch, comm=dict(fwd.comm)))  # the forward again, all of it
         out.append((fwd, bwd))
     return out
 

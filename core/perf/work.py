@@ -14,6 +14,8 @@ of heads, FFN width and vocabulary (D: width, kv: key/value width, F: FFN width,
                          / tp, SwiGLU's element-wise 3 F / tp: read and written once forward, twice backward
     recompute            full: the block's forward again in backward; selective: its element-wise work (and the
                          attention core where the S x S matrices are not kept by flash attention)
+    launches             the host's kernel launches, ``cluster.launch_overhead_us`` per block forward, twice
+                         backward, once more with full recompute (selective's few kernels are not counted)
 
 Collectives per block and micro-batch (bytes of the whole tensor; ``core.perf.links`` prices them):
 
@@ -48,15 +50,17 @@ class Pass:
 
     compute: float = 0.0
     recompute: float = 0.0
+    launch: float = 0.0  # host time launching kernels (cluster.launch_overhead_us)
     comm: dict[str, float] = field(default_factory=dict)  # exposed communication by kind: tp, cp, ep, fsdp
 
     @property
     def total(self) -> float:
-        return self.compute + self.recompute + sum(self.comm.values())
+        return self.compute + self.recompute + self.launch + sum(self.comm.values())
 
     def add(self, other: Pass) -> None:
         self.compute += other.compute
         self.recompute += other.recompute
+        self.launch += other.launch
         for kind, seconds in other.comm.items():
             self.comm[kind] = self.comm.get(kind, 0.0) + seconds
 
@@ -132,7 +136,7 @@ def block_passes(cfg: TrainConfig, dev: Device, i: int, recompute: str) -> tuple
     def matmul_seconds(items) -> float:
         return sum(dev.matmul_seconds(f, d) for f, d in items)
 
-    fwd, bwd = Pass(), Pass()
+    fwd, bwd = Pass(launch=dev.launch), Pass(launch=2 * dev.launch)
     fwd.compute = matmul_seconds(matmuls) + dev.matmul_seconds(*core) + dev.memory_seconds(elementwise)
     core_back = FLASH_BACKWARD if sh.flash else 2.0
     bwd.compute = (
@@ -141,7 +145,7 @@ def block_passes(cfg: TrainConfig, dev: Device, i: int, recompute: str) -> tuple
         + dev.memory_seconds(2 * elementwise)
     )
     if recompute == "full":
-        bwd.recompute = fwd.compute
+        bwd.recompute, bwd.launch = fwd.compute, bwd.launch + fwd.launch
     elif recompute == "selective":
         bwd.recompute = dev.memory_seconds(elementwise) + (0.0 if sh.flash else dev.matmul_seconds(*core))
     _block_comm(cfg, dev, sh, i, fwd, bwd)
@@ -216,6 +220,8 @@ def edge_passes(cfg: TrainConfig, dev: Device, *, first: bool, last: bool) -> tu
     T, D, V = sh.tokens, m.d_model, m.vocab_size
     fwd, bwd = Pass(), Pass()
     names = []
+    edges = int(first) + int(last)  # each launches about a block's kernels
+    fwd.launch, bwd.launch = edges * dev.launch, 2 * edges * dev.launch
     if first:
         fwd.compute += dev.memory_seconds(2 * T * D * sh.act_bytes)  # the lookup
         bwd.compute += dev.memory_seconds(2 * T * D * 4)  # the table's gradient, scattered

@@ -30,6 +30,7 @@ CLUSTER = [
     "cluster.memory_bandwidth_gbps=2000",
     "cluster.intra_node_bandwidth_gbps=100",
     "cluster.intra_node_latency_us=0",
+    "cluster.launch_overhead_us=0",
     "cluster.inter_node_bandwidth_gbps=10",
     "cluster.inter_node_latency_us=0",
     "cluster.devices_per_node=8",
@@ -90,7 +91,7 @@ def test_collectives_composed_from_all_reduce_cost_what_they_send():
 
 
 def test_groups_cross_nodes_by_their_span():
-    dev = Device(1, 1, 1, 1, None, intra=Link(100, 0), inter=Link(10, 0), devices_per_node=8)
+    dev = Device(1, 1, 1, 1, None, 0.0, intra=Link(100, 0), inter=Link(10, 0), devices_per_node=8)
     par = load_config(["model=small", "parallel.dp_shard=4", "parallel.tp=4", "training.global_batch_size=8"]).parallel
     assert links.group_link(par, ("tp",), dev).bandwidth == 100  # ranks 0-3
     assert links.group_link(par, ("dp_shard",), dev).bandwidth == 10  # stride 4, 4 of them: 16 ranks, 2 nodes
