@@ -4,8 +4,8 @@ layout of the project's layout, pipeline and MoE benchmarks predicted and run, s
     .venv/bin/python benchmarks/perf_cpu.py [--steps 12] [--rounds 3]
 
 The fit is ``core.perf.calibrate``'s (1-process runs in one micro-batch and in eight for the matmul efficiency
-and the kernel launches; dp_replicate=2 and tp=2 for the collective bandwidth and latency) on trials run here, not the cached calibration, so that fit and check share
-the machine's state. Each layout runs ``--rounds`` times, alternating, and its median step counts. Held out:
+and the kernel launches; dp_replicate=2 and tp=2 for the collective bandwidth and latency) on trials run here, not
+the cached calibration, so that fit and check share the machine's state. Each layout runs ``--rounds`` times, alternating, and its median step counts. Held out:
 everything else. Reported: each layout's measured median step, the prediction, the
 error; the median |error| and the Spearman rank correlation over the held-out layouts. A 4-rank layout runs two
 ranks per core (``cluster.devices_per_node=4``: the host's rate shared four ways). Writes
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from scipy.stats import spearmanr  # noqa: E402
 
 from core.perf import estimate_step, planned_config  # noqa: E402
-from core.perf.calibrate import BASE, LAYOUTS, fit, measure_layouts  # noqa: E402
+from core.perf.calibrate import BASE, LAYOUTS, START, fit, measure_layouts  # noqa: E402
 from core.perf.device import calibration  # noqa: E402
 
 HELD_OUT = {  # name -> (trial overrides, the cluster's devices per node)
@@ -62,13 +62,7 @@ def main() -> None:
     cached = calibration() or {}
     profile = fit(
         {k: measured[k] for k in LAYOUTS},
-        {
-            "memory_bandwidth_gbps": cached["memory_bandwidth_gbps"],
-            "matmul_efficiency": 1.0,
-            "intra_node_bandwidth_gbps": 1.0,
-            "intra_node_latency_us": 0.0,
-            "launch_overhead_us": 0.0,
-        },
+        {"memory_bandwidth_gbps": cached["memory_bandwidth_gbps"], **START},
     )
     sets = [f"cluster.{k}={v}" for k, v in profile.items()]
     lines = ["| layout | fitted? | measured step (ms) | predicted (ms) | error |", "|---|---|---:|---:|---:|"]

@@ -65,6 +65,13 @@ PAIRS = (
     (("dp_replicate=2", "intra_node_bandwidth_gbps", 0.01, 1e3), ("tp=2", "intra_node_latency_us", 0.0, 1e5)),
 )
 TOLERANCE, MAX_ROUNDS = 1e-6, 50
+# Where the fitted numbers start; a null in the profile would stop the model before it is fitted.
+START = {
+    "matmul_efficiency": 1.0,
+    "intra_node_bandwidth_gbps": 1.0,
+    "intra_node_latency_us": 0.0,
+    "launch_overhead_us": 0.0,
+}
 _BANDWIDTH = """
 import time, numpy as np, mindspore as ms
 ms.set_device("CPU")
@@ -143,11 +150,7 @@ def calibrate(force: bool = False, rounds: int = 3) -> dict:
     done = subprocess.run([sys.executable, "-c", _BANDWIDTH], capture_output=True, text=True, check=True)
     profile = {
         "memory_bandwidth_gbps": float(done.stdout.split()[-1]),
-        # Placeholders the fit replaces; a null in the profile would stop the model before it is fitted.
-        "matmul_efficiency": 1.0,
-        "intra_node_bandwidth_gbps": 1.0,
-        "intra_node_latency_us": 0.0,
-        "launch_overhead_us": 0.0,
+        **START,
     }
     measured = measure_layouts(LAYOUTS, BASE, rounds)
     entry = {
