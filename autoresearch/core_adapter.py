@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import functools
 import json
+import math
 import os
 import signal
 import sys
@@ -219,20 +220,48 @@ def _config_error(items: tuple) -> ConfigError | None:
     return None
 
 
-def predict_step(settings: dict[str, Any]) -> StepEstimate:
+def predict_step(settings: dict[str, Any], *, one_host: bool = False) -> StepEstimate:
     """``core.perf``'s prediction for these settings (``key -> value``) on the cluster they name, as
     ``python -m core.perf`` would give it for the same overrides (the device is the cluster's; the ranks must be
     its devices); raises ConfigError naming the field. The values must have the schema's types, as a loaded
     space's have (``autoresearch.space.core_check.value_problem``; override text through
     ``core.config.parse_overrides`` first): the tree composed once per group choice is rebuilt with the
     dataclasses' own rules (``from_dict``), without OmegaConf's type pass, which would take most of the time of
-    a plan of thousands of points."""
+    a plan of thousands of points.
+
+    ``one_host``: settings that size no cluster (neither ``cluster.nodes`` nor ``cluster.devices_per_node``) are
+    predicted on one node of as many devices as the layout has ranks, which is how the agent runs a trial of a
+    space for this machine: every rank on this host."""
     tree = _tree(tuple((k, type(v).__name__, v) for k, v in settings.items()))
     if "device" not in settings:
         tree["device"] = tree["cluster"]["device"]
+    if one_host and not {"cluster.nodes", "cluster.devices_per_node"} & settings.keys():
+        degrees = ("dp_replicate", "dp_shard", "tp", "pp", "cp")  # ParallelConfig.world_size's factors
+        tree["cluster"]["nodes"], tree["cluster"]["devices_per_node"] = (
+            1,
+            math.prod(tree["parallel"][k] for k in degrees),
+        )
     cfg = from_dict(tree)
     check_devices(cfg)
     return estimate_step(cfg)
+
+
+def cluster_device(settings: dict[str, Any]) -> str:
+    """The device of the cluster these settings name (``CPU`` for cpu-local)."""
+    return str(_tree(tuple((k, type(v).__name__, v) for k, v in settings.items()))["cluster"]["device"])
+
+
+def default_values(settings: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """The value the core's config gives each of ``keys`` (dotted, not group choices) under these settings: what a
+    trial that does not set the key runs with."""
+    tree = _tree(tuple((k, type(v).__name__, v) for k, v in settings.items()))
+    out = {}
+    for key in keys:
+        head, _, rest = key.partition(".")
+        node = tree.get(head) if rest else tree
+        if isinstance(node, dict) and (rest or head) in node and not isinstance(node[rest or head], dict):
+            out[key] = node[rest or head]  # (a group's choice composes to a section: not a value)
+    return out
 
 
 def config_error(settings: dict[str, Any]) -> ConfigError | None:

@@ -67,7 +67,7 @@ class Attr:
     PROPOSER, RATIONALE, FALLBACK_FROM, LLM_USAGE = "proposer", "rationale", "fallback_from", "llm_usage"
     PREDICTED_MEMORY, ESTIMATED_MEMORY = "predicted_memory_bytes", "estimated_memory_bytes"
     AGENT, HEARTBEAT, TRIAL_PID, RETRY_OF = "agent", "heartbeat_at", "trial_pid", "retry_of"
-    CONFIRMATION_OF, REPEAT = "confirmation_of", "repeat"
+    CONFIRMATION_OF, REPEAT, PREDICTED_OBJECTIVE = "confirmation_of", "repeat", "predicted_objective"
     # the study's own
     SPACE, OBJECTIVE_METRIC, DIRECTION, PARAM_NAMES, SPACE_PATH, WORLD_SIZE = (
         "space",
@@ -173,6 +173,7 @@ class TrialRow:
     peak_memory_bytes: int | None = None
     predicted_memory_bytes: int | None = None
     estimated_memory_bytes: int | None = None
+    predicted_objective: float | None = None  # the step-time model's, before the run (--plan)
     wall_time_sec: float | None = None
     proposer: str | None = None
     failure_kind: str | None = None

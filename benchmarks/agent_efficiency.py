@@ -230,7 +230,9 @@ METHODS = {
     "tpe+dominance (no gate)": ("tpe", True, None),
     "random+memory": ("random", True, "autoresearch.core_adapter:estimate_with_core"),
     "gp": ("gp", True, "autoresearch.core_adapter:estimate_with_core"),
+    "gp+plan": ("gp", True, "autoresearch.core_adapter:estimate_with_core"),  # --plan: the step-time model first
 }
+PLANNED = ("gp+plan",)
 SEEDLESS = ("grid",)  # the grid walks the same order whatever the seed
 
 
@@ -296,6 +298,7 @@ def replay_once(
         learn=learn,
         progress=False,
         confirm=0,
+        plan=method in PLANNED,
     )  # the search alone
     session, ended = make_replay_session(opts, proposer, best_key, budget, max_proposals)
     with contextlib.redirect_stdout(io.StringIO()) as out:  # anything the agent logs

@@ -41,6 +41,9 @@ TABLES = {
     "inside": ("table_inside.json", "dev"),
     "edge": ("table_edge.json", "held out"),
     "layouts": ("table_layouts.json", "held out"),
+    # collected after the step-time model, for --plan (gp+plan): the layouts again at today's commit, and schedules
+    "layouts-now": ("table_layouts_recollected.json", "held out"),
+    "schedules": ("table_schedules.json", "held out"),
 }
 METHODS = ("random", "tpe", "tpe+memory", "random+memory", "gp")
 

@@ -30,7 +30,19 @@ import time
 from pathlib import Path
 
 MiB, GiB = 1024**2, 1024**3
-KNOWN_PREFIXES = ("model", "optim", "parallel.", "training.", "memory.", "trial.", "data.", "seed", "device", "fake.")
+KNOWN_PREFIXES = (
+    "model",
+    "optim",
+    "parallel.",
+    "training.",
+    "memory.",
+    "trial.",
+    "data.",
+    "seed",
+    "device",
+    "cluster",
+    "fake.",
+)
 
 
 def parse(argv: list[str]) -> dict[str, str]:

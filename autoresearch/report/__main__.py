@@ -18,7 +18,7 @@ import optuna
 
 from autoresearch.report.html import write_report
 from autoresearch.report.plots import write_plots
-from autoresearch.report.table import confirmation_text, ledger_text, render, study_table
+from autoresearch.report.table import confirmation_text, ledger_text, model_error_text, render, study_table
 from autoresearch.study.storage import load_study, trial_rows
 
 
@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(render(study_table(study, rows), args.format).rstrip("\n") + "\n")
     side = sys.stdout if args.format == "markdown" else sys.stderr  # csv/json stay parseable
     print("\n" + ledger_text(rows), file=side)
+    if text := model_error_text(rows):
+        print("\n" + text, file=side)
     confirmed = confirmation_text(study)
     if confirmed:
         print("\n" + confirmed, file=side)

@@ -15,7 +15,7 @@ from optuna.trial import FrozenTrial
 from tqdm import tqdm
 
 from autoresearch.report.explain import params_label
-from autoresearch.report.table import ledger_text, render, study_table, to_markdown
+from autoresearch.report.table import ledger_text, model_error_text, render, study_table, to_markdown
 from autoresearch.run.session import Outcome, Phase, Session, TrialEvent
 from autoresearch.study import confirm
 from autoresearch.study.storage import best_trial
@@ -65,6 +65,8 @@ def trial_line(e: TrialEvent, metric: str) -> str:
     if e.wall_time is None:  # a proposal recorded without running
         return head + e.reason
     value = "" if e.objective is None else f"{metric}={e.objective:.5g} "
+    if e.predicted is not None:
+        value += f"(plan {e.predicted:.5g}) "
     where = f" [{e.slot}]" if e.slot else ""
     if e.confirmation_of is not None:
         where += f" confirming trial {e.confirmation_of} (run {e.repeat + 1})"
@@ -80,6 +82,8 @@ def print_outcome(session: Session, outcome: Outcome) -> None:
     print(f"\nstopped: {outcome.why}\n")
     print(render(df, "markdown"))
     print("\n" + ledger_text(rows))
+    if text := model_error_text(rows):
+        print("\n" + text)
     print(
         f"\ntrials.csv: {session.study_dir / 'trials.csv'}; review with: python -m autoresearch.report "
         f"{session.study_dir}"

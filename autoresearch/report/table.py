@@ -12,11 +12,12 @@ a missing value.
 from __future__ import annotations
 
 import math
+import statistics
 
 import optuna
 import pandas as pd
 
-from autoresearch.records import Attr, TrialRow
+from autoresearch.records import Attr, Status, TrialRow
 from autoresearch.study import confirm, ledger
 from autoresearch.study.storage import trial_rows
 
@@ -56,6 +57,8 @@ def study_table(study: optuna.Study, rows: list[TrialRow] | None = None) -> pd.D
             }
         )
     df = pd.DataFrame(table, columns=LEAD + param_names(study, rows) + TAIL)
+    if any(r.predicted_objective is not None for r in rows):  # --plan: the model's figure beside the measured one
+        df.insert(df.columns.get_loc("objective") + 1, "predicted", [r.predicted_objective for r in rows])
     for column in ("exit_code", "ranks", "llm_tokens"):
         df[column] = df[column].astype("Int64")
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
@@ -91,6 +94,25 @@ def render(df: pd.DataFrame, fmt: str = "markdown") -> str:
 def ledger_text(rows: list[TrialRow]) -> str:
     """The study's ledger (``autoresearch.study.ledger.format_totals``) from ``trial_rows``."""
     return ledger.format_totals(ledger.study_totals(rows))
+
+
+def model_error_text(rows: list[TrialRow], last: int = 5) -> str:
+    """How far the step-time model's predictions (``--plan``: each made before its run, with the model refitted
+    to the runs before it) were from the measured objective: the median |predicted / measured - 1| over the ok
+    runs, and over the ``last`` of them, which shows whether the refits helped; "" without predictions."""
+    errors = [
+        abs(r.predicted_objective / r.objective - 1.0)
+        for r in rows
+        if r.status == Status.OK and r.predicted_objective is not None and r.objective and r.confirmation_of is None
+    ]
+    if not errors:
+        return ""
+    recent = errors[-last:]
+    return (
+        f"step-time model (--plan), predicted before each run vs measured: median |error| "
+        f"{100 * statistics.median(errors):.1f}% over {len(errors)} ok runs, {100 * statistics.median(recent):.1f}% "
+        f"over the last {len(recent)}"
+    )
 
 
 def confirmation_text(study: optuna.Study) -> str:

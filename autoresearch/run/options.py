@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 PROPOSERS = ("auto", "claude", "gp", "tpe", "hybrid", "random", "grid")
+PLANNED = ("auto", "gp", "hybrid")  # the proposers --plan serves: gp, alone or as hybrid's classical half
 DEFAULT_ESTIMATOR = "autoresearch.core_adapter:estimate_with_core"
 
 
@@ -17,6 +18,12 @@ class AgentOptions:
     """Search space YAML: a path, or a name in search_spaces/."""
     proposer: str = field(default="auto", metadata={"choices": PROPOSERS})
     """Who proposes trials. auto: hybrid (Claude + gp) when ANTHROPIC_API_KEY is set, else gp."""
+    plan: bool = False
+    """Plan before paying: rank the space by the core's step-time model (python -m autoresearch.plan) and search
+    from it: the first trial is the plan's best runnable point, the gp models the runs' errors against the plan,
+    and every run refits the model's efficiency factors (autoresearch.search.prior). Needs a tokens_per_sec or
+    step_time_ms_median objective and the gp proposer (auto, gp, or hybrid's gp half); a CPU cluster is
+    calibrated first (python -m core.perf calibrate, once per machine)."""
     trials: int | None = field(default=None, metadata={"metavar": "N"})
     """Stop when the study holds N finished trials (COMPLETE or PRUNED; errors and reaped trials don't count);
     default: the space's budget, else 20."""
@@ -77,6 +84,10 @@ class AgentOptions:
             return (
                 f"--confirm must be >= 0 and --repeats >= 1 (got {self.confirm}, {self.repeats}); --confirm 0 "
                 "skips the confirmation"
+            )
+        if self.plan and self.proposer not in PLANNED:
+            return (
+                f"--plan gives the gp proposer its prior; --proposer {self.proposer} has none (use {'/'.join(PLANNED)})"
             )
         if self.max_device_hours is not None and self.max_device_hours < 0:
             return f"--max-device-hours must be 0 or more (got {self.max_device_hours:g})"

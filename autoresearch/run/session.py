@@ -22,7 +22,7 @@ from typing import Protocol
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autoresearch.core_adapter import DEFAULT_COMMAND
+from autoresearch.core_adapter import DEFAULT_COMMAND, cluster_device
 from autoresearch.records import RAN, Attr, Status, TrialResult
 from autoresearch.run import scheduler
 from autoresearch.run.options import AgentOptions
@@ -30,10 +30,12 @@ from autoresearch.run.runner import run_trial
 from autoresearch.run.scheduler import SKIPPED, Exhausted
 from autoresearch.run.slots import Slot, make_slots
 from autoresearch.search import Chooser, Gate, SearchExhausted, build_proposer, make_sampler, sampler_for
+from autoresearch.search.prior import StepPrior
 from autoresearch.space import load_space
 from autoresearch.study import confirm, ledger
 from autoresearch.study import storage as st
 from autoresearch.study.reaper import abandon, identity, mark_running, reap_stale
+from core.perf.device import calibration
 
 
 @dataclass
@@ -68,6 +70,7 @@ class TrialEvent:
     slot: str = ""
     confirmation_of: int | None = None
     repeat: int | None = None
+    predicted: float | None = None  # the step-time model's objective before the run (--plan)
 
 
 class Listener(Protocol):
@@ -129,7 +132,8 @@ class Session:
         self.max_cost = opts.max_cost if opts.max_cost is not None else budget.dollars
         self.sampler_name = sampler_for(proposer_name)
         self.gate = Gate(self.space, opts.estimator, learn=opts.learn)
-        proposer = build_proposer(proposer_name, opts.model, opts.claude_fraction, opts.seed)
+        self.prior = StepPrior(self.space) if opts.plan else None  # a SpaceError for an objective it cannot predict
+        proposer = build_proposer(proposer_name, opts.model, opts.claude_fraction, opts.seed, prior=self.prior)
         self.chooser = Chooser(self.space, self.gate, proposer=proposer, sampler_name=self.sampler_name, seed=opts.seed)
         self.errors_in_a_row = 0
         self.storage: optuna.storages.BaseStorage | None = None
@@ -150,6 +154,24 @@ class Session:
             if done.returncode == 0
             else f"reference rate not measured (exit {done.returncode}: {last}); each trial will try"
         )
+
+    def prepare_plan(self) -> None:
+        """--plan: the step-time model must answer for this space. A CPU cluster's numbers are measured on this
+        machine (``python -m core.perf calibrate``, minutes, then cached) before any trial competes for its cores;
+        raises SpaceError, quoting the core, when the model still predicts none of the space's points."""
+        first = {**self.space.fixed, **self.space.grid()[0]}
+        if cluster_device(first) == "CPU" and calibration() is None:
+            self.listener.note("step-time model: calibrating this machine first (python -m core.perf calibrate)")
+            done = subprocess.run([*DEFAULT_COMMAND[:2], "core.perf", "calibrate"], capture_output=True, text=True)
+            if done.returncode != 0:
+                tail = (done.stderr.strip().splitlines() or ["?"])[-1]
+                self.listener.note(f"calibration failed (exit {done.returncode}: {tail})")
+        self.prior.validate()
+        if self.prior.unpriced:
+            self.listener.note(
+                f"step-time model: does not price {', '.join(sorted(self.prior.unpriced))}; the runs teach the search "
+                "their effect, and a run off their defaults has no prediction"
+            )
 
     def open(self) -> optuna.Study:
         url = st.storage_url(self.opts.storage or st.default_storage(self.opts.trials_dir, self.study_name))
@@ -176,6 +198,8 @@ class Session:
         study = self.open()
         device = str(self.space.fixed.get("device", "CPU"))
         self.measure_reference_rate(device)
+        if self.prior is not None:
+            self.prepare_plan()
         slots = make_slots(self.opts.workers, device, self.space.world_size)
         start = time.monotonic()
         search = _Search(self, study, start)
@@ -262,6 +286,7 @@ class _Work:
                 slot=slot.label,
                 confirmation_of=attrs.get(Attr.CONFIRMATION_OF),
                 repeat=attrs.get(Attr.REPEAT),
+                predicted=attrs.get(Attr.PREDICTED_OBJECTIVE),
             )
         )
 
@@ -318,6 +343,9 @@ class _Search(_Work):
         except SearchExhausted as exc:
             raise Exhausted(str(exc)) from exc
         params = dict(trial.params)
+        if s.prior is not None and s.prior.priced(params):  # the plan's figure before the run, refitted so far
+            s.prior.refit(st.trial_rows(study))
+            trial.set_user_attr(Attr.PREDICTED_OBJECTIVE, s.prior.predict(params))
         if not s.space.check(params):  # every candidate shows its memory figures, skipped or run
             est, predicted = s.gate.predict_memory(params)
             if est is not None:

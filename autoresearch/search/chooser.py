@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 
 from autoresearch.records import Attr, Skip, Status
 from autoresearch.search.gate import Gate
+from autoresearch.search.prior import StepPrior
 from autoresearch.search.proposers.base import ProposalContext, SearchExhausted
 from autoresearch.search.proposers.model_based import ModelBasedProposer
 from autoresearch.search.proposers.samplers import GridProposer
@@ -45,12 +46,19 @@ def sampler_for(proposer: str) -> str:
     return {"grid": "grid", "random": "random", "gp": "random"}.get(proposer, "tpe")
 
 
-def build_proposer(name: str, model: str | None = None, claude_fraction: float = 0.3, seed: int | None = None):
-    """The Proposer for a name (None: the study's sampler chooses every trial)."""
+def build_proposer(
+    name: str,
+    model: str | None = None,
+    claude_fraction: float = 0.3,
+    seed: int | None = None,
+    prior: StepPrior | None = None,
+):
+    """The Proposer for a name (None: the study's sampler chooses every trial). ``prior`` (``--plan``): the
+    step-time model the gp proposer starts from, alone or as a hybrid's classical half."""
     if name == "grid":
         return GridProposer()
     if name == "gp":
-        return ModelBasedProposer(seed=seed)
+        return ModelBasedProposer(seed=seed, prior=prior)
     if name in ("claude", "hybrid"):
         # function-level: imports anthropic, only for the proposers that ask Claude
         from autoresearch.search.proposers.claude import ClaudeProposer
@@ -59,7 +67,9 @@ def build_proposer(name: str, model: str | None = None, claude_fraction: float =
         claude = ClaudeProposer(model=model)
         if name == "claude":
             return claude
-        return HybridProposer(claude, fraction=claude_fraction, sampler_half=build_proposer(HYBRID_SAMPLER, seed=seed))
+        return HybridProposer(
+            claude, fraction=claude_fraction, sampler_half=build_proposer(HYBRID_SAMPLER, seed=seed, prior=prior)
+        )
     return None
 
 

@@ -12,7 +12,7 @@ Everything lives in an ordinary Optuna study (SQLite by default, any SQLAlchemy 
   per failure kind plus ``space`` for a sampler's point that breaks the space's own constraints; >0 = violated.
 - User attributes: status, exit_code, reason, objective, metrics, wall_time_sec, trial_dir, proposer (who
   chose the config), fallback_from (``claude`` when Claude was asked, spent ``llm_usage`` and declined), rationale,
-  llm_usage, predicted/estimated_memory_bytes, agent (host, pid) and heartbeat_at while running, and ``ledger``
+  llm_usage, predicted/estimated_memory_bytes, predicted_objective (the step-time model's, with ``--plan``), agent (host, pid) and heartbeat_at while running, and ``ledger``
   (device-seconds split into start-up, compile and steps, LLM tokens and dollars: ``autoresearch.study.ledger``)
   once told; on a confirmation run (``autoresearch.study.confirm``) confirmation_of (the search trial whose config
   it repeats) and repeat. Their names are ``autoresearch.records.Attr``'s.
@@ -272,6 +272,7 @@ def trial_rows(study: optuna.Study) -> list[TrialRow]:
                 peak_memory_bytes=metrics.get("peak_memory_bytes"),
                 predicted_memory_bytes=a.get(Attr.PREDICTED_MEMORY),
                 estimated_memory_bytes=metrics.get("estimated_memory_bytes") or a.get(Attr.ESTIMATED_MEMORY),
+                predicted_objective=a.get(Attr.PREDICTED_OBJECTIVE),
                 wall_time_sec=a.get(Attr.WALL_TIME),
                 proposer=a.get(Attr.PROPOSER),
                 failure_kind=a.get(Attr.FAILURE_KIND),

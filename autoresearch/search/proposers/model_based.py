@@ -15,6 +15,11 @@ This proposer keeps failures out of the model of the objective. Each round:
 3. **Then**: a Gaussian process of the ok runs' objectives (``autoresearch.search.surrogate``) ranks the candidates by
    expected improvement times the probability of not failing, estimated from the runs that failed nearby (a failure
    the annotations do not explain, such as the first NaN of another optimizer).
+
+With a prior (``--plan``: ``autoresearch.search.prior.StepPrior``, the core's step-time model refitted to the runs),
+the start-up is one run, the plan's best runnable candidate, and the Gaussian process models the log of each run's
+measured objective over its prediction instead of the objective: where the model is right the search follows it,
+where runs prove it wrong the GP's correction takes over.
 """
 
 from __future__ import annotations
@@ -26,18 +31,23 @@ from scipy.stats import qmc
 
 from autoresearch.records import RAN, Status, config_key, is_number
 from autoresearch.search import surrogate
+from autoresearch.search.prior import PARTS, StepPrior
 from autoresearch.search.proposers.base import Proposal, ProposalContext, Proposer
 
 MAX_GRID = 4096  # a grid up to this size is the candidate set; a larger one is sampled
 SAMPLED = 1024  # candidates drawn per round otherwise (half from the grid, half uniformly at random)
+# The scale of the step-time model's log error the GP of its corrections works in: the model's held-out median
+# error on published runs is ~13% (benchmarks/RESULTS.md, "Step-time model"); the GP fits its own amplitude on top.
+PRIOR_SCALE = 0.15
 
 
 class ModelBasedProposer(Proposer):
     name = "gp"
 
-    def __init__(self, seed: int | None = None, n_init: int = 4):
+    def __init__(self, seed: int | None = None, n_init: int = 4, prior: StepPrior | None = None):
         self.seed = 0 if seed is None else seed
-        self.n_init = n_init
+        self.n_init = n_init  # without a prior: with one, the plan's best is the only start-up point
+        self.prior = prior
         self._grid: list[dict] | None = None
 
     def propose(self, study, ctx: ProposalContext) -> Proposal | None:
@@ -57,6 +67,8 @@ class ModelBasedProposer(Proposer):
             return None  # the study's sampler tries; the agent ends the search when nothing new would run
         x = np.stack([surrogate.encode(space, p) for p in candidates])
         ok = [r for r in ran if r.status == Status.OK and is_number(r.objective)]
+        if self.prior is not None:
+            return self._propose_with_prior(ctx, candidates, x, ran, ok)
         if len(ok) < self.n_init:
             k = len(ran)
             target = qmc.Sobol(x.shape[1], scramble=True, seed=self.seed).random(2 ** math.ceil(math.log2(k + 1)))[k]
@@ -84,6 +96,50 @@ class ModelBasedProposer(Proposer):
             lambda i: (
                 f"expected improvement {ei[i]:.3g} x P(no failure) {1 - p_fail[i]:.2f}: the best runnable of "
                 f"{len(candidates)} candidates (GP of {len(ok)} ok runs)"
+            ),
+        )
+
+    def _propose_with_prior(self, ctx, candidates: list[dict], x, ran: list, ok: list) -> Proposal | None:
+        space, prior = ctx.space, self.prior
+        sign = -1.0 if space.maximize else 1.0
+        prior.refit(ok)
+        predicted = [prior.predict(p) for p in candidates]
+        logs = np.array([sign * math.log(v) if v else np.nan for v in predicted])
+        known = ~np.isnan(logs)
+        neutral = float(np.median(logs[known])) if known.any() else 0.0  # for a point the model cannot price
+        logs[~known] = neutral
+        if not ok:  # the plan's order; of points it predicts alike, the one nearest the core's defaults first
+            order = np.lexsort((np.array([prior.changes(p) for p in candidates]), logs))
+            return self._first_runnable(
+                ctx,
+                candidates,
+                order,
+                lambda i: (
+                    f"the plan's best runnable of {len(candidates)} candidates: predicted {space.objective_metric} "
+                    f"{predicted[i] or float('nan'):.4g}"
+                ),
+            )
+        # The GP models sign * log(measured / predicted) in units of PRIOR_SCALE: zero where the model is right.
+        measured = np.array([sign * math.log(r.objective) for r in ok])
+        at_runs = np.array([sign * math.log(v) if (v := prior.predict(r.params)) else neutral for r in ok])
+        xo = np.stack([surrogate.encode(space, r.params) for r in ok])
+        gp = surrogate.GaussianProcess(xo, (measured - at_runs) / PRIOR_SCALE)
+        correction, std = gp.predict(x)
+        mean = logs / PRIOR_SCALE + correction
+        ei = surrogate.expected_improvement(mean, std, float(measured.min() / PRIOR_SCALE))
+        xr = np.stack([surrogate.encode(space, r.params) for r in ran])
+        failed = np.array([float(r.status != Status.OK) for r in ran])
+        p_fail = surrogate.failure_probability(x, xr, failed, gp.lengths)
+        order = np.argsort(-(ei * (1.0 - p_fail)), kind="stable")
+        factors = ", ".join(f"{name} x{f:.2f}" for name, f in zip(PARTS, prior.factors, strict=True))
+        return self._first_runnable(
+            ctx,
+            candidates,
+            order,
+            lambda i: (
+                f"expected improvement {ei[i]:.3g} x P(no failure) {1 - p_fail[i]:.2f} over the plan "
+                f"(predicted {space.objective_metric} {predicted[i] or float('nan'):.4g}; model refitted to "
+                f"{len(ok)} runs: {factors}; GP of its errors)"
             ),
         )
 

@@ -1,0 +1,189 @@
+"""``--plan``: the step-time model as the search's prior (``autoresearch.search.prior``, the gp proposer with a
+prior, the session and the report). The "machine" of these tests is the model itself with factors it does not know
+(and, in one test, a slowdown of one layout no factor explains): the refit must recover the factors, and the search
+must start from the plan and correct it."""
+
+import numpy as np
+import pytest
+import yaml
+
+from autoresearch.cli import parse_args
+from autoresearch.core_adapter import predict_step
+from autoresearch.records import Status, TrialRow, config_key
+from autoresearch.report.table import model_error_text, study_table
+from autoresearch.search.prior import RIDGE, StepPrior, parts_of
+from autoresearch.search.proposers.base import ProposalContext
+from autoresearch.search.proposers.model_based import ModelBasedProposer
+from autoresearch.space import SpaceError, load_space
+from autoresearch.study.storage import trial_rows
+from core.perf import estimate_step, planned_config
+from tests.agent_support import load, run_agent
+
+MBS, REC = "training.micro_batch_size", "memory.recompute"
+DP, TP, PP = "parallel.dp_shard", "parallel.tp", "parallel.pp"
+SPACE = {
+    "name": "plan8",
+    "objective": {"metric": "tokens_per_sec", "direction": "maximize"},
+    "world_size": 8,
+    "fixed": {
+        "model": "llama3-8b",
+        "cluster": "h100-sxm",
+        "device": "GPU",
+        "cluster.devices_per_node": 8,
+        "training.precision": "bf16",
+        "training.seq_len": 4096,
+        "training.global_batch_size": 32,
+    },
+    "params": {
+        DP: {"type": "choice", "values": [1, 2, 4, 8]},
+        TP: {"type": "choice", "values": [1, 2, 4, 8]},
+        PP: {"type": "choice", "values": [1, 2]},
+        MBS: {"type": "choice", "values": [1, 2, 4]},
+        REC: {"type": "choice", "values": ["none", "full"]},
+    },
+    "constraints": [f"{DP} * {TP} * {PP} == world_size"],
+}
+TRUE_FACTORS = np.array([1.3, 3.0, 1.0])  # compute, communication, launches (none on H100)
+
+
+@pytest.fixture(scope="module")
+def space(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prior") / "plan8.yaml"
+    path.write_text(yaml.safe_dump(SPACE, sort_keys=False))
+    return load_space(path)
+
+
+def machine(space, slow=None):
+    """{config_key: (status, tokens/s)} of every grid point on a "machine" that is the model with TRUE_FACTORS,
+    and ``slow(params)`` times slower where given; over the device's memory is an OOM."""
+    model = StepPrior(space)
+    out = {}
+    for p in space.grid():
+        est = model.estimate(p)
+        if not est.fits:
+            out[config_key(p)] = (Status.OOM, None)
+            continue
+        seconds = parts_of(est.breakdown) @ TRUE_FACTORS * (slow(p) if slow else 1.0)
+        out[config_key(p)] = (Status.OK, est.tokens_per_sec * est.step_time_sec / seconds)
+    return out
+
+
+def row(number, params, outcome):
+    return TrialRow(number=number, state="COMPLETE", status=outcome[0], params=params, objective=outcome[1])
+
+
+def test_parts_add_up_to_the_models_step_time(space):
+    """The three refitted parts split the whole step, and with factors of 1 the prior is the model: checked
+    against the full Hydra path's prediction (``python -m core.perf``'s) on every seventh point."""
+    prior = StepPrior(space)
+    for p in space.grid()[::7]:
+        est = estimate_step(planned_config([f"{k}={v}" for k, v in {**space.fixed, **p}.items()]))
+        assert parts_of(prior.estimate(p).breakdown).sum() == pytest.approx(est.step_time_sec, rel=1e-9)
+        assert prior.predict(p) == pytest.approx(est.tokens_per_sec, rel=1e-9)
+
+
+def test_refit_recovers_the_machines_factors(space):
+    """Every ok point of the machine: the refit is the ridge least-squares solution of the runs' relative errors
+    (checked by the normal equations, in float64), which is the machine's factors up to the ridge's pull (without
+    it, exactly); the launch factor, which no run on H100 exercises (no launches are charged there), stays at 1."""
+    prior = StepPrior(space)
+    outcomes = machine(space)
+    rows = [row(i, p, outcomes[config_key(p)]) for i, p in enumerate(space.grid())]
+    factors = prior.refit(rows)
+    ok = [r for r in rows if r.status == Status.OK]
+    a = np.array(
+        [parts_of(prior.estimate(r.params).breakdown) / prior.measured_seconds(r.params, r.objective) for r in ok]
+    )
+    for ridge, expected in ((RIDGE, factors), (0.0, TRUE_FACTORS)):
+        normal = a.T @ a + ridge * np.eye(3)
+        normal[2, 2] += 1e-12  # the launch column is all zero on H100
+        solved = np.linalg.solve(normal, a.T @ np.ones(len(ok)) + ridge)
+        assert solved[:2] == pytest.approx(expected[:2], rel=1e-6)  # (without the ridge, launches are unknown)
+    assert factors == pytest.approx(TRUE_FACTORS, rel=0.06) and factors[2] == 1.0
+    for r in ok:  # the refitted model predicts the machine to the same few percent
+        assert prior.predict(r.params) == pytest.approx(r.objective, rel=0.06)
+    first = StepPrior(space)  # one run: fitted within the ridge's 1%, each part moved by its share of the step
+    one, share = first.refit(ok[:1]), parts_of(first.estimate(ok[0].params).breakdown)
+    assert first.predict(ok[0].params) == pytest.approx(ok[0].objective, rel=0.01)
+    assert (one[0] - 1) / (one[1] - 1) == pytest.approx(share[0] / share[1], rel=1e-6) and one[2] == 1.0
+
+
+def test_the_search_starts_from_the_plans_best_runnable_point(space):
+    """The first proposal is the fastest predicted point (by the core's estimate, unrefitted) that the agent would
+    run; a point the gate refuses is passed over for the next."""
+    order = sorted(space.grid(), key=lambda p: -predict_step({**space.fixed, **p}).tokens_per_sec)
+    first = ModelBasedProposer(seed=0, prior=StepPrior(space)).propose(None, ProposalContext(space=space))
+    assert first.params == order[0] and "the plan's best runnable" in first.rationale
+    refused = config_key(order[0])
+    ctx = ProposalContext(space=space, check=lambda p: "over memory" if config_key(p) == refused else None)
+    assert ModelBasedProposer(seed=0, prior=StepPrior(space)).propose(None, ctx).params == order[1]
+
+
+def test_of_points_the_plan_cannot_tell_apart_it_runs_the_core_defaults_first(tmp_path):
+    """The model prices neither the execution mode nor activation SWAP: listed first in the file, pynative and
+    swap on tie with jit and swap off, and the first run is the core's default (jit, no swap), not the file's
+    first value; a run off the defaults of what the model does not price leaves its factors alone."""
+    doc = {**SPACE, "params": {**SPACE["params"]}}
+    doc["params"]["training.mode"] = {"type": "choice", "values": ["pynative", "jit"]}
+    doc["params"]["memory.swap"] = {"type": "choice", "values": [True, False]}
+    path = tmp_path / "modes.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    space = load_space(path)
+    prior = StepPrior(space)
+    best = max(space.grid(), key=lambda p: prior.predict(p) or 0.0)  # (None: a point the core refuses)
+    ties = [p for p in space.grid() if prior.predict(p) == prior.predict(best)]
+    assert len(ties) == 3  # the two modes times the two swaps, but swap needs pynative
+    first = ModelBasedProposer(seed=0, prior=prior).propose(None, ProposalContext(space=space)).params
+    assert (
+        first["training.mode"] == "jit"
+        and first["memory.swap"] is False
+        and config_key(first) in {config_key(p) for p in ties}
+    )
+    assert prior.unpriced == {"training.mode", "memory.swap"}
+    # a pynative run 3x slower than the model says refits nothing: its difference is the GP's to learn
+    slow = {**first, "training.mode": "pynative"}
+    assert list(prior.refit([row(0, slow, (Status.OK, prior.predict(slow) / 3))])) == [1.0, 1.0, 1.0]
+    assert prior.refit([row(0, first, (Status.OK, prior.predict(first) / 3))])[0] > 2.0  # a jit run does
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_search_corrects_what_the_plan_gets_wrong(space, seed):
+    """A machine where full FSDP over 8 ranks is 40% slower than any factor explains: the plan's favourite is
+    wrong, and the search reaches the true best in a few runs (random search needs ~20 of the 42 points)."""
+    outcomes = machine(space, slow=lambda p: 1.4 if p[DP] == 8 else 1.0)
+    best = max((o[1], k) for k, o in outcomes.items() if o[1] is not None)[1]
+    proposer, rows = ModelBasedProposer(seed=seed, prior=StepPrior(space)), []
+    while not rows or config_key(rows[-1].params) != best:
+        params = proposer.propose(None, ProposalContext(space=space, table=rows)).params
+        rows.append(row(len(rows), params, outcomes[config_key(params)]))
+        assert len(rows) <= 6, [r.params for r in rows]
+    assert rows[0].params[DP] == 8  # the plan's favourite, which this machine makes lose
+
+
+def test_plan_needs_a_step_time_objective_and_the_gp(space, tmp_path):
+    doc = {**SPACE, "objective": {"metric": "val_loss", "direction": "minimize"}}
+    path = tmp_path / "loss.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(SpaceError, match="objective.metric.*tokens_per_sec, step_time_ms_median"):
+        StepPrior(load_space(path))
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--space", str(path), "--plan", "--proposer", "tpe"])
+    assert exc.value.code == 2
+
+
+def test_the_report_shows_predicted_against_measured(tmp_path, capsys):
+    """The agent with --plan over the fake trial: every trial that ran carries the plan's figure, the table a
+    ``predicted`` column, and the model's running error is the median of the rows' own errors."""
+    doc = {**SPACE, "trial_command": "core.train", "budget": {"trials": 6}}
+    doc["fixed"] = {**SPACE["fixed"], "training.seq_len": 256}
+    path = tmp_path / "plan8.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert run_agent(tmp_path, path, "--plan", "--proposer", "gp", "--trials", "6") == 0
+    study = load(tmp_path, "plan8")
+    rows = [r for r in trial_rows(study) if r.status == Status.OK]
+    assert len(rows) >= 3 and all(r.predicted_objective > 0 for r in rows)
+    df = study_table(study)
+    assert list(df.columns).index("predicted") == list(df.columns).index("objective") + 1
+    median = float(np.median([abs(r.predicted_objective / r.objective - 1) for r in rows]))
+    assert f"median |error| {100 * median:.1f}% over {len(rows)} ok runs" in model_error_text(trial_rows(study))
+    assert "(plan " in capsys.readouterr().out  # each trial's line shows the plan's figure
