@@ -86,7 +86,7 @@ def main() -> None:
     )
     head = (
         f"# Step-time model on this machine — {time.strftime('%Y-%m-%d')}, commit {git_commit()}, "
-        f"{args.steps} steps per trial, median of {args.rounds} alternating rounds, model=small (MoE rows moe-small), global batch 8 x 64, jit\n"
+        f"{args.steps} steps per trial, median of {args.rounds} alternating rounds, model=small (MoE rows moe-small), global batch 8 x 64, jit (one fitted row pynative)\n"
     )
     text = "\n".join([head, summary, "", *lines]) + "\n"
     args.out.write_text(text)

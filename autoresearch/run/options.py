@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 PROPOSERS = ("auto", "claude", "gp", "tpe", "hybrid", "random", "grid")
-PLANNED = ("auto", "gp", "hybrid")  # the proposers --plan serves: gp, alone or as hybrid's classical half
+PLANNED = ("auto", "gp", "hybrid", "claude")  # the proposers --plan serves: the gp's prior, Claude's prompt
 DEFAULT_ESTIMATOR = "autoresearch.core_adapter:estimate_with_core"
 
 
@@ -21,9 +21,9 @@ class AgentOptions:
     plan: bool = False
     """Plan before paying: rank the space by the core's step-time model (python -m autoresearch.plan) and search
     from it: the first trial is the plan's best runnable point, the gp models the runs' errors against the plan,
-    and every run refits the model's efficiency factors (autoresearch.search.prior). Needs a tokens_per_sec or
-    step_time_ms_median objective and the gp proposer (auto, gp, or hybrid's gp half); a CPU cluster is
-    calibrated first (python -m core.perf calibrate, once per machine)."""
+    and every run refits the model's efficiency factors (autoresearch.search.prior); Claude is shown the plan's
+    best predictions. Needs a tokens_per_sec or step_time_ms_median objective and a proposer that uses it (auto,
+    gp, hybrid, claude); a CPU cluster is calibrated first (python -m core.perf calibrate, once per machine)."""
     trials: int | None = field(default=None, metadata={"metavar": "N"})
     """Stop when the study holds N finished trials (COMPLETE or PRUNED; errors and reaped trials don't count);
     default: the space's budget, else 20."""
@@ -87,7 +87,7 @@ class AgentOptions:
             )
         if self.plan and self.proposer not in PLANNED:
             return (
-                f"--plan gives the gp proposer its prior; --proposer {self.proposer} has none (use {'/'.join(PLANNED)})"
+                f"--plan informs the gp and Claude; --proposer {self.proposer} uses neither (use {'/'.join(PLANNED)})"
             )
         if self.max_device_hours is not None and self.max_device_hours < 0:
             return f"--max-device-hours must be 0 or more (got {self.max_device_hours:g})"

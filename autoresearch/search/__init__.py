@@ -6,6 +6,7 @@ feasibility.py    what past failures prove: OOM and NaN dominance along the spac
 memory_model.py   measured peaks against the core's estimate: the memory gate's prediction
 surrogate.py      the Gaussian process and failure model behind the ``gp`` proposer
 planner.py        every point of a space ranked by the core's step-time model, and why the others lost
+prior.py          that model as the search's prior (--plan), refitted to the study's runs
 proposers/        gp, grid, Claude, hybrid; TPE and random are the study's own Optuna samplers
 """
 

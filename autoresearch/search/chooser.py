@@ -54,7 +54,8 @@ def build_proposer(
     prior: StepPrior | None = None,
 ):
     """The Proposer for a name (None: the study's sampler chooses every trial). ``prior`` (``--plan``): the
-    step-time model the gp proposer starts from, alone or as a hybrid's classical half."""
+    step-time model the gp proposer starts from (alone or as a hybrid's classical half) and whose best
+    predictions Claude is shown."""
     if name == "grid":
         return GridProposer()
     if name == "gp":
@@ -64,7 +65,7 @@ def build_proposer(
         from autoresearch.search.proposers.claude import ClaudeProposer
         from autoresearch.search.proposers.hybrid import HybridProposer
 
-        claude = ClaudeProposer(model=model)
+        claude = ClaudeProposer(model=model, prior=prior)
         if name == "claude":
             return claude
         return HybridProposer(

@@ -9,9 +9,9 @@ each pulled toward 1 by a ridge term: one run moves mostly the part that dominat
 stays at its profile value. The refitted model is what the ``gp`` proposer starts from (its first trial is the
 plan's best runnable point) and what its Gaussian process corrects (it models the log of measured over predicted).
 
-What the model does not price (found by varying each param alone: ``training.mode``, ``memory.swap``, the runtime's
-settings) is left to the runs: of points it predicts alike the plan runs the core's defaults first, and only runs
-at those defaults refit the factors, so that a pynative run's host overhead is not charged to every jit config.
+What the model does not price (found by varying each param alone: ``memory.swap``, the runtime's settings) is left
+to the runs: of points it predicts alike the plan runs the core's defaults first, and only runs at those defaults
+refit the factors, so that an effect the model cannot see is not charged to every other config.
 
 Only a throughput objective has a step time to predict: ``tokens_per_sec`` (the step's tokens over its median time)
 or ``step_time_ms_median``. MFU is left out: the trials measure it against this machine's reference rate, the plan
@@ -72,8 +72,8 @@ class StepPrior:
 
     def changes(self, params: dict) -> int:
         """How many of the point's params differ from what the core runs by default: among points the model
-        cannot tell apart (it prices neither ``training.mode`` nor ``memory.swap``), the plan runs the one that
-        changes least first, and the runs teach the GP the rest."""
+        cannot tell apart (it does not price ``memory.swap``, say), the plan runs the one that changes least
+        first, and the runs teach the GP the rest."""
         return sum(k in self.defaults and v != self.defaults[k] for k, v in params.items())
 
     @functools.cached_property
@@ -95,8 +95,8 @@ class StepPrior:
 
     def priced(self, params: dict) -> bool:
         """Whether the model prices all of this run: every unpriced param at the core's default. Only such runs
-        refit the factors; a pynative run, say, would charge its host overhead to compute and mislead the factors
-        for the jit runs (its difference is the GP's to learn)."""
+        refit the factors; a run with SWAP on, say, would charge its copies to compute and mislead the factors for
+        every run without (its difference is the GP's to learn)."""
         return all(params.get(k) == self.defaults[k] for k in self.unpriced if k in self.defaults)
 
     def estimate(self, params: dict) -> StepEstimate | None:

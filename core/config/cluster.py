@@ -58,6 +58,10 @@ class ClusterConfig:
     twice, a full recompute once more; the embedding and the head with the loss count as a block each). 0 on
     accelerators, whose graph-mode launches are asynchronous and hidden under device compute; null on cpu-local,
     where the host is the device and every launch adds to the step: measured (``python -m core.perf calibrate``)."""
+    pynative_overhead_us: float | None = None
+    """Host time added to launch_overhead_us under ``training.mode=pynative``, where each op is dispatched from
+    Python instead of from a compiled graph, microseconds per block forward (counted as launches are). Null: not
+    priced, and a pynative config is refused naming this key; on cpu-local measured by the calibration."""
     collective_efficiency_intra: float = 0.8
     """Achieved share of the intra-node bandwidth by a large collective."""
     collective_efficiency_inter: float = 0.8
@@ -102,7 +106,7 @@ class ClusterConfig:
         ):
             value = getattr(self, key)
             require(value is None or value > 0, f"cluster.{key}", f"must be > 0, or null (got {value})")
-        for key in ("intra_node_latency_us", "inter_node_latency_us", "launch_overhead_us"):
+        for key in ("intra_node_latency_us", "inter_node_latency_us", "launch_overhead_us", "pynative_overhead_us"):
             value = getattr(self, key)
             require(value is None or value >= 0, f"cluster.{key}", f"must be >= 0, or null (got {value})")
         for key in ("memory_reserved_gib", "memory_margin"):

@@ -1,7 +1,7 @@
 """``python -m core.perf calibrate [--force] [--rounds 3]``: measure the ``cpu-local`` profile on this machine and
 cache it, as the reference rate is cached (``core.runtime.reference_rate``; the same machine key).
 
-What the profile leaves null is measured here, from one micro-benchmark and four real trials of ``model=small``
+What the profile leaves null is measured here, from one micro-benchmark and five real trials of ``model=small``
 (global batch 8 x 64 tokens, jit, AdamW, 12 steps: the project's layout benchmark), each a ``python -m core.train``
 process like any trial:
 
@@ -13,6 +13,8 @@ process like any trial:
     intra_node_bandwidth_gbps  the dp_replicate=2 trial (its step is dominated by one all-reduce of every gradient)
     intra_node_latency_us      the tp=2 trial (four all-reduces of one micro-batch's activations per block: many
                                small messages), fitted jointly with the bandwidth
+    pynative_overhead_us       the 1-process trial under training.mode=pynative (each op dispatched from Python),
+                               with the numbers above held
 
 Each pair is solved alternately until it stops moving.
 
@@ -57,12 +59,14 @@ LAYOUTS = {
     "1 process, micro 1": ["training.micro_batch_size=1"],
     "dp_replicate=2": ["parallel.dp_replicate=2", "cluster.devices_per_node=2"],
     "tp=2": ["parallel.tp=2", "cluster.devices_per_node=2"],
+    "1 process, pynative": ["training.mode=pynative"],
 }
 # Each pair is solved alternately until a round moves no number by more than this share; the 1-process pair first
 # (the layouts' fits need its rates; those runs have no collectives, so the second pair cannot move it).
 PAIRS = (
     (("1 process", "matmul_efficiency", 0.01, 1.0), ("1 process, micro 1", "launch_overhead_us", 0.0, 1e5)),
     (("dp_replicate=2", "intra_node_bandwidth_gbps", 0.01, 1e3), ("tp=2", "intra_node_latency_us", 0.0, 1e5)),
+    (("1 process, pynative", "pynative_overhead_us", 0.0, 1e6),),  # on top of the first pair's launches
 )
 TOLERANCE, MAX_ROUNDS = 1e-6, 50
 # Where the fitted numbers start; a null in the profile would stop the model before it is fitted.
@@ -71,6 +75,7 @@ START = {
     "intra_node_bandwidth_gbps": 1.0,
     "intra_node_latency_us": 0.0,
     "launch_overhead_us": 0.0,
+    "pynative_overhead_us": 0.0,
 }
 _BANDWIDTH = """
 import time, numpy as np, mindspore as ms

@@ -45,6 +45,7 @@ class Device:
     intra: Link
     inter: Link
     devices_per_node: int
+    pynative: float | None = None  # host seconds more per block forward under PyNative; None: not priced
 
     def matmul_seconds(self, flops: float, smallest_dim: float) -> float:
         if flops <= 0:
@@ -89,6 +90,7 @@ def device(cluster: ClusterConfig, precision: str) -> Device:
             )
         ),
         devices_per_node=cluster.devices_per_node,
+        pynative=None if (pynative := _known(cluster, "pynative_overhead_us", measured)) is None else pynative * US,
     )
 
 
@@ -98,6 +100,12 @@ def composes_collectives(cluster: ClusterConfig) -> bool:
     (``core.parallel.comm.collectives.compose_from_all_reduce``): an all-gather costs an all-reduce of the whole
     tensor, not (n - 1) / n of it."""
     return cluster.device == "CPU"
+
+
+def _known(cluster: ClusterConfig, key: str, measured: dict) -> float | None:
+    """The profile's number, else the machine's calibration's, else None (a number only some configs need)."""
+    value = getattr(cluster, key)
+    return measured.get(key) if value is None else value
 
 
 def _need(cluster: ClusterConfig, key: str, measured: dict, value: float | None = None) -> float:
@@ -119,8 +127,9 @@ def calibration_path() -> Path:
 
 
 # What a fitted number means depends on the model it was fitted through: an entry of another method is stale
-# (2: collectives priced as the core composes them on CPU, ``composes_collectives``; 3: kernel launches priced).
-CALIBRATION_METHOD = 3
+# (2: collectives priced as the core composes them on CPU, ``composes_collectives``; 3: kernel launches priced;
+# 4: PyNative's dispatch priced).
+CALIBRATION_METHOD = 4
 
 
 def calibration() -> dict | None:

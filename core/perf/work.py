@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from core.config import TrainConfig
+from core.config import ConfigError, TrainConfig
 from core.model.flops import param_groups
 from core.parallel.placement import is_expert
 from core.perf import links
@@ -128,6 +128,19 @@ def block_work(cfg: TrainConfig, i: int) -> BlockWork:
     return BlockWork(matmuls, core, elementwise)
 
 
+def launch_seconds(cfg: TrainConfig, dev: Device) -> float:
+    """Host seconds per block forward: the kernel launches, and under PyNative each op's dispatch from Python."""
+    if cfg.training.mode != "pynative":
+        return dev.launch
+    if dev.pynative is None:
+        raise ConfigError(
+            "cluster.pynative_overhead_us",
+            f"profile {cfg.cluster.name!r} does not price training.mode=pynative; set cluster.pynative_overhead_us="
+            "<host microseconds per block forward> or plan training.mode=jit",
+        )
+    return dev.launch + dev.pynative
+
+
 def block_passes(cfg: TrainConfig, dev: Device, i: int, recompute: str) -> tuple[Pass, Pass]:
     """(forward, backward) of block ``i`` for one micro-batch on one rank; ``recompute``: none, selective, full."""
     sh, w = Shape.of(cfg), block_work(cfg, i)
@@ -136,7 +149,8 @@ def block_passes(cfg: TrainConfig, dev: Device, i: int, recompute: str) -> tuple
     def matmul_seconds(items) -> float:
         return sum(dev.matmul_seconds(f, d) for f, d in items)
 
-    fwd, bwd = Pass(launch=dev.launch), Pass(launch=2 * dev.launch)
+    launch = launch_seconds(cfg, dev)
+    fwd, bwd = Pass(launch=launch), Pass(launch=2 * launch)
     fwd.compute = matmul_seconds(matmuls) + dev.matmul_seconds(*core) + dev.memory_seconds(elementwise)
     core_back = FLASH_BACKWARD if sh.flash else 2.0
     bwd.compute = (
@@ -221,7 +235,7 @@ def edge_passes(cfg: TrainConfig, dev: Device, *, first: bool, last: bool) -> tu
     fwd, bwd = Pass(), Pass()
     names = []
     edges = int(first) + int(last)  # each launches about a block's kernels
-    fwd.launch, bwd.launch = edges * dev.launch, 2 * edges * dev.launch
+    fwd.launch, bwd.launch = edges * launch_seconds(cfg, dev), 2 * edges * launch_seconds(cfg, dev)
     if first:
         fwd.compute += dev.memory_seconds(2 * T * D * sh.act_bytes)  # the lookup
         bwd.compute += dev.memory_seconds(2 * T * D * 4)  # the table's gradient, scattered

@@ -1,4 +1,4 @@
-"""``python -m core.perf calibrate`` on this machine, for real: four trials and a micro-benchmark, the entry
+"""``python -m core.perf calibrate`` on this machine, for real: five trials and a micro-benchmark, the entry
 cached, and ``python -m core.perf`` then predicting the 1-process trial it was fitted on at its measured step."""
 
 import json
@@ -28,7 +28,7 @@ def test_calibrate_caches_a_profile_that_reproduces_its_fit(tmp_path):
     for key in ("memory_bandwidth_gbps", "matmul_efficiency", "intra_node_bandwidth_gbps"):
         assert entry[key] > 0, key
     assert 0 < entry["matmul_efficiency"] <= 1 and entry["intra_node_latency_us"] >= 0
-    assert entry["launch_overhead_us"] >= 0
+    assert entry["launch_overhead_us"] >= 0 and entry["pynative_overhead_us"] >= 0
     predicted = subprocess.run(
         [sys.executable, "-m", "core.perf", *BASE, "--json"], cwd=ROOT, env=env, capture_output=True, text=True
     )

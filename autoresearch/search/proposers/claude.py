@@ -26,8 +26,15 @@ import anthropic
 from anthropic.resources.messages import DEPRECATED_MODELS
 from anthropic.types import Model
 
+from autoresearch.search.prior import StepPrior
 from autoresearch.search.proposers.base import Proposal, ProposalContext, Proposer
-from autoresearch.search.proposers.prompt import TOOL_NAME, invalid_feedback, system_prompt, user_prompt
+from autoresearch.search.proposers.prompt import (
+    TOOL_NAME,
+    invalid_feedback,
+    plan_section,
+    system_prompt,
+    user_prompt,
+)
 
 log = logging.getLogger(__name__)
 
@@ -97,12 +104,15 @@ class ClaudeProposer(Proposer):
         base_url: str | None = None,
         max_retries: int = 2,
         timeout: float = 60,
+        prior: StepPrior | None = None,
     ):
+        """``prior`` (``--plan``): the step-time model whose best predictions each request shows."""
         if max_invalid < 1:
             raise ValueError(f"max_invalid must be at least 1, got {max_invalid}")
         self.model = model or DEFAULT_MODEL
         self.max_invalid = max_invalid
         self.max_tokens = max_tokens
+        self.prior = prior
         self._client = client
         self._client_args = {"base_url": base_url, "max_retries": max_retries, "timeout": timeout}
         self._lock = threading.Lock()  # the agent may propose from several worker threads
@@ -210,7 +220,8 @@ class ClaudeProposer(Proposer):
             "description": "Propose the configuration of the next trial, with a one-paragraph rationale.",
             "input_schema": ctx.space.json_schema(),
         }
-        request = {"type": "text", "text": user_prompt(ctx.space, ctx.table)}
+        plan = plan_section(self.prior, ctx.space, ctx.table) if self.prior is not None else ""
+        request = {"type": "text", "text": user_prompt(ctx.space, ctx.table, plan)}
         messages: list[dict] = [{"role": "user", "content": [request]}]
         error = ""
         for attempt in range(1, self.max_invalid + 1):

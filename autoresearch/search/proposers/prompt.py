@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from typing import Any
 
-from autoresearch.records import DIVERGENCE_RATIO, Status, TrialRow, is_number
+from autoresearch.records import DIVERGENCE_RATIO, Status, TrialRow, config_key, is_number
+from autoresearch.search.prior import PARTS
 from core.trial.contract import Exit
 
 TOOL_NAME = "propose_trial"
@@ -141,8 +143,49 @@ def best_row(table: list[TrialRow], direction: str) -> TrialRow | None:
     return pick(scored, key=lambda r: r.objective)
 
 
-def user_prompt(space: Any, table: list[TrialRow]) -> str:
-    """The request for one trial: the space, the objective, and everything measured so far."""
+def plan_section(prior: Any, space: Any, table: list[TrialRow], top: int = 10, limit: int = 4096) -> str:
+    """``--plan``: the step-time model's best predicted configs not run yet (of the space's grid, or of a fixed
+    sample of ``limit`` points of a larger one), refitted to the runs, with its factors and its error so far."""
+    prior.refit(table)
+    grid = space.grid()
+    if len(grid) > limit:
+        grid = [grid[i] for i in sorted(random.Random(0).sample(range(len(grid)), limit))]
+    ran = {config_key(r.params) for r in table if r.params}
+    scored = [(v, p) for p in grid if config_key(p) not in ran and (v := prior.predict(p)) is not None]
+    scored.sort(key=lambda vp: -vp[0] if space.maximize else vp[0])
+    metric = space.objective_metric
+    lines = [f"| params | predicted {metric} |", "|---|---|"]
+    for value, params in scored[:top]:
+        lines.append(
+            f"| {_cell(json.dumps(params, sort_keys=True, separators=(',', ':'), default=str), 400)} | {value:.4g} |"
+        )
+    errors = [
+        abs(r.predicted_objective / r.objective - 1)
+        for r in table
+        if r.status == Status.OK and is_number(r.objective) and r.objective and r.predicted_objective is not None
+    ]
+    factors = ", ".join(f"{name} x{f:.2f}" for name, f in zip(PARTS, prior.factors, strict=True))
+    accuracy = (
+        f"Its predictions before each run were off by {100 * sorted(errors)[len(errors) // 2]:.0f}% at the median "
+        f"over {len(errors)} runs."
+        if errors
+        else "No run has checked it yet."
+    )
+    unpriced = (
+        f" It does not price {', '.join(sorted(prior.unpriced))}: their effect is for the runs to show."
+        if prior.unpriced
+        else ""
+    )
+    return (
+        f"A step-time model of the hardware (python -m core.perf) predicts {metric} for every config before it runs; "
+        f"it is refitted to the runs (factors on its profile: {factors}). {accuracy}{unpriced} Its best predicted "
+        f"configs not run yet:\n" + "\n".join(lines)
+    )
+
+
+def user_prompt(space: Any, table: list[TrialRow], plan: str = "") -> str:
+    """The request for one trial: the space, the objective, everything measured so far, and the plan's best
+    predictions when there is one (``plan_section``)."""
     direction = getattr(space, "direction", "minimize")
     metric = getattr(space, "objective_metric", "objective")
     goal = "lower is better" if direction == "minimize" else "higher is better"
@@ -157,6 +200,7 @@ def user_prompt(space: Any, table: list[TrialRow]) -> str:
             f"# Search space\n{space.describe()}",
             f"# Objective\n{direction} `{metric}` ({goal}). {best_text}",
             f"# Trials so far ({len(table)})\n{trial_table(table, direction)}",
+            *([f"# The plan\n{plan}"] if plan else []),
             f"Propose the next trial by calling `{TOOL_NAME}`.",
         ]
     )

@@ -3,6 +3,8 @@ prior, the session and the report). The "machine" of these tests is the model it
 (and, in one test, a slowdown of one layout no factor explains): the refit must recover the factors, and the search
 must start from the plan and correct it."""
 
+import json
+
 import numpy as np
 import pytest
 import yaml
@@ -120,10 +122,11 @@ def test_the_search_starts_from_the_plans_best_runnable_point(space):
 
 
 def test_of_points_the_plan_cannot_tell_apart_it_runs_the_core_defaults_first(tmp_path):
-    """The model prices neither the execution mode nor activation SWAP: listed first in the file, pynative and
+    """A model that prices neither the execution mode nor activation SWAP: listed first in the file, pynative and
     swap on tie with jit and swap off, and the first run is the core's default (jit, no swap), not the file's
     first value; a run off the defaults of what the model does not price leaves its factors alone."""
     doc = {**SPACE, "params": {**SPACE["params"]}}
+    doc["fixed"] = {**SPACE["fixed"], "cluster.pynative_overhead_us": 0.0}  # H100's profile prices no PyNative
     doc["params"]["training.mode"] = {"type": "choice", "values": ["pynative", "jit"]}
     doc["params"]["memory.swap"] = {"type": "choice", "values": [True, False]}
     path = tmp_path / "modes.yaml"
@@ -187,3 +190,27 @@ def test_the_report_shows_predicted_against_measured(tmp_path, capsys):
     median = float(np.median([abs(r.predicted_objective / r.objective - 1) for r in rows]))
     assert f"median |error| {100 * median:.1f}% over {len(rows)} ok runs" in model_error_text(trial_rows(study))
     assert "(plan " in capsys.readouterr().out  # each trial's line shows the plan's figure
+
+
+def test_claude_is_shown_the_plans_best_unrun_configs(space, monkeypatch, tmp_path):
+    """With --plan Claude's request (through the real SDK, to the fake server) carries the plan: the best predicted
+    configs not run yet, in the model's order, and the model's error so far."""
+    from autoresearch.search.proposers.claude import ClaudeProposer
+    from tests.fake_anthropic import FakeAnthropic
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path))
+    order = sorted(space.grid(), key=lambda p: -predict_step({**space.fixed, **p}).tokens_per_sec)
+    done = row(0, order[0], (Status.OK, predict_step({**space.fixed, **order[0]}).tokens_per_sec / 1.25))
+    done.predicted_objective = predict_step({**space.fixed, **order[0]}).tokens_per_sec
+    with FakeAnthropic() as fake:
+        fake.tool_use({**order[1], "rationale": "the plan's next"})
+        claude = ClaudeProposer(base_url=fake.url, max_retries=1, timeout=10, prior=StepPrior(space))
+        proposal = claude.propose(None, ProposalContext(space=space, table=[done]))
+        text = fake.messages_requests[0].json["messages"][0]["content"][0]["text"]
+    assert proposal.params == order[1]
+    plan = text.split("# The plan\n", 1)[1]
+    assert "off by 25% at the median over 1 runs" in plan  # predicted 1.25x the measured
+    listed = [line.split(" | ")[0].lstrip("| ") for line in plan.splitlines() if line.startswith('| {"')]
+    assert listed[0] == json.dumps(order[1], sort_keys=True, separators=(",", ":"))  # the run one is gone
+    assert len(listed) == 10

@@ -17,7 +17,7 @@ PEAK = {"peak_tflops_fp32": 0.1, "memory_bandwidth_gbps": 20.0}  # a made-up hos
 
 def test_the_fit_recovers_the_numbers_behind_the_measurements():
     truth = {**PEAK, "matmul_efficiency": 0.55, "intra_node_bandwidth_gbps": 0.3, "intra_node_latency_us": 800.0}
-    truth["launch_overhead_us"] = 1500.0
+    truth |= {"launch_overhead_us": 1500.0, "pynative_overhead_us": 9000.0}
     measured = {
         name: estimate_step(
             planned_config([*BASE, *overrides, *(f"cluster.{k}={v}" for k, v in truth.items())])
@@ -25,8 +25,14 @@ def test_the_fit_recovers_the_numbers_behind_the_measurements():
         for name, overrides in LAYOUTS.items()
     }
     start = {**PEAK, "matmul_efficiency": 1.0, "intra_node_bandwidth_gbps": 1.0, "intra_node_latency_us": 0.0}
-    fitted = fit(measured, {**start, "launch_overhead_us": 0.0})
-    for key in ("matmul_efficiency", "intra_node_bandwidth_gbps", "intra_node_latency_us", "launch_overhead_us"):
+    fitted = fit(measured, {**start, "launch_overhead_us": 0.0, "pynative_overhead_us": 0.0})
+    for key in (
+        "matmul_efficiency",
+        "intra_node_bandwidth_gbps",
+        "intra_node_latency_us",
+        "launch_overhead_us",
+        "pynative_overhead_us",
+    ):
         assert fitted[key] == pytest.approx(truth[key], rel=1e-3), key
 
 
@@ -47,3 +53,6 @@ def test_a_cpu_profile_reads_the_calibration_or_names_the_key(tmp_path, monkeypa
     assert rates.efficiency == 0.5 and rates.memory_bandwidth == 12e9 and rates.launch == pytest.approx(250e-6)
     assert rates.intra.bandwidth == pytest.approx(0.2e9) and rates.intra.latency == pytest.approx(100e-6)
     assert calibrate.calibration() == entry
+    assert rates.pynative is None  # an entry without it: jit priced, pynative refused naming the key
+    with pytest.raises(ConfigError, match="cluster.pynative_overhead_us"):
+        estimate_step(planned_config(["cluster.peak_tflops_fp32=0.1", "training.mode=pynative"]))

@@ -113,7 +113,7 @@ def test_tensor_parallel_traffic_is_four_all_reduces_per_block():
 @pytest.mark.parametrize(("recompute", "per_block"), [("none", 3), ("full", 4)])
 def test_launches_are_counted_per_block_and_micro_batch(recompute, per_block):
     """A block launches its kernels once forward, twice backward (once more with full recompute); the embedding
-    and the head count one block each, never recomputed."""
+    and the head count one block each, never recomputed; PyNative adds its dispatch to each launch."""
     base = ["cluster.devices_per_node=1", "training.seq_len=1024", "training.global_batch_size=4"]
     base.append("training.micro_batch_size=1")
     est = estimate_step(_cfg(*base, "cluster.launch_overhead_us=100", f"memory.recompute={recompute}"))
@@ -122,6 +122,17 @@ def test_launches_are_counted_per_block_and_micro_batch(recompute, per_block):
     assert est.breakdown["launch"] == pytest.approx(expected, rel=1e-9)
     without = estimate_step(_cfg(*base, f"memory.recompute={recompute}"))
     assert est.step_time_sec - without.step_time_sec == pytest.approx(expected, rel=1e-9)
+    # PyNative's dispatch is counted as launches are: 250 us more per block forward, the same count
+    eager = estimate_step(
+        _cfg(
+            *base,
+            "cluster.launch_overhead_us=100",
+            "cluster.pynative_overhead_us=250",
+            "training.mode=pynative",
+            f"memory.recompute={recompute}",
+        )
+    )
+    assert eager.breakdown["launch"] == pytest.approx(expected * 350 / 100, rel=1e-9)
 
 
 def test_fsdp_hides_what_compute_covers_and_exposes_the_rest():
