@@ -111,9 +111,7 @@ def _known(cluster: ClusterConfig, key: str, measured: dict) -> float | None:
 def _need(cluster: ClusterConfig, key: str, measured: dict, value: float | None = None) -> float:
     """The profile's number, else the machine's calibration's (``measured``: a CPU profile's), else a
     ConfigError naming the key."""
-    value = getattr(cluster, key) if value is None else value
-    if value is None:
-        value = measured.get(key)
+    value = _known(cluster, key, measured) if value is None else value
     if value is None:
         fix = f"set cluster.{key}=<value>"
         if cluster.device == "CPU":

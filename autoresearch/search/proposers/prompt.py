@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import statistics
 from typing import Any
 
 from autoresearch.records import DIVERGENCE_RATIO, Status, TrialRow, config_key, is_number
@@ -166,7 +167,7 @@ def plan_section(prior: Any, space: Any, table: list[TrialRow], top: int = 10, l
     ]
     factors = ", ".join(f"{name} x{f:.2f}" for name, f in zip(PARTS, prior.factors, strict=True))
     accuracy = (
-        f"Its predictions before each run were off by {100 * sorted(errors)[len(errors) // 2]:.0f}% at the median "
+        f"Its predictions before each run were off by {100 * statistics.median(errors):.0f}% at the median "
         f"over {len(errors)} runs."
         if errors
         else "No run has checked it yet."
