@@ -194,6 +194,12 @@ def composed(groups: tuple) -> dict:
     return OmegaConf.to_container(compose([f"{k}={v}" for k, v in groups]), resolve=True)
 
 
+def _items(settings: dict[str, Any]) -> tuple:
+    """Settings as the cached helpers take them: (key, type name, value); the type name is part of the key, for
+    True == 1 hash alike but the core may treat them apart."""
+    return tuple((k, type(v).__name__, v) for k, v in settings.items())
+
+
 def _tree(items: tuple) -> dict:
     """The composed tree of these (key, type name, value) settings; raises ConfigError for a key not in it."""
     schema = core_schema()
@@ -232,7 +238,7 @@ def predict_step(settings: dict[str, Any], *, one_host: bool = False) -> StepEst
     ``one_host``: settings that size no cluster (neither ``cluster.nodes`` nor ``cluster.devices_per_node``) are
     predicted on one node of as many devices as the layout has ranks, which is how the agent runs a trial of a
     space for this machine: every rank on this host."""
-    tree = _tree(tuple((k, type(v).__name__, v) for k, v in settings.items()))
+    tree = _tree(_items(settings))
     if "device" not in settings:
         tree["device"] = tree["cluster"]["device"]
     if one_host and not {"cluster.nodes", "cluster.devices_per_node"} & settings.keys():
@@ -248,13 +254,13 @@ def predict_step(settings: dict[str, Any], *, one_host: bool = False) -> StepEst
 
 def cluster_device(settings: dict[str, Any]) -> str:
     """The device of the cluster these settings name (``CPU`` for cpu-local)."""
-    return str(_tree(tuple((k, type(v).__name__, v) for k, v in settings.items()))["cluster"]["device"])
+    return str(_tree(_items(settings))["cluster"]["device"])
 
 
 def default_values(settings: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
     """The value the core's config gives each of ``keys`` (dotted, not group choices) under these settings: what a
     trial that does not set the key runs with."""
-    tree = _tree(tuple((k, type(v).__name__, v) for k, v in settings.items()))
+    tree = _tree(_items(settings))
     out = {}
     for key in keys:
         head, _, rest = key.partition(".")
@@ -268,5 +274,4 @@ def config_error(settings: dict[str, Any]) -> ConfigError | None:
     """``core.config``'s verdict on these settings (``key -> value``, as overrides would give them): the same
     rules ``load_config`` runs on a trial's overrides, on a tree composed once per group choice (several times
     faster per config than a full Hydra compose: benchmarks/RESULTS.md, "autoresearch/core_adapter.py")."""
-    # The type name is part of the cache key: True == 1 and hash alike, but the core may treat them apart.
-    return _config_error(tuple((k, type(v).__name__, v) for k, v in settings.items()))
+    return _config_error(_items(settings))

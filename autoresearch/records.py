@@ -100,6 +100,20 @@ def is_number(x: Any) -> bool:
     return isinstance(x, Real) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def plan_errors(rows: list) -> list[float]:
+    """|predicted / measured - 1| of each ok search run the step-time model predicted before it ran (``--plan``),
+    in trial order: what the report and Claude's prompt say of the model's accuracy."""
+    return [
+        abs(r.predicted_objective / r.objective - 1.0)
+        for r in rows
+        if r.status == Status.OK
+        and r.predicted_objective is not None
+        and is_number(r.objective)
+        and r.objective
+        and r.confirmation_of is None
+    ]
+
+
 def positive_number(x: Any) -> bool:
     return is_number(x) and x > 0
 

@@ -17,7 +17,7 @@ import statistics
 import optuna
 import pandas as pd
 
-from autoresearch.records import Attr, Status, TrialRow
+from autoresearch.records import Attr, TrialRow, plan_errors
 from autoresearch.study import confirm, ledger
 from autoresearch.study.storage import trial_rows
 
@@ -100,11 +100,7 @@ def model_error_text(rows: list[TrialRow], last: int = 5) -> str:
     """How far the step-time model's predictions (``--plan``: each made before its run, with the model refitted
     to the runs before it) were from the measured objective: the median |predicted / measured - 1| over the ok
     runs, and over the ``last`` of them, which shows whether the refits helped; "" without predictions."""
-    errors = [
-        abs(r.predicted_objective / r.objective - 1.0)
-        for r in rows
-        if r.status == Status.OK and r.predicted_objective is not None and r.objective and r.confirmation_of is None
-    ]
+    errors = plan_errors(rows)
     if not errors:
         return ""
     recent = errors[-last:]

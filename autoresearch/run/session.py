@@ -159,7 +159,7 @@ class Session:
         """--plan: the step-time model must answer for this space. A CPU cluster's numbers are measured on this
         machine (``python -m core.perf calibrate``, minutes, then cached) before any trial competes for its cores;
         raises SpaceError, quoting the core, when the model still predicts none of the space's points."""
-        first = {**self.space.fixed, **self.space.grid()[0]}
+        first = {**self.space.fixed, **self.prior.grid[0]}
         if cluster_device(first) == "CPU" and calibration() is None:
             self.listener.note("step-time model: calibrating this machine first (python -m core.perf calibrate)")
             done = subprocess.run([*DEFAULT_COMMAND[:2], "core.perf", "calibrate"], capture_output=True, text=True)

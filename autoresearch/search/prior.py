@@ -70,6 +70,15 @@ class StepPrior:
         self._fitted_on: tuple = ()
         self.defaults = default_values(space.fixed, list(space.params)) if space.params else {}
 
+    @functools.cached_property
+    def grid(self) -> list[dict]:
+        """The space's grid, enumerated once (the proposers, the probe of unpriced params and Claude's plan read
+        it; a space for a cluster has thousands of points)."""
+        return self.space.grid()
+
+    def factors_text(self) -> str:
+        return ", ".join(f"{name} x{f:.2f}" for name, f in zip(PARTS, self.factors, strict=True))
+
     def changes(self, params: dict) -> int:
         """How many of the point's params differ from what the core runs by default: among points the model
         cannot tell apart (it does not price ``memory.swap``, say), the plan runs the one that changes least
@@ -80,7 +89,7 @@ class StepPrior:
     def unpriced(self) -> frozenset[str]:
         """The params whose value never moves the model's prediction: each varied alone over the values the grid
         gives it, from ``PROBE_POINTS`` points drawn from the grid, where the core takes at least two of them."""
-        grid = self.space.grid()
+        grid = self.grid
         values = {name: list(dict.fromkeys(p[name] for p in grid)) for name in self.space.params}
         bases = random.Random(0).sample(grid, min(len(grid), PROBE_POINTS))  # a stride could alias with the grid
         out = set()
@@ -134,8 +143,8 @@ class StepPrior:
 
     def refit(self, rows: Iterable) -> np.ndarray:
         """Refit the factors to the ok runs among ``rows`` (``TrialRow``s) that the model prices (``priced``);
-        returns them. A run's row counts
-        with its relative error, ``predicted / measured - 1``, so a slow layout weighs as much as a fast one."""
+        returns them. A run counts with its relative error, ``predicted / measured - 1``, so a slow layout weighs
+        as much as a fast one."""
         runs = [
             (r.params, r.objective)
             for r in rows
@@ -164,7 +173,7 @@ class StepPrior:
         """Raise SpaceError unless the model predicts at least one of the space's first grid points, quoting the
         core's reason for the first it refused (a cluster that does not match the layouts, an uncalibrated
         machine): a prior that predicts nothing would be a silent plain search."""
-        points = self.space.grid()[:VALIDATE_POINTS]
+        points = self.grid[:VALIDATE_POINTS]
         if any(self.estimate(p) is not None for p in points):
             return
         first = self._errors[config_key(points[0])] if points else None

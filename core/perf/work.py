@@ -235,7 +235,8 @@ def edge_passes(cfg: TrainConfig, dev: Device, *, first: bool, last: bool) -> tu
     fwd, bwd = Pass(), Pass()
     names = []
     edges = int(first) + int(last)  # each launches about a block's kernels
-    fwd.launch, bwd.launch = edges * launch_seconds(cfg, dev), 2 * edges * launch_seconds(cfg, dev)
+    launch = launch_seconds(cfg, dev)
+    fwd.launch, bwd.launch = edges * launch, 2 * edges * launch
     if first:
         fwd.compute += dev.memory_seconds(2 * T * D * sh.act_bytes)  # the lookup
         bwd.compute += dev.memory_seconds(2 * T * D * 4)  # the table's gradient, scattered

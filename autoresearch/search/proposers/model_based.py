@@ -31,7 +31,7 @@ from scipy.stats import qmc
 
 from autoresearch.records import RAN, Status, config_key, is_number
 from autoresearch.search import surrogate
-from autoresearch.search.prior import PARTS, StepPrior
+from autoresearch.search.prior import StepPrior
 from autoresearch.search.proposers.base import Proposal, ProposalContext, Proposer
 
 MAX_GRID = 4096  # a grid up to this size is the candidate set; a larger one is sampled
@@ -131,7 +131,6 @@ class ModelBasedProposer(Proposer):
         failed = np.array([float(r.status != Status.OK) for r in ran])
         p_fail = surrogate.failure_probability(x, xr, failed, gp.lengths)
         order = np.argsort(-(ei * (1.0 - p_fail)), kind="stable")
-        factors = ", ".join(f"{name} x{f:.2f}" for name, f in zip(PARTS, prior.factors, strict=True))
         return self._first_runnable(
             ctx,
             candidates,
@@ -139,7 +138,7 @@ class ModelBasedProposer(Proposer):
             lambda i: (
                 f"expected improvement {ei[i]:.3g} x P(no failure) {1 - p_fail[i]:.2f} over the plan "
                 f"(predicted {space.objective_metric} {predicted[i] or float('nan'):.4g}; model refitted to "
-                f"{len(ok)} runs: {factors}; GP of its errors)"
+                f"{len(ok)} runs: {prior.factors_text()}; GP of its errors)"
             ),
         )
 

@@ -13,8 +13,7 @@ import random
 import statistics
 from typing import Any
 
-from autoresearch.records import DIVERGENCE_RATIO, Status, TrialRow, config_key, is_number
-from autoresearch.search.prior import PARTS
+from autoresearch.records import DIVERGENCE_RATIO, Status, TrialRow, config_key, is_number, plan_errors
 from core.trial.contract import Exit
 
 TOOL_NAME = "propose_trial"
@@ -148,7 +147,7 @@ def plan_section(prior: Any, space: Any, table: list[TrialRow], top: int = 10, l
     """``--plan``: the step-time model's best predicted configs not run yet (of the space's grid, or of a fixed
     sample of ``limit`` points of a larger one), refitted to the runs, with its factors and its error so far."""
     prior.refit(table)
-    grid = space.grid()
+    grid = prior.grid
     if len(grid) > limit:
         grid = [grid[i] for i in sorted(random.Random(0).sample(range(len(grid)), limit))]
     ran = {config_key(r.params) for r in table if r.params}
@@ -160,12 +159,7 @@ def plan_section(prior: Any, space: Any, table: list[TrialRow], top: int = 10, l
         lines.append(
             f"| {_cell(json.dumps(params, sort_keys=True, separators=(',', ':'), default=str), 400)} | {value:.4g} |"
         )
-    errors = [
-        abs(r.predicted_objective / r.objective - 1)
-        for r in table
-        if r.status == Status.OK and is_number(r.objective) and r.objective and r.predicted_objective is not None
-    ]
-    factors = ", ".join(f"{name} x{f:.2f}" for name, f in zip(PARTS, prior.factors, strict=True))
+    errors = plan_errors(table)
     accuracy = (
         f"Its predictions before each run were off by {100 * statistics.median(errors):.0f}% at the median "
         f"over {len(errors)} runs."
@@ -179,7 +173,7 @@ def plan_section(prior: Any, space: Any, table: list[TrialRow], top: int = 10, l
     )
     return (
         f"A step-time model of the hardware (python -m core.perf) predicts {metric} for every config before it runs; "
-        f"it is refitted to the runs (factors on its profile: {factors}). {accuracy}{unpriced} Its best predicted "
+        f"it is refitted to the runs (factors on its profile: {prior.factors_text()}). {accuracy}{unpriced} Its best predicted "
         f"configs not run yet:\n" + "\n".join(lines)
     )
 
