@@ -118,7 +118,7 @@ class Trainer:
             self._evaluate(step)
             self.checkpoints.at_end(step, self.rec.tokens)
             self._reference_rate()
-            self.ranks.barrier()  # nobody leaves a peer mid-collective
+            self.ranks.leave()  # nobody leaves a peer mid-collective
         finally:
             if self.metrics:
                 self.metrics.close()
