@@ -4,8 +4,10 @@ mesh, read back by any layout.
     store.py     the single-file format: ``<dir>/step_<step>/model_optim.safetensors`` (NumPy only)
     sharded.py   the sharded format: a shard per rank and an index; consolidated into the 1-process arrays
     reader.py    load(path) / read_meta(path), whatever the format
-    manager.py   CheckpointManager: when a rank saves, what, and how a trial resumes
-    __main__.py  ``python -m core.ckpt consolidate SRC DST`` (also ``python -m core.sharded_checkpoint``)
+    manager.py   CheckpointManager: when a rank saves, what, how a trial resumes, which weights it starts from
+    hf.py        Hugging Face checkpoints in and out (``checkpoint.load_weights=hf:<dir>``; export-hf)
+    __main__.py  ``python -m core.ckpt consolidate SRC DST`` (also ``python -m core.sharded_checkpoint``) and
+                 ``python -m core.ckpt export-hf SRC DST``
 
 Names are imported on first use (``lazy_loader``): only the manager loads MindSpore.
 """

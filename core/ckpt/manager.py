@@ -2,7 +2,8 @@
 ``checkpoint.at_end``), what (model and optimizer tensors, with the metadata a resume needs), in which format
 (one file from one process; from several, each rank of the first replica writes its shards), and how a trial
 resumes (``checkpoint.resume``: any checkpoint of any layout, read as the 1-process arrays, this rank cutting its
-own shards from them).
+own shards from them), and which weights a run that does not resume starts from (``checkpoint.load_weights``: a
+Hugging Face directory, ``core.ckpt.hf``).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from pathlib import Path
 
 from mindspore import Tensor, ops
 
-from core.ckpt import sharded, store
+from core.ckpt import hf, sharded, store
 from core.ckpt.reader import load
-from core.config import ConfigError, TrainConfig, to_dict
+from core.ckpt.store import CheckpointError
+from core.config import ConfigError, ModelConfig, TrainConfig, to_dict
+from core.config import hf as hf_config
 
 log = logging.getLogger("core.train")
 
@@ -86,11 +89,11 @@ class CheckpointManager:
         yet); else the checkpoint's, with this rank's parameters and optimizer states loaded from it."""
         resume = self.cfg.checkpoint.resume
         if resume is None:
-            return 0, 0
+            return self._load_weights()
         path = store.latest_checkpoint(self.root) if resume == "auto" else Path(resume)
         if path is None:
             log.info("checkpoint.resume=auto: no checkpoint in %s yet, starting from step 0", trial_dir)
-            return 0, 0
+            return self._load_weights()
         tensors, meta = load(path)
         placements = self.par.placements
         for p in self.params:
@@ -109,3 +112,39 @@ class CheckpointManager:
         self.optimizer.load_state_dict(state)
         log.info("resumed from %s at step %d (written by %s)", path, meta["step"], meta.get("layout", "?"))
         return int(meta["step"]), int(meta.get("tokens", 0))
+
+    def _load_weights(self) -> tuple[int, int]:
+        """Step 0, with ``checkpoint.load_weights``'s weights when it names some: this rank's shards of each
+        parameter, cut from the full tensor read one at a time."""
+        spec = self.cfg.checkpoint.load_weights
+        if spec is None:
+            return 0, 0
+        path, placements = hf_config.config_path(spec).parent, self.par.placements
+        try:
+            check_same_model(spec, self.cfg.model)
+            hf.check_complete(path, self.cfg.model)
+            shapes = {p.name: placements[p.name].full_shape for p in self.params}
+            for name, full in hf.read_params(path, list(shapes), self.cfg.model, shapes):
+                for p in self.params:  # a pipeline's mirrored copy shares its origin's name
+                    if p.name == name:
+                        ops.assign(p, Tensor(placements[name].shard(full), p.dtype))
+        except CheckpointError as e:
+            raise ConfigError("checkpoint.load_weights", str(e)) from None
+        log.info("weights from %s (%d tensors on this rank)", path, len(self.params))
+        return 0, 0
+
+
+# What the weights do not fix: a run may change these and still start from a checkpoint's weights.
+_FREE = {"name", "max_seq_len", "init_std", "moe_aux_loss_weight", "moe_capacity_factor"}
+
+
+def check_same_model(spec: str, model: ModelConfig) -> None:
+    """A ConfigError naming the first field in which ``model`` differs from the model of ``hf:<dir>``'s
+    config."""
+    for key, value in hf_config.read(spec).items():
+        if key not in _FREE and getattr(model, key) != value:
+            raise ConfigError(
+                f"model.{key}",
+                f"is {getattr(model, key)!r} but checkpoint.load_weights={spec} holds a model with {value!r}; "
+                f"start from model={spec}",
+            )

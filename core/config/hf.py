@@ -7,9 +7,9 @@ The override is expanded before Hydra composes (``core.config.compose``): the ``
 Only what the core builds is read. A field it does not build with the value the checkpoint needs (biases, sliding
 windows, RoPE scaling, another activation) is refused naming it, never dropped: a model that silently differs from
 its checkpoint is worse than none. Architectures: Llama, Mistral and Mixtral, the fields of ``transformers``'
-configuration classes of the same names; Qwen2 is refused (its q/k/v projections have biases the core does not
-build). Reads JSON only (no
-``transformers``); no MindSpore here.
+configuration classes of the same names (transformers 4's ``rope_theta`` or 5's ``rope_parameters``); Qwen2 is
+refused (its q/k/v projections have biases the core does not build). ``to_hf_config`` writes the other way, for
+``core.ckpt.hf``'s export. Reads JSON only (no ``transformers``); no MindSpore here.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from core.config.model import ModelConfig
 from core.config.overrides import override
 from core.config.rules import ConfigError
 
@@ -109,6 +110,8 @@ def _fields(hf: dict, spec: str, *, moe: bool) -> dict[str, Any]:
                 )
         elif key == "sliding_window" and hf.get("use_sliding_window") is False:
             continue  # a window size that is switched off
+        elif key == "rope_parameters":  # transformers 5: the RoPE settings in one dict
+            fields |= _rope(value, spec)
         elif key in _REQUIRED_VALUES:
             built, why = _REQUIRED_VALUES[key]
             if value != built and not (built is False and value is None):
@@ -123,6 +126,68 @@ def _fields(hf: dict, spec: str, *, moe: bool) -> dict[str, Any]:
     if moe:  # Mixtral: dropless softmax top-k over experts of intermediate_size, no shared or dense blocks
         fields |= {"moe_router": "softmax", "moe_capacity_factor": None, "moe_shared_experts": 0, "moe_dense_layers": 0}
     return fields
+
+
+def _rope(params: dict | None, spec: str) -> dict[str, Any]:
+    """The fields of transformers 5's ``rope_parameters``: plain RoPE only (its theta)."""
+    params = dict(params or {})
+    kind = params.pop("rope_type", "default")
+    if kind != "default":
+        raise ConfigError(
+            "model", f"{spec}: rope_parameters.rope_type={kind!r} is not built: {_REQUIRED_VALUES['rope_scaling'][1]}"
+        )
+    theta = params.pop("rope_theta", None)
+    if params:
+        raise ConfigError(
+            "model", f"{spec}: rope_parameters {sorted(params)} are fields the core does not read or build"
+        )
+    return {} if theta is None else {"rope_theta": theta}
+
+
+def to_hf_config(cfg: ModelConfig, *, dtype: str = "float32") -> dict[str, Any]:
+    """The ``config.json`` of the Hugging Face model that holds a model of ``cfg``: ``LlamaForCausalLM``, or
+    ``MixtralForCausalLM`` for a mixture of experts of Mixtral's kind; a ConfigError naming the field that no
+    such class holds (``read`` of the result gives ``cfg``'s fields back)."""
+    config: dict[str, Any] = {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "intermediate_size": cfg.ffn_hidden,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads,
+        "head_dim": cfg.head_dim,
+        "max_position_embeddings": cfg.max_seq_len,
+        "rope_theta": cfg.rope_theta,
+        "rms_norm_eps": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "initializer_range": cfg.init_std,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "torch_dtype": dtype,
+    }
+    if not cfg.n_experts:
+        return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **config, "mlp_bias": False}
+    for key, value, mixtral in (
+        ("moe_router", cfg.moe_router, "softmax"),
+        ("moe_shared_experts", cfg.moe_shared_experts, 0),
+        ("moe_dense_layers", cfg.moe_dense_layers, 0),
+        ("moe_ffn_hidden", cfg.moe_ffn_hidden or cfg.ffn_hidden, cfg.ffn_hidden),
+    ):
+        if value != mixtral:
+            raise ConfigError(
+                f"model.{key}", f"is {value!r}; a Hugging Face Mixtral holds {mixtral!r}, and no other MoE is written"
+            )
+    config.pop("attention_bias")
+    return {
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        **config,
+        "num_local_experts": cfg.n_experts,
+        "num_experts_per_tok": cfg.moe_top_k,
+        "router_aux_loss_coef": cfg.moe_aux_loss_weight,
+        "sliding_window": None,
+    }
 
 
 def expand(overrides: list[str] | tuple[str, ...]) -> list[str]:

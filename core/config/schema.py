@@ -381,8 +381,18 @@ class CheckpointConfig:
     ``<trial.dir>/checkpoints``."""
     keep: int = 2
     """Newest checkpoints kept."""
+    load_weights: str | None = None
+    """Weights to start from (at step 0, the optimizer fresh): a Hugging Face model directory, ``hf:<dir>``, read
+    into any layout, each rank cutting its shards; its config must give this model (start from ``model=hf:<dir>``).
+    A checkpoint that ``resume`` finds wins."""
 
     def __post_init__(self):
+        require(
+            self.load_weights is None or self.load_weights.startswith("hf:"),
+            "checkpoint.load_weights",
+            "must be hf:<dir> (a Hugging Face model directory); a checkpoint of this project is read by "
+            "checkpoint.resume",
+        )
         require(self.interval >= 0, "checkpoint.interval", "must be >= 0")
         require(self.keep >= 1, "checkpoint.keep", "must be >= 1")
 

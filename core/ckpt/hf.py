@@ -1,0 +1,274 @@
+"""Hugging Face checkpoints in and out: a ``transformers`` model directory (``config.json`` with
+``model.safetensors``, or shards tied by ``model.safetensors.index.json``) read as the core's parameters, and the
+core's parameters written as a directory that ``transformers`` loads.
+
+Names (the Hub's, as Llama, Mistral and Mixtral checkpoints are published; the core's in ``core.model.gpt``):
+
+    model.embed_tokens.weight                            embed.weight
+    model.layers.{i}.input_layernorm.weight              layers.{i}.attn_norm.weight
+    model.layers.{i}.self_attn.{q,k,v,o}_proj.weight     layers.{i}.attn.{wq,wk,wv,wo}.weight
+    model.layers.{i}.post_attention_layernorm.weight     layers.{i}.mlp_norm.weight
+    model.layers.{i}.mlp.{gate,up,down}_proj.weight      layers.{i}.mlp.{w_gate,w_up,w_down}.weight
+    model.layers.{i}.block_sparse_moe.gate.weight        layers.{i}.mlp.router.weight
+    model.layers.{i}.block_sparse_moe.experts.{x}.{w1,w3,w2}.weight
+                                                         row x of layers.{i}.mlp.experts.{w_gate,w_up,w_down}
+    model.norm.weight                                    norm.weight
+    lm_head.weight                                       lm_head.weight (none when the embedding is tied)
+
+``transformers`` 5 holds Mixtral's experts fused (``mlp.experts.gate_up_proj`` (X, 2F, D), ``mlp.experts.down_proj``
+(X, D, F), the router ``mlp.gate.weight``) and converts the Hub's names as it loads and saves; a file in its fused
+names is read too. No q/k permutation either way: the core's RoPE rotates the halves (x_i, x_{i+E/2}) of a head,
+as transformers' Llama does.
+
+Reading maps the files (safetensors) and converts one tensor at a time to float32, whatever it is stored in
+(bf16, the usual case, through ``ml_dtypes``): a rank that takes its shards of a large model holds one full tensor
+at a time, never the model. A tensor of the checkpoint that the core does not build is an error naming it (a
+model that silently differs from its checkpoint is worse than none). Writing goes to a temporary directory
+renamed into place, like every checkpoint here. NumPy only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import ml_dtypes  # noqa: F401 — registers bfloat16 with NumPy, so safetensors can hand bf16 tensors over
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from core.ckpt.store import CheckpointError
+from core.config import ModelConfig
+from core.config.hf import to_hf_config
+from core.runtime.files import fsync_dir
+
+WEIGHTS, INDEX = "model.safetensors", "model.safetensors.index.json"
+# core name -> the Hub's, {i} a layer; one tensor each
+_RENAMES = {
+    "embed.weight": "model.embed_tokens.weight",
+    "norm.weight": "model.norm.weight",
+    "lm_head.weight": "lm_head.weight",
+    "layers.{i}.attn_norm.weight": "model.layers.{i}.input_layernorm.weight",
+    "layers.{i}.attn.wq.weight": "model.layers.{i}.self_attn.q_proj.weight",
+    "layers.{i}.attn.wk.weight": "model.layers.{i}.self_attn.k_proj.weight",
+    "layers.{i}.attn.wv.weight": "model.layers.{i}.self_attn.v_proj.weight",
+    "layers.{i}.attn.wo.weight": "model.layers.{i}.self_attn.o_proj.weight",
+    "layers.{i}.mlp_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
+    "layers.{i}.mlp.w_gate.weight": "model.layers.{i}.mlp.gate_proj.weight",
+    "layers.{i}.mlp.w_up.weight": "model.layers.{i}.mlp.up_proj.weight",
+    "layers.{i}.mlp.w_down.weight": "model.layers.{i}.mlp.down_proj.weight",
+    "layers.{i}.mlp.router.weight": "model.layers.{i}.block_sparse_moe.gate.weight",
+}
+# the core's stacked experts (X, ...) -> each expert's weight in the Hub's Mixtral names
+_EXPERTS = {"w_gate": "w1", "w_up": "w3", "w_down": "w2"}
+_EXPERT_HF = "model.layers.{i}.block_sparse_moe.experts.{x}.{w}.weight"
+# transformers 5's fused names for the same tensors
+_FUSED_ROUTER = "model.layers.{i}.mlp.gate.weight"
+_FUSED_GATE_UP = "model.layers.{i}.mlp.experts.gate_up_proj"
+_FUSED_DOWN = "model.layers.{i}.mlp.experts.down_proj"
+# Tensors some checkpoints carry that hold no weights: RoPE's inverse frequencies (recomputed from the config).
+_NOT_WEIGHTS = re.compile(r".*\.rotary_emb\.inv_freq$")
+_LAYER = re.compile(r"^layers\.(\d+)\.(.+)$")
+
+
+def hf_name(name: str) -> str:
+    """The Hub's name of the core's parameter ``name`` (one tensor; an MoE block's stacked experts have one per
+    expert: ``expert_names``)."""
+    m = _LAYER.match(name)
+    key, i = (f"layers.{{i}}.{m.group(2)}", m.group(1)) if m else (name, None)
+    if key not in _RENAMES:
+        raise CheckpointError(f"the core's {name} has no Hugging Face name (Llama, Mistral and Mixtral are written)")
+    return _RENAMES[key].format(i=i)
+
+
+def expert_names(name: str, n_experts: int) -> list[str] | None:
+    """Each expert's Hub name for the core's stacked ``layers.{i}.mlp.experts.<w>``; None for any other name."""
+    m = re.match(r"^layers\.(\d+)\.mlp\.experts\.(w_gate|w_up|w_down)$", name)
+    if not m:
+        return None
+    return [_EXPERT_HF.format(i=m.group(1), x=x, w=_EXPERTS[m.group(2)]) for x in range(n_experts)]
+
+
+class HFCheckpoint:
+    """The tensors of a Hugging Face model directory, read by name (the files stay mapped until ``close``)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        index = self.path / INDEX
+        if index.is_file():
+            weight_map = json.loads(index.read_text())["weight_map"]
+        elif (self.path / WEIGHTS).is_file():
+            with safe_open(str(self.path / WEIGHTS), framework="np") as f:
+                weight_map = dict.fromkeys(f.keys(), WEIGHTS)
+        else:
+            raise CheckpointError(f"{self.path} holds neither {WEIGHTS} nor {INDEX}: not a Hugging Face checkpoint")
+        self.files = weight_map  # tensor name -> file name in the directory
+        self._open: dict[str, object] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.files
+
+    def get(self, name: str) -> np.ndarray:
+        """The tensor ``name`` as float32."""
+        file = self.files.get(name)
+        if file is None:
+            raise CheckpointError(f"{self.path} has no tensor {name}")
+        if file not in self._open:
+            self._open[file] = safe_open(str(self.path / file), framework="np")
+        return np.asarray(self._open[file].get_tensor(name), dtype=np.float32)
+
+    def close(self) -> None:
+        self._open.clear()
+
+    def __enter__(self) -> HFCheckpoint:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def sources(ckpt: HFCheckpoint, name: str, cfg: ModelConfig) -> list[str]:
+    """The checkpoint's tensors that make the core's parameter ``name``: the Hub's names, or transformers 5's
+    fused ones where the checkpoint has those."""
+    experts = expert_names(name, cfg.n_experts)
+    if experts is not None and experts[0] not in ckpt:
+        i, w = _LAYER.match(name).group(1), name.rsplit(".", 1)[1]
+        return [(_FUSED_DOWN if w == "w_down" else _FUSED_GATE_UP).format(i=i)]
+    if experts is not None:
+        return experts
+    hub = hf_name(name)
+    if name.endswith(".mlp.router.weight") and hub not in ckpt:
+        return [_FUSED_ROUTER.format(i=_LAYER.match(name).group(1))]
+    return [hub]
+
+
+def read_param(ckpt: HFCheckpoint, name: str, cfg: ModelConfig) -> np.ndarray:
+    """The core's parameter ``name`` (its full, 1-process shape) from ``ckpt``."""
+    names = sources(ckpt, name, cfg)
+    if len(names) > 1:  # the Hub's experts, one tensor each
+        return np.stack([ckpt.get(n) for n in names])  # (X, F, D) or (X, D, F)
+    array = ckpt.get(names[0])
+    if names[0].endswith("gate_up_proj"):  # (X, 2F, D): the gate's rows, then the up projection's
+        half = array.shape[1] // 2
+        return array[:, :half] if name.endswith("w_gate") else array[:, half:]
+    return array
+
+
+def read_params(path: str | Path, names: list[str], cfg: ModelConfig, shapes: dict[str, tuple]) -> Iterator:
+    """(name, full array) for each of the core's parameters ``names`` from the Hugging Face directory ``path``,
+    one at a time, each checked against its ``shapes[name]``."""
+    with HFCheckpoint(path) as ckpt:
+        for name in names:
+            array = read_param(ckpt, name, cfg)
+            if tuple(array.shape) != tuple(shapes[name]):
+                raise CheckpointError(
+                    f"{path}: the core's {name} is {tuple(shapes[name])} but the checkpoint's is {array.shape}; "
+                    "load it with the model config it was written with (model=hf:<dir>)"
+                )
+            yield name, array
+
+
+def check_complete(path: str | Path, cfg: ModelConfig) -> None:
+    """A CheckpointError naming what is missing, when the checkpoint at ``path`` lacks a weight of the core's
+    model of ``cfg``, or naming what the core does not build, when it holds more (names only: nothing is read)."""
+    with HFCheckpoint(path) as ckpt:
+        wanted = {n for name in model_param_names(cfg) for n in sources(ckpt, name, cfg)}
+        missing = sorted(wanted - set(ckpt.files))
+        if missing:
+            raise CheckpointError(f"{path} lacks {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+        tied_head = {"lm_head.weight"} if cfg.tie_embeddings else set()  # transformers too skips a tied copy
+        extra = sorted(n for n in set(ckpt.files) - wanted - tied_head if not _NOT_WEIGHTS.match(n))
+        if extra:
+            raise CheckpointError(
+                f"{path} holds weights the core does not build: {', '.join(extra[:5])}"
+                f"{' ...' if len(extra) > 5 else ''}; a model without them would not be this checkpoint's"
+            )
+
+
+def model_param_names(cfg: ModelConfig) -> list[str]:
+    """The core's parameter names of a model of ``cfg`` (``core.model.gpt``), without MindSpore."""
+    names = ["embed.weight"]
+    for i in range(cfg.n_layers):
+        names += [f"layers.{i}.attn_norm.weight", *(f"layers.{i}.attn.w{p}.weight" for p in "qkvo")]
+        names.append(f"layers.{i}.mlp_norm.weight")
+        if cfg.is_moe_layer(i):
+            names += [f"layers.{i}.mlp.router.weight", *(f"layers.{i}.mlp.experts.{w}" for w in _EXPERTS)]
+            if cfg.moe_shared_experts:
+                names += [f"layers.{i}.mlp.shared.{w}.weight" for w in _EXPERTS]
+        else:
+            names += [f"layers.{i}.mlp.{w}.weight" for w in _EXPERTS]
+    names.append("norm.weight")
+    if not cfg.tie_embeddings:
+        names.append("lm_head.weight")
+    return names
+
+
+def hf_tensors(tensors: dict[str, np.ndarray], cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """The core's parameters (full arrays by the core's names) under the Hub's names."""
+    out = {}
+    for name, array in tensors.items():
+        experts = expert_names(name, cfg.n_experts)
+        if experts is None:
+            out[hf_name(name)] = array
+        else:
+            out.update(zip(experts, array, strict=True))
+    return out
+
+
+def save(
+    out: str | Path,
+    tensors: dict[str, np.ndarray],
+    cfg: ModelConfig,
+    *,
+    dtype: str = "float32",
+    max_shard_bytes: int = 5 * 2**30,
+) -> Path:
+    """Write the core's parameters ``tensors`` (full arrays by the core's names) as the Hugging Face model
+    directory ``out`` (``config.json`` and the weights in ``dtype``, float32 or bfloat16, in shards of at most
+    ``max_shard_bytes`` with an index when one file would be larger); replaces ``out`` whole."""
+    config = to_hf_config(cfg, dtype=dtype)  # first: a model the Hub's classes cannot hold is refused here
+    np_dtype = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}[dtype]
+    arrays = {k: np.ascontiguousarray(v.astype(np_dtype)) for k, v in hf_tensors(tensors, cfg).items()}
+    shards: list[dict[str, np.ndarray]] = [{}]
+    size = 0
+    for name in sorted(arrays):
+        if shards[-1] and size + arrays[name].nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = arrays[name]
+        size += arrays[name].nbytes
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        files = (
+            [WEIGHTS]
+            if len(shards) == 1
+            else [f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors" for k in range(len(shards))]
+        )
+        for file, shard in zip(files, shards, strict=True):
+            save_file(shard, str(tmp / file), metadata={"format": "pt"})  # transformers refuses a file without it
+        if len(shards) > 1:
+            weight_map = {name: file for file, shard in zip(files, shards, strict=True) for name in shard}
+            total = sum(a.nbytes for a in arrays.values())
+            (tmp / INDEX).write_text(
+                json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
+            )
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        fsync_dir(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        os.rename(tmp, out)
+        fsync_dir(out.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

@@ -1,0 +1,168 @@
+"""Hugging Face checkpoints with the real library: small random models of each architecture made and saved by
+``transformers`` itself, loaded into the core, and their logits compared with transformers' on the same tokens
+(fp32, 1e-5 relative); then saved from the core and loaded by transformers, the same check. No download."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from core.ckpt import hf
+from core.ckpt.store import CheckpointError
+from core.config import ConfigError, load_config
+
+REASON = "the optional interop extra is not installed (pip install -e '.[interop]': transformers and CPU torch)"
+torch = pytest.importorskip("torch", reason=REASON)
+transformers = pytest.importorskip("transformers", reason=REASON)
+ms = pytest.importorskip("mindspore")
+from mindspore import Tensor  # noqa: E402
+
+from core.model import GPT  # noqa: E402
+
+SHAPES = dict(
+    vocab_size=96,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-6,
+)
+ARCHITECTURES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(rope_theta=500000.0)),
+    "llama-tied": ("LlamaConfig", "LlamaForCausalLM", dict(tie_word_embeddings=True)),
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=None, rope_theta=1e6)),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, num_experts_per_tok=2)),
+}
+TOKENS = np.random.default_rng(0).integers(0, SHAPES["vocab_size"], (2, 24)).astype(np.int32)
+
+
+@pytest.fixture(autouse=True)
+def _inductor_cache(tmp_path, monkeypatch):
+    """torch names its compile cache in os.environ the first time a model runs; given here, it is undone after."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+
+
+def hf_model(arch: str, seed: int = 0):
+    """A transformers model of ``arch`` with every weight random (norms around 1), so that a swapped or transposed
+    tensor changes the logits."""
+    config_cls, model_cls, extra = ARCHITECTURES[arch]
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**SHAPES, **extra)).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.randn_like(p) * (0.1 if "norm" in name else 0.3) + (1.0 if "norm" in name else 0.0))
+    return model
+
+
+def hf_logits(model) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.from_numpy(TOKENS.astype(np.int64))).logits.numpy()
+
+
+def core_model(path) -> GPT:
+    """The core's model of ``model=hf:<path>`` with the checkpoint's weights."""
+    cfg = load_config([f"model=hf:{path}"]).model
+    model = GPT(cfg)
+    params = {p.name: p for p in model.trainable_params()}
+    hf.check_complete(path, cfg)
+    for name, array in hf.read_params(path, list(params), cfg, {n: p.shape for n, p in params.items()}):
+        params[name].set_data(Tensor(array))
+    return model
+
+
+def close(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a - b| relative to max |b|."""
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_hf_checkpoint_loads_into_the_core_and_back(tmp_path, arch):
+    model = hf_model(arch)
+    model.save_pretrained(tmp_path / "hf")
+    expected = hf_logits(model)
+
+    core = core_model(tmp_path / "hf")
+    logits = core.logits(Tensor(TOKENS)).asnumpy()
+    assert close(logits, expected) <= 1e-5
+
+    # saved from the core in the Hub's names, loaded by transformers: the same logits
+    tensors = {p.name: p.asnumpy() for p in core.trainable_params()}
+    hf.save(tmp_path / "out", tensors, core.cfg)
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").float().eval()
+    assert type(back).__name__ == ARCHITECTURES[arch][1].replace("Mistral", "Llama")
+    assert close(hf_logits(back), expected) <= 1e-5
+    # and its config reads back as the same model (but for the name: the directory's)
+    written, read = (load_config([f"model=hf:{tmp_path / d}"]).model for d in ("out", "hf"))
+    assert dataclasses.replace(written, name=read.name) == read
+
+
+def test_sharded_bf16_checkpoint_round_trips(tmp_path):
+    """Shards with an index, and bf16 storage (read as float32): each weight equals transformers' own bf16 copy."""
+    model = hf_model("mixtral")
+    model.to(torch.bfloat16).save_pretrained(tmp_path / "hf", max_shard_size="20KB")
+    assert (tmp_path / "hf" / hf.INDEX).is_file()
+    cfg = load_config([f"model=hf:{tmp_path / 'hf'}"]).model
+    names = hf.model_param_names(cfg)
+    hub = {n: p.float().numpy() for n, p in model.state_dict().items()}
+    with hf.HFCheckpoint(tmp_path / "hf") as ckpt:
+        tensors = {n: hf.read_param(ckpt, n, cfg) for n in names}
+    for name, array in tensors.items():  # transformers 5 holds Mixtral's router and experts fused, and names them so
+        i = name.split(".")[1] if name.startswith("layers.") else None
+        if name.endswith("router.weight"):
+            expected = hub[f"model.layers.{i}.mlp.gate.weight"]
+        elif ".experts." in name:
+            down, gate_up = (hub[f"model.layers.{i}.mlp.experts.{w}"] for w in ("down_proj", "gate_up_proj"))
+            F = gate_up.shape[1] // 2
+            expected = {"w_gate": gate_up[:, :F], "w_up": gate_up[:, F:], "w_down": down}[name.rsplit(".", 1)[1]]
+        else:
+            expected = hub[hf.hf_name(name)]
+        np.testing.assert_array_equal(array, expected, err_msg=name)
+
+    # written back in shards of bf16: the index covers every tensor, and the values survive
+    out = hf.save(tmp_path / "out", tensors, cfg, dtype="bfloat16", max_shard_bytes=16_000)
+    index = json.loads((out / hf.INDEX).read_text())
+    assert len(set(index["weight_map"].values())) > 1
+    with hf.HFCheckpoint(out) as ckpt:
+        for name in names:
+            np.testing.assert_array_equal(hf.read_param(ckpt, name, cfg), tensors[name], err_msg=name)
+
+
+def test_a_checkpoint_that_differs_from_the_model_is_refused_naming_the_tensor(tmp_path):
+    model = hf_model("llama")
+    model.save_pretrained(tmp_path / "hf")
+    cfg = load_config([f"model=hf:{tmp_path / 'hf'}"]).model
+    # a weight the core does not build (a bias): refused, never dropped
+    state = {k: v.numpy() for k, v in model.state_dict().items()}
+    state["model.layers.0.self_attn.q_proj.bias"] = np.zeros(64, np.float32)
+    from safetensors.numpy import save_file
+
+    save_file(state, str(tmp_path / "hf" / hf.WEIGHTS), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match="q_proj.bias"):
+        hf.check_complete(tmp_path / "hf", cfg)
+    del state["model.layers.0.self_attn.q_proj.bias"], state["model.layers.1.mlp.up_proj.weight"]
+    save_file(state, str(tmp_path / "hf" / hf.WEIGHTS), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match="layers.1.mlp.up_proj"):
+        hf.check_complete(tmp_path / "hf", cfg)
+
+
+def test_a_model_no_hugging_face_class_holds_is_refused_naming_the_field():
+    cfg = load_config(["model=moe-tiny", "model.moe_router=sigmoid"]).model
+    with pytest.raises(ConfigError, match="model.moe_router"):
+        hf.save("/nonexistent/never-written", {}, cfg)
+
+
+def test_transformers_5_fused_expert_names_load_too(tmp_path):
+    """A Mixtral file in the names transformers 5 holds in memory (its state_dict: router and experts fused)."""
+    from safetensors.numpy import save_file
+
+    model = hf_model("mixtral", seed=1)
+    model.save_pretrained(tmp_path)  # config.json (the weights are replaced below)
+    state = {k: v.numpy() for k, v in model.state_dict().items()}
+    assert "model.layers.0.mlp.experts.gate_up_proj" in state
+    save_file(state, str(tmp_path / hf.WEIGHTS), metadata={"format": "pt"})
+    assert close(core_model(tmp_path).logits(Tensor(TOKENS)).asnumpy(), hf_logits(model)) <= 1e-5
