@@ -15,6 +15,7 @@ refused (its q/k/v projections have biases the core does not build). ``to_hf_con
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,6 @@ _REQUIRED_VALUES = {
     "attention_bias": (False, "the core's attention projections have no bias"),
     "mlp_bias": (False, "the core's MLP has no bias"),
     "pretraining_tp": (1, "pretraining_tp splits the MLP matmuls for numerics the core does not reproduce"),
-    "rope_scaling": (None, "the core's RoPE has no scaling (Llama 3.1 and YaRN scaling are not built)"),
     "sliding_window": (None, "the core's attention is full causal (no sliding window)"),
     "use_sliding_window": (False, "the core's attention is full causal (no sliding window)"),
     "router_jitter_noise": (0.0, "the core's router adds no jitter"),
@@ -110,8 +110,8 @@ def _fields(hf: dict, spec: str, *, moe: bool) -> dict[str, Any]:
                 )
         elif key == "sliding_window" and hf.get("use_sliding_window") is False:
             continue  # a window size that is switched off
-        elif key == "rope_parameters":  # transformers 5: the RoPE settings in one dict
-            fields |= _rope(value, spec)
+        elif key in ("rope_parameters", "rope_scaling"):  # transformers 5's RoPE settings, or 4's scaling
+            fields |= _rope(value, spec, hf.get("max_position_embeddings"))
         elif key in _REQUIRED_VALUES:
             built, why = _REQUIRED_VALUES[key]
             if value != built and not (built is False and value is None):
@@ -128,20 +128,48 @@ def _fields(hf: dict, spec: str, *, moe: bool) -> dict[str, Any]:
     return fields
 
 
-def _rope(params: dict | None, spec: str) -> dict[str, Any]:
-    """The fields of transformers 5's ``rope_parameters``: plain RoPE only (its theta)."""
-    params = dict(params or {})
-    kind = params.pop("rope_type", "default")
-    if kind != "default":
-        raise ConfigError(
-            "model", f"{spec}: rope_parameters.rope_type={kind!r} is not built: {_REQUIRED_VALUES['rope_scaling'][1]}"
-        )
-    theta = params.pop("rope_theta", None)
-    if params:
-        raise ConfigError(
-            "model", f"{spec}: rope_parameters {sorted(params)} are fields the core does not read or build"
-        )
-    return {} if theta is None else {"rope_theta": theta}
+# RoPE scaling keys of a Hugging Face config (transformers' rope_parameters / rope_scaling) -> model keys
+_ROPE_KEYS = {
+    "factor": "rope_factor",
+    "original_max_position_embeddings": "rope_original_max_len",
+    "low_freq_factor": "rope_low_freq_factor",
+    "high_freq_factor": "rope_high_freq_factor",
+    "beta_fast": "rope_beta_fast",
+    "beta_slow": "rope_beta_slow",
+    "attention_factor": "rope_attention_factor",
+    "truncate": "rope_truncate",
+}
+
+
+def _rope(params: dict | None, spec: str, max_positions: int | None) -> dict[str, Any]:
+    """The model fields of transformers' ``rope_parameters`` (5) or ``rope_scaling`` (4): plain RoPE, Llama 3.1's
+    scaling (llama3) or YaRN; any other kind, or a key not read, refused naming it."""
+    params = {k: v for k, v in (params or {}).items() if v is not None}
+    kind = params.pop("rope_type", params.pop("type", "default"))
+    fields: dict[str, Any] = {}
+    if "rope_theta" in params:
+        fields["rope_theta"] = params.pop("rope_theta")
+    if kind == "default":
+        if params:
+            raise ConfigError("model", f"{spec}: RoPE keys {sorted(params)} are not read by the core")
+        return fields
+    if kind not in ("llama3", "yarn"):
+        raise ConfigError("model", f"{spec}: RoPE scaling {kind!r} is not built (the core builds llama3 and yarn)")
+    mscale, mscale_all = params.pop("mscale", None), params.pop("mscale_all_dim", None)
+    unread = sorted(set(params) - set(_ROPE_KEYS))
+    if unread:
+        raise ConfigError("model", f"{spec}: RoPE {kind} keys {unread} are not read by the core")
+    fields |= {"rope_scaling": kind, **{_ROPE_KEYS[k]: v for k, v in params.items()}}
+    if kind == "yarn" and "rope_factor" not in fields and max_positions and "rope_original_max_len" in fields:
+        fields["rope_factor"] = max_positions / fields["rope_original_max_len"]  # transformers' default
+    if mscale and mscale_all and "rope_attention_factor" not in fields:  # DeepSeek's form of the temperature
+        factor = fields.get("rope_factor", 1.0)
+        fields["rope_attention_factor"] = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all)
+    return fields
+
+
+def _yarn_mscale(factor: float, mscale: float) -> float:
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
 def to_hf_config(cfg: ModelConfig, *, dtype: str = "float32") -> dict[str, Any]:
@@ -158,6 +186,7 @@ def to_hf_config(cfg: ModelConfig, *, dtype: str = "float32") -> dict[str, Any]:
         "head_dim": cfg.head_dim,
         "max_position_embeddings": cfg.max_seq_len,
         "rope_theta": cfg.rope_theta,
+        "rope_scaling": _rope_scaling(cfg),
         "rms_norm_eps": cfg.norm_eps,
         "tie_word_embeddings": cfg.tie_embeddings,
         "initializer_range": cfg.init_std,
@@ -188,6 +217,16 @@ def to_hf_config(cfg: ModelConfig, *, dtype: str = "float32") -> dict[str, Any]:
         "router_aux_loss_coef": cfg.moe_aux_loss_weight,
         "sliding_window": None,
     }
+
+
+def _rope_scaling(cfg: ModelConfig) -> dict[str, Any] | None:
+    """transformers' ``rope_scaling`` of ``cfg`` (read by 4 and, converted, by 5)."""
+    if cfg.rope_scaling == "none":
+        return None
+    keys = ["factor", "original_max_position_embeddings"]
+    keys += ["low_freq_factor", "high_freq_factor"] if cfg.rope_scaling == "llama3" else list(_ROPE_KEYS)[4:]
+    out = {"rope_type": cfg.rope_scaling, **{k: getattr(cfg, _ROPE_KEYS[k]) for k in keys}}
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def expand(overrides: list[str] | tuple[str, ...]) -> list[str]:

@@ -33,6 +33,27 @@ class ModelConfig:
     """Length of the RoPE tables; ``training.seq_len`` must not exceed it."""
     rope_theta: float = 10000.0
     """RoPE base frequency."""
+    rope_scaling: str = "none"
+    """RoPE's frequencies for a longer context: none; llama3 (Llama 3.1: wavelengths longer than
+    rope_original_max_len / rope_low_freq_factor divided by rope_factor, those shorter than rope_original_max_len /
+    rope_high_freq_factor kept, a smooth ramp between); yarn (Peng et al. 2023: NTK-by-parts interpolation between
+    rope_beta_fast and rope_beta_slow rotations, cos and sin scaled by rope_attention_factor)."""
+    rope_factor: float = 1.0
+    """How much longer the context is than the one the frequencies were trained at (llama3, yarn)."""
+    rope_original_max_len: int | None = None
+    """The context length the frequencies were trained at (llama3, yarn)."""
+    rope_low_freq_factor: float = 1.0
+    """llama3: wavelengths past rope_original_max_len / this are divided by rope_factor."""
+    rope_high_freq_factor: float = 4.0
+    """llama3: wavelengths below rope_original_max_len / this are kept."""
+    rope_beta_fast: float = 32.0
+    """yarn: dimensions rotating more often than this over the original context keep their frequency."""
+    rope_beta_slow: float = 1.0
+    """yarn: dimensions rotating less often than this are interpolated fully."""
+    rope_attention_factor: float | None = None
+    """yarn: cos and sin scaled by this; null: 0.1 ln(rope_factor) + 1 (the paper's temperature)."""
+    rope_truncate: bool = True
+    """yarn: the interpolation ramp's ends rounded to whole dimensions (transformers' default)."""
     norm_eps: float = 1e-5
     """RMSNorm epsilon."""
     tie_embeddings: bool = True
@@ -86,6 +107,24 @@ class ModelConfig:
             "model.n_kv_heads",
             f"must divide model.n_heads={self.n_heads} (got {self.n_kv_heads})",
         )
+        require(
+            self.rope_scaling in ("none", "llama3", "yarn"),
+            "model.rope_scaling",
+            f"must be none, llama3 or yarn (got {self.rope_scaling!r})",
+        )
+        if self.rope_scaling != "none":
+            require(self.rope_factor >= 1, "model.rope_factor", f"must be >= 1 (got {self.rope_factor})")
+            require(
+                self.rope_original_max_len is not None and self.rope_original_max_len > 0,
+                "model.rope_original_max_len",
+                f"must be set (> 0) with model.rope_scaling={self.rope_scaling}",
+            )
+        if self.rope_scaling == "llama3":
+            require(
+                0 < self.rope_low_freq_factor < self.rope_high_freq_factor,
+                "model.rope_high_freq_factor",
+                "must be greater than model.rope_low_freq_factor (> 0)",
+            )
         require(self.n_experts >= 0, "model.n_experts", f"must be >= 0 (got {self.n_experts})")
         if self.n_experts:
             require(

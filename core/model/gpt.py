@@ -46,7 +46,7 @@ class GPT(nn.Cell):
             self.lm_head = Linear(cfg.d_model, cfg.vocab_size, init_std=cfg.init_std, dtype=dtype)
 
         # Constants, not Parameters: built once for max_seq_len and read at the batch's token positions.
-        cos, sin = rope_tables(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
+        cos, sin = rope_tables(cfg)
         self.rope_cos = Tensor(cos, dtype)  # (max_S, E/2)
         self.rope_sin = Tensor(sin, dtype)  # (max_S, E/2)
         self.arange = Tensor(np.arange(cfg.max_seq_len, dtype=np.int32))  # default positions 0..S-1

@@ -196,14 +196,51 @@ class SDPA(nn.Cell):
         return self.attend(q, k, v, positions, positions)
 
 
-def rope_tables(head_dim: int, max_seq_len: int, theta: float):
-    """cos and sin of the rotary angles pos * theta^(-2i/E) (Su et al. 2021, RoFormer), each (max_seq_len, E/2).
+def rope_frequencies(cfg) -> tuple[np.ndarray, float]:
+    """(inverse frequencies theta^(-2i/E) (E/2,), the factor on cos and sin) of ``cfg`` (a ModelConfig), after its
+    ``rope_scaling``, in float64.
+
+    llama3 (Llama 3.1's reference code): a dimension whose wavelength 2 pi / f is longer than L / low (L the original
+    context) turns f / factor, one shorter than L / high keeps f, and between them f blends the two by
+    s = (L / wavelength - low) / (high - low). yarn (Peng et al. 2023, "YaRN", sections 3.2-3.4): with r = L /
+    wavelength the rotations a dimension makes over the original context, dimensions with r above beta_fast keep f,
+    below beta_slow turn f / factor, and a linear ramp over dimension indices joins them; cos and sin are scaled by
+    the attention factor (0.1 ln factor + 1 by default), which tempers the softmax.
+    """
+    E = cfg.head_dim
+    inv_freq = cfg.rope_theta ** (-np.arange(0, E, 2, dtype=np.float64) / E)  # (E/2,)
+    factor, L = cfg.rope_factor, cfg.rope_original_max_len
+    if cfg.rope_scaling == "llama3":
+        low, high = cfg.rope_low_freq_factor, cfg.rope_high_freq_factor
+        wavelength = 2 * math.pi / inv_freq
+        smooth = np.clip((L / wavelength - low) / (high - low), 0.0, 1.0)  # 0: long wavelengths, 1: short ones
+        return (1 - smooth) * inv_freq / factor + smooth * inv_freq, 1.0
+    if cfg.rope_scaling == "yarn":
+        # the dimension index i at which a dimension makes r rotations over the original context
+        def dim_at(r: float) -> float:
+            return E * math.log(L / (r * 2 * math.pi)) / (2 * math.log(cfg.rope_theta))
+
+        lo, hi = dim_at(cfg.rope_beta_fast), dim_at(cfg.rope_beta_slow)
+        if cfg.rope_truncate:
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, E - 1)
+        ramp = np.clip((np.arange(E // 2) - lo) / ((hi - lo) or 0.001), 0.0, 1.0)  # 0: keep f, 1: f / factor
+        attention = cfg.rope_attention_factor
+        if attention is None:
+            attention = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+        return inv_freq * (1 - ramp) + inv_freq / factor * ramp, attention
+    return inv_freq, 1.0
+
+
+def rope_tables(cfg):
+    """cos and sin of the rotary angles pos * f_i (Su et al. 2021, RoFormer; f from ``rope_frequencies``), each
+    (max_seq_len, E/2), times the scaling's attention factor.
 
     Computed once in float64 on the host; angles grow to max_seq_len, where float32 arithmetic would drift.
     """
-    inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)  # (E/2,)
-    angles = np.outer(np.arange(max_seq_len, dtype=np.float64), inv_freq)  # (S, E/2)
-    return np.cos(angles), np.sin(angles)
+    inv_freq, scale = rope_frequencies(cfg)
+    angles = np.outer(np.arange(cfg.max_seq_len, dtype=np.float64), inv_freq)  # (S, E/2)
+    return np.cos(angles) * scale, np.sin(angles) * scale
 
 
 def apply_rope(x, cos, sin):

@@ -37,6 +37,27 @@ ARCHITECTURES = {
     "llama-tied": ("LlamaConfig", "LlamaForCausalLM", dict(tie_word_embeddings=True)),
     "mistral": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=None, rope_theta=1e6)),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, num_experts_per_tok=2)),
+    # Llama 3.1's RoPE scaling, and YaRN's (its attention temperature too), over an original context shorter than
+    # the tokens, so that every regime of the frequencies counts
+    "llama3.1-rope": (
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        dict(
+            rope_parameters=dict(
+                rope_type="llama3",
+                rope_theta=5e5,
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=16,
+            )
+        ),
+    ),
+    "yarn": (
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        dict(rope_parameters=dict(rope_type="yarn", rope_theta=1e4, factor=4.0, original_max_position_embeddings=16)),
+    ),
 }
 TOKENS = np.random.default_rng(0).integers(0, SHAPES["vocab_size"], (2, 24)).astype(np.int32)
 

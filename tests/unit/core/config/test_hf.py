@@ -4,6 +4,7 @@ saves them (the keys of its LlamaConfig, MistralConfig, MixtralConfig and Qwen2C
 
 import json
 
+import numpy as np
 import pytest
 
 from core.config import ConfigError, load_config
@@ -88,7 +89,8 @@ def test_mixtral_reads_its_experts(tmp_path):
 @pytest.mark.parametrize(
     ("change", "named"),
     [
-        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_scaling"),
+        ({"rope_scaling": {"rope_type": "longrope", "factor": 8.0}}, "longrope"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "x": 1}}, "x"),
         ({"attention_bias": True}, "attention_bias"),
         ({"hidden_act": "gelu"}, "hidden_act"),
         ({"sliding_window": 4096}, "sliding_window"),
@@ -103,6 +105,40 @@ def test_what_the_core_does_not_build_is_refused_by_name(tmp_path, change, named
     with pytest.raises(ConfigError, match=named) as info:
         load_config([f"model=hf:{folder}"])
     assert info.value.field == "model"
+
+
+def test_llama31_and_yarn_rope_scaling_are_read(tmp_path):
+    """Llama 3.1 8B's config.json (transformers 4's rope_scaling), and YaRN in transformers 5's rope_parameters with
+    DeepSeek's mscale form of the temperature."""
+    llama31 = {
+        **LLAMA3_8B,
+        "max_position_embeddings": 131072,
+        "rope_scaling": {
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_type": "llama3",
+        },
+    }
+    m = load_config([f"model=hf:{_write(tmp_path, llama31, 'a')}"]).model
+    assert (m.rope_scaling, m.rope_factor, m.rope_original_max_len) == ("llama3", 8.0, 8192)
+    assert (m.rope_low_freq_factor, m.rope_high_freq_factor, m.rope_theta) == (1.0, 4.0, 500000.0)
+    yarn = {k: v for k, v in LLAMA3_8B.items() if k != "rope_theta"}
+    yarn["rope_parameters"] = {
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 40.0,
+        "original_max_position_embeddings": 4096,
+        "mscale": 1.0,
+        "mscale_all_dim": 0.707,
+        "beta_fast": 32,
+        "beta_slow": 1,
+    }
+    m = load_config([f"model=hf:{_write(tmp_path, yarn, 'b')}"]).model
+    assert (m.rope_scaling, m.rope_factor, m.rope_theta, m.rope_beta_fast) == ("yarn", 40.0, 10000.0, 32)
+    # (0.1 ln 40 + 1) / (0.0707 ln 40 + 1), the ratio of the two mscales
+    assert m.rope_attention_factor == pytest.approx((0.1 * np.log(40) + 1) / (0.0707 * np.log(40) + 1))
 
 
 def test_a_switched_off_sliding_window_is_read_past(tmp_path):
