@@ -233,22 +233,43 @@ class DataConfig:
     """The token files a trial reads (``core.data``)."""
 
     train_path: str | None = None
-    """Token file (``.bin``, from ``python -m core.data prepare``); null: the embedded corpus."""
+    """Token file: ``.bin`` with its ``.json`` sidecar (``python -m core.data prepare``) or a Megatron indexed dataset
+    (``.bin`` + ``.idx``, named by either file or their prefix); null: the embedded corpus."""
+    blend: list[str] | None = None
+    """Datasets sampled in proportion to weights, Megatron's form: ``[0.7, path_a, 0.3, path_b]`` (instead of
+    ``train_path``); each path as ``train_path`` takes it."""
     val_path: str | None = None
     """Held-out token file; null with ``train_path`` null: the embedded corpus's validation split."""
     token_dtype: str | None = None
     """uint16 or uint32, only for raw files without a ``.json`` sidecar."""
 
+    def blend_pairs(self) -> tuple[list[float], list[str]]:
+        """(weights, paths) of ``blend``."""
+        return [float(w) for w in self.blend[::2]], [str(p) for p in self.blend[1::2]]
+
     def __post_init__(self):
+        if self.blend is not None:
+            require(self.train_path is None, "data.blend", "replaces data.train_path; set one of them")
+            require(
+                len(self.blend) >= 2 and len(self.blend) % 2 == 0,
+                "data.blend",
+                f"must be [weight, path, weight, path, ...] (got {len(self.blend)} items)",
+            )
+            for w in self.blend[::2]:
+                try:
+                    ok = float(w) > 0
+                except (TypeError, ValueError):
+                    ok = False
+                require(ok, "data.blend", f"weights must be numbers > 0 (got {w!r}), each before its path")
         require(
             self.token_dtype in (None, "uint16", "uint32"),
             "data.token_dtype",
             "must be uint16, uint32 or null (read from the file's sidecar)",
         )
         require(
-            self.val_path is None or self.train_path is not None,
+            self.val_path is None or self.train_path is not None or self.blend is not None,
             "data.val_path",
-            "needs data.train_path too (the embedded corpus brings its own validation split)",
+            "needs data.train_path or data.blend too (the embedded corpus brings its own validation split)",
         )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from core.config import ConfigError, TrainConfig
+from core.data import indexed
 from core.data.corpus import default_corpus
 from core.data.tokens import check_dtype, chunked_max, get_tokenizer, sidecar_path, write_sidecar
 
@@ -27,6 +28,10 @@ class TokenDataset:
 
     def __init__(self, path: str | Path, dtype: str | None = None):
         self.path = Path(path)
+        self.index = None
+        if indexed.is_indexed(self.path):  # Megatron's .bin + .idx (named by prefix or by either file)
+            self._open_indexed(dtype)
+            return
         if not self.path.is_file():
             raise FileNotFoundError(
                 f"token file not found: {self.path} "
@@ -59,6 +64,19 @@ class TokenDataset:
             )
         self.tokens = np.memmap(self.path, dtype=np_dtype, mode="r")
 
+    def _open_indexed(self, dtype: str | None) -> None:
+        self.index = indexed.read_index(self.path)
+        self.path = indexed.paths(self.path)[0]
+        side = sidecar_path(self.path)  # ``prepare`` leaves one with the vocabulary; Megatron's tools do not
+        info = json.loads(side.read_text()) if side.is_file() else {"vocab_size": None, "tokenizer": None}
+        self.info = {**info, "dtype": self.index.dtype.name, "documents": self.index.n_documents}
+        if dtype is not None and dtype != self.index.dtype.name:
+            raise ValueError(
+                f"{self.path}: dtype {dtype!r} was requested but its index says {self.index.dtype.name!r}; drop "
+                "data.token_dtype"
+            )
+        self.tokens = np.memmap(self.path, dtype=self.index.dtype, mode="r")
+
     @property
     def n_tokens(self) -> int:
         return int(self.tokens.size)
@@ -76,7 +94,7 @@ class TokenDataset:
         """Largest token id (the trainer checks it against model.vocab_size); scanned once, then cached."""
         if self.info.get("max_token") is None:
             self.info["max_token"] = chunked_max(self.tokens)
-            if sidecar_path(self.path).is_file():
+            if sidecar_path(self.path).is_file() and self.index is None:
                 try:
                     write_sidecar(self.path, self.info)
                 except OSError:
@@ -153,16 +171,77 @@ class TokenDataset:
         )
 
 
-def datasets_for(cfg: TrainConfig) -> tuple[TokenDataset, TokenDataset]:
-    """(train, validation) datasets of a trial: ``data.train_path`` / ``data.val_path``, or the embedded corpus;
-    refuses a file with token ids past ``model.vocab_size`` (ConfigError naming the key)."""
+class BlendedDataset:
+    """Datasets sampled in proportion to weights (Megatron's ``--data-path 0.7 a 0.3 b``; ``data.blend``), with the
+    stateless, seeded batches of ``TokenDataset``.
+
+    Which dataset row ``i`` of the run's global batches comes from is a low-discrepancy sequence (Weyl's: the
+    fractional parts of ``offset + (i + 1) phi``, phi the golden ratio, looked up in the cumulative weights), so
+    every prefix of the run has the weights' proportions within a few rows, like Megatron's greedy blend, while
+    staying a pure function of (seed, step); each dataset's windows in the batch are drawn from its own generator
+    of (seed, step, dataset).
+    """
+
+    PHI = (5**0.5 - 1) / 2
+
+    def __init__(self, datasets: list[TokenDataset], weights: list[float]):
+        self.datasets, total = datasets, float(sum(weights))
+        self.weights = [w / total for w in weights]
+        self.path = " + ".join(f"{w:.3g} x {d.path}" for w, d in zip(self.weights, datasets, strict=True))
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(d.n_tokens for d in self.datasets)
+
+    def max_token(self) -> int:
+        return max(d.max_token() for d in self.datasets)
+
+    def sources(self, step: int, batch_size: int, seed: int) -> np.ndarray:
+        """(batch_size,) index of the dataset each row of step ``step``'s global batch comes from."""
+        rows = np.arange(step * batch_size, (step + 1) * batch_size, dtype=np.float64)
+        offset = np.random.default_rng([seed, 1 << 20]).random()
+        u = np.mod(offset + (rows + 1) * self.PHI, 1.0)
+        return np.minimum(np.searchsorted(np.cumsum(self.weights), u, side="right"), len(self.datasets) - 1)
+
+    def batch(
+        self, step: int, batch_size: int, seq_len: int, seed: int, *, rank: int = 0, world_size: int = 1
+    ) -> np.ndarray:
+        """As ``TokenDataset.batch``: (batch_size / world_size, seq_len + 1) int32, rank ``rank``'s rows."""
+        if world_size < 1 or not 0 <= rank < world_size or batch_size % world_size:
+            raise ValueError(f"rank {rank} of world_size {world_size} cannot split a batch of {batch_size} rows")
+        source = self.sources(step, batch_size, seed)
+        rows = np.empty((batch_size, seq_len + 1), np.int32)
+        for d, ds in enumerate(self.datasets):
+            mine = np.flatnonzero(source == d)
+            if mine.size:
+                ds._check_window(seq_len)
+                rng = np.random.default_rng([seed, step, d])
+                rows[mine] = ds._gather(rng.integers(0, ds.n_tokens - seq_len, size=mine.size, dtype=np.int64), seq_len)
+        per = batch_size // world_size
+        return rows[rank * per : (rank + 1) * per]
+
+    def eval_batches(self, n_batches: int, batch_size: int, seq_len: int, **kw) -> np.ndarray:
+        """The first dataset's evaluation windows: a blend has no validation split of its own (``data.val_path``
+        gives one)."""
+        return self.datasets[0].eval_batches(n_batches, batch_size, seq_len, **kw)
+
+
+def datasets_for(cfg: TrainConfig) -> tuple[TokenDataset | BlendedDataset, TokenDataset | BlendedDataset]:
+    """(train, validation) datasets of a trial: ``data.blend``, ``data.train_path`` / ``data.val_path``, or the
+    embedded corpus; refuses a file with token ids past ``model.vocab_size`` (ConfigError naming the key)."""
     d = cfg.data
-    if d.train_path is None:
-        train_path, val_path = default_corpus()
+    val_path = Path(d.val_path) if d.val_path else None
+    if d.blend:
+        weights, paths = d.blend_pairs()
+        train = BlendedDataset([_open(p, d.token_dtype, "data.blend") for p in paths], weights)
+        val = _open(val_path, d.token_dtype, "data.val_path") if val_path else train
     else:
-        train_path, val_path = Path(d.train_path), Path(d.val_path) if d.val_path else None
-    train = TokenDataset(train_path, dtype=d.token_dtype)
-    val = TokenDataset(val_path, dtype=d.token_dtype) if val_path else train
+        if d.train_path is None:
+            train_path, val_path = default_corpus()
+        else:
+            train_path = Path(d.train_path)
+        train = _open(train_path, d.token_dtype, "data.train_path")
+        val = _open(val_path, d.token_dtype, "data.val_path") if val_path else train
     vocab = cfg.model.vocab_size
     for ds in {id(train): train, id(val): val}.values():
         if ds.max_token() >= vocab:
@@ -172,3 +251,11 @@ def datasets_for(cfg: TrainConfig) -> tuple[TokenDataset, TokenDataset]:
                 f"{ds.max_token()}); raise it or use a matching tokenizer",
             )
     return train, val
+
+
+def _open(path: str | Path, dtype: str | None, field: str) -> TokenDataset:
+    """The dataset at ``path``; a file that cannot be read is a ConfigError naming ``field``."""
+    try:
+        return TokenDataset(path, dtype=dtype)
+    except (OSError, ValueError) as e:
+        raise ConfigError(field, str(e)) from None

@@ -1,10 +1,12 @@
 """Token files: a raw little-endian array of ``uint16`` or ``uint32`` token ids (``train.bin``) with a small JSON
 sidecar beside it (``train.bin.json``: dtype, vocab_size, tokenizer, n_tokens, max_token), so that nothing about
-the file has to be guessed from its size; tokenizers, and ``prepare``, which turns text files into them.
+the file has to be guessed from its size; tokenizers, and ``prepare``, which turns text files into them
+(``prepare_indexed``: documents through a Hugging Face tokenizer into Megatron's indexed format).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterable
@@ -148,3 +150,74 @@ def prepare(
 
 def chunked_max(ids: np.ndarray) -> int:
     return max(int(ids[i : i + _SCAN_CHUNK].max()) for i in range(0, ids.size, _SCAN_CHUNK))
+
+
+def hf_tokenizer(path: str | Path):
+    """(tokenizer, end-of-document id or None) of a Hugging Face tokenizer directory: its ``tokenizer.json`` read
+    by the ``tokenizers`` library (no download, no ``transformers``), the EOD its ``tokenizer_config.json``'s
+    ``eos_token``."""
+    from tokenizers import Tokenizer  # function-level: only this command reads HF tokenizers
+
+    path = Path(path)
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if not file.is_file():
+        raise FileNotFoundError(f"no tokenizer.json at {path}; give a Hugging Face tokenizer directory or the file")
+    tok = Tokenizer.from_file(str(file))
+    config = file.with_name("tokenizer_config.json")
+    eos = json.loads(config.read_text()).get("eos_token") if config.is_file() else None
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    return tok, (None if eos is None else tok.token_to_id(eos))
+
+
+def documents(paths: list[Path]) -> Iterable[str]:
+    """The documents of text files: each line's ``text`` of a ``.jsonl`` file (Megatron's preprocess_data input),
+    each other file whole."""
+    for p in paths:
+        if p.suffix == ".jsonl":
+            with open(p, encoding="utf-8") as f:
+                for n, line in enumerate(f, 1):
+                    if line.strip():
+                        record = json.loads(line)
+                        if "text" not in record:
+                            raise ValueError(f"{p}:{n}: a JSON line without a 'text' key")
+                        yield record["text"]
+        else:
+            yield p.read_text(encoding="utf-8")
+
+
+def prepare_indexed(
+    inputs: list[str | Path], out_dir: str | Path, *, tokenizer: str | Path, val_fraction: float = 0.1
+) -> tuple[Path, Path]:
+    """Tokenise documents with a Hugging Face tokenizer into Megatron indexed datasets ``out_dir/{train,val}``
+    (``.bin`` + ``.idx``, ``core.data.indexed``; a sidecar with the vocabulary beside each ``.bin``): the end of
+    document appended to each (Megatron's ``--append-eod``), the last ``val_fraction`` of the documents held out.
+    Ids in uint16 when the vocabulary fits, else int32 (Megatron's choice)."""
+    from core.data import indexed  # function-level: indexed imports this module
+
+    tok, eod = hf_tokenizer(tokenizer)
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    dtype = "uint16" if vocab <= 65536 else "int32"
+    paths = [Path(p) for p in inputs]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing or not paths:
+        raise FileNotFoundError(f"input file(s) not found: {', '.join(missing) or '(none given)'}")
+    n_docs = sum(1 for _ in documents(paths))
+    n_val = max(1, round(n_docs * val_fraction))
+    if not 0.0 < val_fraction < 1.0 or n_docs - n_val < 1:
+        raise ValueError(f"{n_docs} documents cannot be split with val_fraction={val_fraction}")
+
+    def encoded(start: int, stop: int | None):
+        for text in itertools.islice(documents(paths), start, stop):
+            ids = tok.encode(text, add_special_tokens=False).ids
+            yield np.asarray(ids + ([eod] if eod is not None else []), np.int64)
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    made = []
+    for name, (start, stop) in (("train", (0, n_docs - n_val)), ("val", (n_docs - n_val, None))):
+        path = indexed.write_indexed(out_dir / name, encoded(start, stop), dtype)
+        ids = np.memmap(path, dtype=np.dtype(dtype).newbyteorder("<"), mode="r")
+        info = {"vocab_size": vocab, "tokenizer": str(tokenizer), "n_tokens": int(ids.size), "eod": eod}
+        write_sidecar(path, {**info, "dtype": dtype, "max_token": chunked_max(ids)})
+        made.append(path)
+    return made[0], made[1]
