@@ -2,11 +2,13 @@
 ``model.safetensors``, or shards tied by ``model.safetensors.index.json``) read as the core's parameters, and the
 core's parameters written as a directory that ``transformers`` loads.
 
-Names (the Hub's, as Llama, Mistral and Mixtral checkpoints are published; the core's in ``core.model.gpt``):
+Names (the Hub's, as Llama, Mistral, Mixtral and Qwen checkpoints are published; the core's in ``core.model.gpt``):
 
     model.embed_tokens.weight                            embed.weight
     model.layers.{i}.input_layernorm.weight              layers.{i}.attn_norm.weight
     model.layers.{i}.self_attn.{q,k,v,o}_proj.weight     layers.{i}.attn.{wq,wk,wv,wo}.weight
+    model.layers.{i}.self_attn.{q,k,v}_proj.bias         layers.{i}.attn.{wq,wk,wv}.bias.weight (Qwen2)
+    model.layers.{i}.self_attn.{q,k}_norm.weight         layers.{i}.attn.{q,k}_norm.weight (Qwen3)
     model.layers.{i}.post_attention_layernorm.weight     layers.{i}.mlp_norm.weight
     model.layers.{i}.mlp.{gate,up,down}_proj.weight      layers.{i}.mlp.{w_gate,w_up,w_down}.weight
     model.layers.{i}.block_sparse_moe.gate.weight        layers.{i}.mlp.router.weight
@@ -57,6 +59,11 @@ _RENAMES = {
     "layers.{i}.attn.wk.weight": "model.layers.{i}.self_attn.k_proj.weight",
     "layers.{i}.attn.wv.weight": "model.layers.{i}.self_attn.v_proj.weight",
     "layers.{i}.attn.wo.weight": "model.layers.{i}.self_attn.o_proj.weight",
+    "layers.{i}.attn.wq.bias.weight": "model.layers.{i}.self_attn.q_proj.bias",
+    "layers.{i}.attn.wk.bias.weight": "model.layers.{i}.self_attn.k_proj.bias",
+    "layers.{i}.attn.wv.bias.weight": "model.layers.{i}.self_attn.v_proj.bias",
+    "layers.{i}.attn.q_norm.weight": "model.layers.{i}.self_attn.q_norm.weight",
+    "layers.{i}.attn.k_norm.weight": "model.layers.{i}.self_attn.k_norm.weight",
     "layers.{i}.mlp_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
     "layers.{i}.mlp.w_gate.weight": "model.layers.{i}.mlp.gate_proj.weight",
     "layers.{i}.mlp.w_up.weight": "model.layers.{i}.mlp.up_proj.weight",
@@ -81,7 +88,7 @@ def hf_name(name: str) -> str:
     m = _LAYER.match(name)
     key, i = (f"layers.{{i}}.{m.group(2)}", m.group(1)) if m else (name, None)
     if key not in _RENAMES:
-        raise CheckpointError(f"the core's {name} has no Hugging Face name (Llama, Mistral and Mixtral are written)")
+        raise CheckpointError(f"the core's {name} has no Hugging Face name")
     return _RENAMES[key].format(i=i)
 
 
@@ -194,6 +201,10 @@ def model_param_names(cfg: ModelConfig) -> list[str]:
     names = ["embed.weight"]
     for i in range(cfg.n_layers):
         names += [f"layers.{i}.attn_norm.weight", *(f"layers.{i}.attn.w{p}.weight" for p in "qkvo")]
+        if cfg.attn_bias:
+            names += [f"layers.{i}.attn.w{p}.bias.weight" for p in "qkv"]
+        if cfg.qk_norm:
+            names += [f"layers.{i}.attn.{p}_norm.weight" for p in "qk"]
         names.append(f"layers.{i}.mlp_norm.weight")
         if cfg.is_moe_layer(i):
             names += [f"layers.{i}.mlp.router.weight", *(f"layers.{i}.mlp.experts.{w}" for w in _EXPERTS)]

@@ -6,9 +6,9 @@ The override is expanded before Hydra composes (``core.config.compose``): the ``
 
 Only what the core builds is read. A field it does not build with the value the checkpoint needs (biases, sliding
 windows, RoPE scaling, another activation) is refused naming it, never dropped: a model that silently differs from
-its checkpoint is worse than none. Architectures: Llama, Mistral and Mixtral, the fields of ``transformers``'
-configuration classes of the same names (transformers 4's ``rope_theta`` or 5's ``rope_parameters``); Qwen2 is
-refused (its q/k/v projections have biases the core does not build). ``to_hf_config`` writes the other way, for
+its checkpoint is worse than none. Architectures: Llama, Mistral, Mixtral, Qwen2 (q/k/v biases) and Qwen3
+(QK-norm), the fields of ``transformers``' configuration classes of the same names (transformers 4's
+``rope_theta`` or 5's ``rope_parameters``). ``to_hf_config`` writes the other way, for
 ``core.ckpt.hf``'s export. Reads JSON only (no ``transformers``); no MindSpore here.
 """
 
@@ -21,12 +21,13 @@ from typing import Any
 
 from core.config.model import ModelConfig
 from core.config.overrides import override
-from core.config.rules import ConfigError
+from core.config.rules import ConfigError, require
 
 PREFIX = "hf:"
-ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM")
-# Read, then refused for a reason of the architecture itself (not of a field).
-_REFUSED = {"Qwen2ForCausalLM": "its q/k/v projections have biases, which the core does not build"}
+ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+# What an architecture always has that its config does not say: Qwen2's q/k/v biases, Qwen3's QK-norm.
+_BUILT_IN = {"Qwen2ForCausalLM": {"attn_bias": True}, "Qwen3ForCausalLM": {"qk_norm": True}}
+_REFUSED: dict[str, str] = {}  # read, then refused for a reason of the architecture itself (not of a field)
 
 # config.json key -> model key, for the keys copied as they are
 _COPIED = {
@@ -56,6 +57,7 @@ _IGNORED = {
     "max_window_layers",  # Qwen2: which layers a sliding window applies to, when use_sliding_window is on
     "_name_or_path",
 }
+_SLIDING = "the core's attention is full causal (no sliding window)"
 # Keys the core reads only at the value it builds; any other value is refused with the reason.
 _REQUIRED_VALUES = {
     "hidden_act": ("silu", "the core's MLP is SwiGLU (silu)"),
@@ -63,8 +65,8 @@ _REQUIRED_VALUES = {
     "attention_bias": (False, "the core's attention projections have no bias"),
     "mlp_bias": (False, "the core's MLP has no bias"),
     "pretraining_tp": (1, "pretraining_tp splits the MLP matmuls for numerics the core does not reproduce"),
-    "sliding_window": (None, "the core's attention is full causal (no sliding window)"),
-    "use_sliding_window": (False, "the core's attention is full causal (no sliding window)"),
+    "sliding_window": (None, _SLIDING),
+    "use_sliding_window": (False, _SLIDING),
     "router_jitter_noise": (0.0, "the core's router adds no jitter"),
 }
 
@@ -93,7 +95,7 @@ def read(spec: str) -> dict[str, Any]:
         raise ConfigError(
             "model", f"{spec}: architecture {arch!r} is not built; the core reads {', '.join(ARCHITECTURES)}"
         )
-    return _fields(hf, spec, moe=arch == "MixtralForCausalLM")
+    return _fields(hf, spec, moe=arch == "MixtralForCausalLM") | _BUILT_IN.get(arch, {})
 
 
 def _fields(hf: dict, spec: str, *, moe: bool) -> dict[str, Any]:
@@ -110,6 +112,9 @@ def _fields(hf: dict, spec: str, *, moe: bool) -> dict[str, Any]:
                 )
         elif key == "sliding_window" and hf.get("use_sliding_window") is False:
             continue  # a window size that is switched off
+        elif key == "layer_types":  # transformers 5: each layer's attention
+            if any(t != "full_attention" for t in value or ()):
+                raise ConfigError("model", f"{spec}: layer_types={value!r} is not built: {_SLIDING}")
         elif key in ("rope_parameters", "rope_scaling"):  # transformers 5's RoPE settings, or 4's scaling
             fields |= _rope(value, spec, hf.get("max_position_embeddings"))
         elif key in _REQUIRED_VALUES:
@@ -195,6 +200,17 @@ def to_hf_config(cfg: ModelConfig, *, dtype: str = "float32") -> dict[str, Any]:
         "attention_dropout": 0.0,
         "torch_dtype": dtype,
     }
+    if cfg.attn_bias or cfg.qk_norm:
+        require(not cfg.n_experts, "model.n_experts", "must be 0 with attention biases or QK-norm (Qwen2, Qwen3)")
+        require(
+            not (cfg.attn_bias and cfg.qk_norm),
+            "model.attn_bias",
+            "no Hugging Face class has q/k/v biases and QK-norm together (Qwen2 has the first, Qwen3 the second)",
+        )
+        config.pop("attention_bias")
+        arch, kind = ("Qwen3ForCausalLM", "qwen3") if cfg.qk_norm else ("Qwen2ForCausalLM", "qwen2")
+        extra = {"attention_bias": False} if cfg.qk_norm else {}
+        return {"architectures": [arch], "model_type": kind, **config, **extra, "use_sliding_window": False}
     if not cfg.n_experts:
         return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **config, "mlp_bias": False}
     for key, value, mixtral in (

@@ -56,6 +56,10 @@ class ModelConfig:
     """yarn: the interpolation ramp's ends rounded to whole dimensions (transformers' default)."""
     norm_eps: float = 1e-5
     """RMSNorm epsilon."""
+    attn_bias: bool = False
+    """Biases on the q, k and v projections (Qwen2)."""
+    qk_norm: bool = False
+    """RMSNorm over each head's q and k before RoPE, one gain per head dimension shared by the heads (Qwen3)."""
     tie_embeddings: bool = True
     """The output head shares the token embedding's table."""
     init_std: float = 0.02

@@ -26,9 +26,7 @@ class Block(nn.Cell):
         # so the residual stream's variance at init does not grow with depth.
         out_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
-        self.attn = Attention(
-            cfg.d_model, cfg.n_heads, cfg.n_kv_heads, init_std=cfg.init_std, out_std=out_std, dtype=dtype
-        )
+        self.attn = Attention(cfg, out_std=out_std, dtype=dtype)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
         if moe:
             self.mlp = MoE(cfg, out_std, dtype)

@@ -31,6 +31,11 @@ def param_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
                 b + "mlp_norm.weight": (m.d_model,),
             }
         )
+        if m.attn_bias:
+            shapes.update({b + "attn.wq.bias.weight": (m.d_model,), b + "attn.wk.bias.weight": (kv,)})
+            shapes[b + "attn.wv.bias.weight"] = (kv,)
+        if m.qk_norm:
+            shapes.update({b + "attn.q_norm.weight": (m.head_dim,), b + "attn.k_norm.weight": (m.head_dim,)})
         if not m.is_moe_layer(i):
             shapes.update(
                 {

@@ -7,6 +7,8 @@ The model knows nothing about parallelism; wrappers shard or recompute its cells
 Parameter names (optimizer patterns and checkpoints rely on them; MindSpore derives them from attribute paths):
     embed.weight
     layers.{i}.attn_norm.weight  layers.{i}.attn.{wq,wk,wv,wo}.weight
+                                 layers.{i}.attn.{wq,wk,wv}.bias.weight (with attn_bias: the bias vectors)
+                                 layers.{i}.attn.{q,k}_norm.weight (with qk_norm: (E,) gains)
     layers.{i}.mlp_norm.weight   layers.{i}.mlp.{w_gate,w_up,w_down}.weight
                                  or, in an MoE block: layers.{i}.mlp.router.weight (X, D),
                                  layers.{i}.mlp.experts.{w_gate,w_up,w_down} (X, F, D), (X, F, D), (X, D, F),

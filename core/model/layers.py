@@ -69,20 +69,46 @@ class MatMul(nn.Cell):
         return linear(x, w)
 
 
-class Linear(nn.Cell):
-    """y = x W^T without bias; W is stored (out_features, in_features) as in torch/Megatron checkpoints."""
+class AddBias(nn.Cell):
+    """The op of a Bias: (y (..., out), b (out,)) -> y + b."""
 
-    def __init__(self, in_features: int, out_features: int, *, init_std: float, dtype=ms.float32):
+    def construct(self, y, b):
+        return y + b
+
+
+class Bias(nn.Cell):
+    """A linear's bias (out_features,), zeros at init, as a cell of its own with the weight-and-op seam (its
+    ``weight`` is the bias vector), so that FSDP gathers it and tensor parallelism splits it like any weight."""
+
+    def __init__(self, out_features: int, dtype=ms.float32):
+        super().__init__()
+        self.weight = parameter((out_features,), dtype)
+        self.op = AddBias()
+
+    def reset_parameters(self, rng: np.random.Generator):
+        self.weight.set_data(Tensor(np.zeros(self.weight.shape, np.float32)).astype(self.weight.dtype))
+
+    def construct(self, y):
+        return self.op(y, self.weight)
+
+
+class Linear(nn.Cell):
+    """y = x W^T (+ b with ``bias``); W is stored (out_features, in_features) as in torch/Megatron checkpoints."""
+
+    def __init__(self, in_features: int, out_features: int, *, init_std: float, dtype=ms.float32, bias: bool = False):
         super().__init__()
         self.init_std = init_std
         self.weight = parameter((out_features, in_features), dtype)
         self.op = MatMul()
+        self.has_bias = bias  # a plain bool: graph mode reads it as a constant
+        self.bias = Bias(out_features, dtype) if bias else None
 
     def reset_parameters(self, rng: np.random.Generator):
         self.weight.set_data(normal(rng, self.weight.shape, self.init_std, self.weight.dtype))
 
     def construct(self, x):
-        return self.op(x, self.weight)  # (..., in) -> (..., out)
+        y = self.op(x, self.weight)  # (..., in) -> (..., out)
+        return self.bias(y) if self.has_bias else y
 
 
 class Lookup(nn.Cell):
@@ -268,23 +294,28 @@ class Attention(nn.Cell):
     the sequence that the projections gather, without touching this code.
     """
 
-    def __init__(
-        self, d_model: int, n_heads: int, n_kv_heads: int, *, init_std: float, out_std: float, dtype=ms.float32
-    ):
+    def __init__(self, cfg, *, out_std: float, dtype=ms.float32):
         super().__init__()
-        self.head_dim = d_model // n_heads
-        self.wq = Linear(d_model, n_heads * self.head_dim, init_std=init_std, dtype=dtype)
-        self.wk = Linear(d_model, n_kv_heads * self.head_dim, init_std=init_std, dtype=dtype)
-        self.wv = Linear(d_model, n_kv_heads * self.head_dim, init_std=init_std, dtype=dtype)
-        self.wo = Linear(n_heads * self.head_dim, d_model, init_std=out_std, dtype=dtype)
-        self.sdpa = SDPA(self.head_dim)
+        d_model, n_heads, n_kv_heads, std = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.init_std
+        self.head_dim = E = d_model // n_heads
+        self.wq = Linear(d_model, n_heads * E, init_std=std, dtype=dtype, bias=cfg.attn_bias)
+        self.wk = Linear(d_model, n_kv_heads * E, init_std=std, dtype=dtype, bias=cfg.attn_bias)
+        self.wv = Linear(d_model, n_kv_heads * E, init_std=std, dtype=dtype, bias=cfg.attn_bias)
+        self.wo = Linear(n_heads * E, d_model, init_std=out_std, dtype=dtype)
+        self.qk_norm = cfg.qk_norm  # a plain bool: graph mode reads it as a constant
+        self.q_norm = RMSNorm(E, cfg.norm_eps, dtype) if cfg.qk_norm else None  # (..., E): each head's vector
+        self.k_norm = RMSNorm(E, cfg.norm_eps, dtype) if cfg.qk_norm else None
+        self.sdpa = SDPA(E)
 
     def construct(self, x, cos, sin, positions):
         E = self.head_dim
         q, k, v = self.wq(x), self.wk(x), self.wv(x)  # (B, S, H*E), (B, S, K*E) x 2
         B, S = q.shape[0], q.shape[1]
-        q = _heads_first(q.reshape(B, S, -1, E))  # (B, H, S, E)
-        k = _heads_first(k.reshape(B, S, -1, E))  # (B, K, S, E)
+        q, k = q.reshape(B, S, -1, E), k.reshape(B, S, -1, E)  # (B, S, H, E), (B, S, K, E)
+        if self.qk_norm:  # Qwen3: each head's q and k normalised before RoPE
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = _heads_first(q)  # (B, H, S, E)
+        k = _heads_first(k)  # (B, K, S, E)
         v = _heads_first(v.reshape(B, S, -1, E))  # (B, K, S, E)
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)

@@ -7,7 +7,8 @@ Who holds a part of which gradient:
 - every weight is summed over ``dp_replicate`` (one flat all-reduce: a collective has a fixed cost per call,
   milliseconds on CPU, docs/mindspore-cpu.md "Collectives and point-to-point", so one big one beats one per weight);
 - with sequence parallelism, weights that tensor parallelism does not split (the norm gains) saw 1/tp of the
-  tokens each, so they are summed over ``tp`` too.
+  tokens each, so they are summed over ``tp`` too; so are QK-norm's gains under any tensor parallelism (each rank
+  normalised its own heads: ``placement.per_head``).
 - with a pipeline and tied embeddings, the first stage's table and the last stage's copy (its head) are summed
   between the two (``Parallelized.tied``), so that both take the same step.
 Then the sum is divided by the ranks whose losses average into the global loss (dp_replicate * dp_shard * cp)
@@ -30,7 +31,7 @@ from mindspore import Tensor, mint, nn, ops
 
 from core.parallel import comm
 from core.parallel.dims import ParallelDims
-from core.parallel.placement import Placement, is_expert
+from core.parallel.placement import Placement, is_expert, per_head
 from core.runtime import kernels
 from core.runtime.graphs import each, jit, pick
 
@@ -71,7 +72,11 @@ class _Sync(nn.Cell):
         self.replicas = _FlatAllReduce(groups["dp_replicate"], shapes) if dims.dp_replicate > 1 else None
         self.tied = tuple(i for i, name in enumerate(names) if name in tied)
         self.tied_sum = _FlatAllReduce(groups["embed"], [shapes[i] for i in self.tied]) if self.tied else None
-        partial = [i for i, name in enumerate(names) if dims.sp and not placements[name].tp_split]
+        partial = [
+            i
+            for i, name in enumerate(names)
+            if (dims.sp and not placements[name].tp_split) or (dims.tp > 1 and per_head(name))
+        ]
         self.partial = tuple(partial)
         self.tp_sum = _FlatAllReduce(groups["tp"], [shapes[i] for i in partial]) if partial else None
         self.norm_weight = tuple(

@@ -38,6 +38,9 @@ TP_SPLIT_DIMS = {
     "attn.wk.weight": 0,
     "attn.wv.weight": 0,
     "attn.wo.weight": 1,
+    "attn.wq.bias.weight": 0,  # a column-parallel linear's bias: its output rows
+    "attn.wk.bias.weight": 0,
+    "attn.wv.bias.weight": 0,
     "mlp.w_gate.weight": 0,
     "mlp.w_up.weight": 0,
     "mlp.w_down.weight": 1,
@@ -50,6 +53,15 @@ TP_SPLIT_DIMS = {
     "embed.weight": 0,
     "lm_head.weight": 0,
 }
+
+
+# Gains replicated over tp that each tp rank applies to its own heads only (QK-norm): their gradients are partial
+# sums over tp, added up after backward (core.parallel.grads), as sequence parallelism's norm gains are.
+PER_HEAD = ("attn.q_norm.weight", "attn.k_norm.weight")
+
+
+def per_head(name: str) -> bool:
+    return name.endswith(PER_HEAD)
 
 
 def is_expert(name: str) -> bool:

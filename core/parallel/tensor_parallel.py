@@ -97,6 +97,8 @@ def apply_tensor_parallel(
         for linear in (block.attn.wq, block.attn.wk, block.attn.wv, block.attn.wo, *mlp_linears):
             wrap = ColumnParallel if _split(linear, group, placements).tp_dim == 0 else RowParallel
             linear.op = wrap(linear.op, group, sp)
+            if linear.bias is not None:  # a column-parallel linear's: added to this rank's outputs, no traffic
+                _split(linear.bias, group, placements)
     # A pipeline stage may lack the embedding or the head (core.parallel.pipeline); the rows follow from V either way.
     start = group.index * model.cfg.vocab_size // group.size
     if model.embed is not None:

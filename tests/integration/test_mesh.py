@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from core import ckpt as ck
@@ -91,6 +92,23 @@ def test_layout_reproduces_the_single_process_run(runs, layout, optim):
     assert_same_run(run, ref, STEPS)
     if UNTIED in model:
         assert "model.lm_head.weight" in final_params(run, STEPS)
+
+
+# Qwen's attention (q/k/v biases, Qwen2; QK-norm, Qwen3) on the layouts that place them differently: biases split
+# with their column-parallel weights (tp) and gathered by FSDP (dp_shard, cp); QK-norm's gains replicated over tp
+# while each rank normalises its own heads, so their gradients are summed over tp, with or without SP.
+QWEN = ("model.attn_bias=true", "model.qk_norm=true")
+
+
+@pytest.mark.parametrize("layout", ["tp=2", "tp=2 sp", "dp_shard=2", "cp=2"])
+def test_qwen_attention_reproduces_the_single_process_run(runs, layout):
+    ref, run = runs("single", "adamw", *QWEN), runs(layout, "adamw", *QWEN)
+    assert ref.code == 0, ref.output
+    assert run.code == 0, run.output + "".join(p.read_text()[-2000:] for p in (run.dir / "logs").glob("rank_*.log"))
+    assert_same_run(run, ref, STEPS)
+    params = final_params(ref, STEPS)
+    assert {"model.layers.0.attn.wk.bias.weight", "model.layers.2.attn.q_norm.weight"} <= set(params)
+    assert np.abs(params["model.layers.0.attn.wk.bias.weight"]).max() > 0  # trained away from its zero init
 
 
 def _state(run: TrialRun, rank: int | None = None) -> int:

@@ -37,6 +37,8 @@ ARCHITECTURES = {
     "llama-tied": ("LlamaConfig", "LlamaForCausalLM", dict(tie_word_embeddings=True)),
     "mistral": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=None, rope_theta=1e6)),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, num_experts_per_tok=2)),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(rope_theta=1e6)),  # q/k/v biases
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=16)),  # QK-norm
     # Llama 3.1's RoPE scaling, and YaRN's (its attention temperature too), over an original context shorter than
     # the tokens, so that every regime of the frequencies counts
     "llama3.1-rope": (
@@ -115,7 +117,7 @@ def test_hf_checkpoint_loads_into_the_core_and_back(tmp_path, arch):
     tensors = {p.name: p.asnumpy() for p in core.trainable_params()}
     hf.save(tmp_path / "out", tensors, core.cfg)
     back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").float().eval()
-    assert type(back).__name__ == ARCHITECTURES[arch][1].replace("Mistral", "Llama")
+    assert type(back).__name__ == ARCHITECTURES[arch][1].replace("Mistral", "Llama")  # Mistral's is Llama's
     assert close(hf_logits(back), expected) <= 1e-5
     # and its config reads back as the same model (but for the name: the directory's)
     written, read = (load_config([f"model=hf:{tmp_path / d}"]).model for d in ("out", "hf"))

@@ -95,7 +95,7 @@ def test_mixtral_reads_its_experts(tmp_path):
         ({"hidden_act": "gelu"}, "hidden_act"),
         ({"sliding_window": 4096}, "sliding_window"),
         ({"some_new_field": 1}, "some_new_field"),
-        ({"architectures": ["Qwen2ForCausalLM"]}, "Qwen2ForCausalLM"),
+        ({"layer_types": ["full_attention", "sliding_attention"]}, "layer_types"),
         ({"architectures": ["GPT2LMHeadModel"]}, "GPT2LMHeadModel"),
         ({"head_dim": 64}, "head_dim"),
     ],
@@ -139,6 +139,14 @@ def test_llama31_and_yarn_rope_scaling_are_read(tmp_path):
     assert (m.rope_scaling, m.rope_factor, m.rope_theta, m.rope_beta_fast) == ("yarn", 40.0, 10000.0, 32)
     # (0.1 ln 40 + 1) / (0.0707 ln 40 + 1), the ratio of the two mscales
     assert m.rope_attention_factor == pytest.approx((0.1 * np.log(40) + 1) / (0.0707 * np.log(40) + 1))
+
+
+def test_qwen2_has_its_biases_and_qwen3_its_qk_norm(tmp_path):
+    qwen2 = {**LLAMA3_8B, "architectures": ["Qwen2ForCausalLM"], "use_sliding_window": False, "sliding_window": 4096}
+    qwen3 = {**LLAMA3_8B, "architectures": ["Qwen3ForCausalLM"], "head_dim": 128, "attention_bias": False}
+    m2, m3 = (load_config([f"model=hf:{_write(tmp_path, c, n)}"]).model for c, n in ((qwen2, "q2"), (qwen3, "q3")))
+    assert (m2.attn_bias, m2.qk_norm, m3.attn_bias, m3.qk_norm) == (True, False, False, True)
+    assert m2.d_model == m3.d_model == 4096  # and the rest as Llama's
 
 
 def test_a_switched_off_sliding_window_is_read_past(tmp_path):

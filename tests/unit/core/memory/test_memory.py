@@ -152,11 +152,11 @@ def test_peak_is_measured_and_resettable():
     assert rss.peak_rss_bytes() < base + 60 * 2**20
 
 
-@pytest.mark.parametrize("model", ["tiny", "small", "medium"])
+@pytest.mark.parametrize("model", ["tiny", "small", "medium", "tiny model.attn_bias=true model.qk_norm=true"])
 def test_param_shapes_are_the_models(model):
     from core.model import GPT
 
-    cfg = load_config([f"model={model}"])
+    cfg = load_config([f"model={model.split()[0]}", *model.split()[1:]])
     real = {p.name: tuple(p.shape) for p in GPT(cfg.model).trainable_params()}
     assert param_shapes(cfg.model) == real
 
