@@ -35,6 +35,7 @@ from core.config import (
     load_config,
     override_number,
 )
+from core.config import hf as hf_config
 from core.memory.breakdown import breakdown
 from core.memory.estimate import estimate_memory_bytes
 from core.perf import StepEstimate, check_devices, estimate_step
@@ -268,6 +269,16 @@ def default_values(settings: dict[str, Any], keys: Sequence[str]) -> dict[str, A
         if isinstance(node, dict) and (rest or head) in node and not isinstance(node[rest or head], dict):
             out[key] = node[rest or head]  # (a group's choice composes to a section: not a value)
     return out
+
+
+def hf_model_problem(value: str) -> str | None:
+    """Why ``model=<value>`` (``hf:<dir or config.json>``, a Hugging Face config in place of a preset) cannot
+    run: unreadable, or an architecture or field the core does not build; None when it can."""
+    try:
+        hf_config.read(value)
+    except ConfigError as e:
+        return str(e)
+    return None
 
 
 def config_error(settings: dict[str, Any]) -> ConfigError | None:

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Union, get_args, get_origin
 import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
-from autoresearch.core_adapter import DEFAULT_COMMAND, composed, config_error, core_schema
+from autoresearch.core_adapter import DEFAULT_COMMAND, composed, config_error, core_schema, hf_model_problem
 from autoresearch.space.expr import ExprError
 from autoresearch.space.schema import kind
 from core.config import scalar_text
@@ -78,6 +78,8 @@ def key_problem(key: str) -> str | None:
 def value_problem(key: str, value: Any) -> str | None:
     """Why ``value`` cannot be ``key``'s whatever the rest of the config is (its type, or a group option), or None."""
     schema = core_schema()
+    if key == "model" and isinstance(value, str) and value.startswith("hf:"):
+        return hf_model_problem(value)  # a Hugging Face config in place of a preset
     if key in schema.groups:
         options = schema.groups[key]
         if isinstance(value, str) and value in options:

@@ -88,7 +88,24 @@ def read_space_file(path: Path) -> tuple[Any, Lines]:
         raise SpaceError(file, "file", "is empty; a space needs at least objective and params")
     if isinstance(data, dict):
         data.setdefault("name", path.stem)  # the study's name unless the file gives one
+        _anchor_hf_paths(data, path.parent)
     return data, lines
+
+
+def _anchor_hf_paths(data: dict, folder: Path) -> None:
+    """A relative ``hf:<dir>`` (a Hugging Face model, ``model=hf:...``) among the fixed values and the choices
+    names a directory beside the space file, wherever the agent runs from: made absolute here."""
+
+    def anchored(value):
+        if isinstance(value, str) and value.startswith("hf:") and not Path(value[3:]).expanduser().is_absolute():
+            return f"hf:{(folder / value[3:]).resolve()}"
+        return value
+
+    if isinstance(data.get("fixed"), dict):
+        data["fixed"] = {k: anchored(v) for k, v in data["fixed"].items()}
+    for spec in (data.get("params") or {}).values():
+        if isinstance(spec, dict) and isinstance(spec.get("values"), list):
+            spec["values"] = [anchored(v) for v in spec["values"]]
 
 
 def load_space(name_or_path: str | Path) -> SearchSpace:

@@ -250,6 +250,8 @@ def expand(overrides: list[str] | tuple[str, ...]) -> list[str]:
     out: list[str] = []
     for item in overrides:
         key, _, value = item.partition("=")
+        if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"":  # quoted, as the agent writes a path
+            value = value[1:-1]
         if key.lstrip("+") == "model" and value.startswith(PREFIX):
             out += ["model=tiny", *(override(f"model.{k}", v) for k, v in read(value).items())]
         else:

@@ -4,6 +4,7 @@ test_expr.py, the check against the core's config in test_space_core_check.py.""
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 
 import numpy as np
@@ -511,6 +512,7 @@ def test_describe_mentions_objective_params_constraints_and_budget(space):
         ("parallel", ("tokens_per_sec", "maximize"), 2),
         ("moe", ("val_loss", "minimize"), 2),
         ("hparams", ("val_loss", "minimize"), 1),
+        ("hf-qwen3", ("val_loss", "minimize"), 2),
     ],
 )
 def test_shipped_spaces_load_with_their_objective_and_budget(name, objective, world_size):
@@ -559,3 +561,22 @@ def test_shipped_space_points_compose_into_valid_configs(name, stride):
         assert {str(p[key]) for p in points} == {str(v) for v in param.grid_values(2)}
     for point in points:
         load_config(space.overrides(point))  # raises ConfigError on a key or rule the core rejects
+
+
+def test_a_relative_hf_model_names_a_directory_beside_the_space_file(tmp_path, monkeypatch):
+    """model: hf:<relative dir> in fixed values and choices resolves against the space file, wherever the agent
+    runs from; an absolute one is kept."""
+    (tmp_path / "spaces" / "m").mkdir(parents=True)
+    shutil.copy(SPACES_DIR / "hf" / "qwen3-tiny" / "config.json", tmp_path / "spaces" / "m" / "config.json")
+    (tmp_path / "spaces" / "s.yaml").write_text(
+        "objective: {metric: val_loss, direction: minimize}\nworld_size: 1\n"
+        "fixed: {model: hf:m}\nparams:\n  optim.lr: {type: float, low: 0.001, high: 0.01}\n"
+    )
+    monkeypatch.chdir(tmp_path)  # elsewhere than the file
+    assert load_space(tmp_path / "spaces" / "s.yaml").fixed["model"] == f"hf:{tmp_path / 'spaces' / 'm'}"
+    (tmp_path / "spaces" / "bad.yaml").write_text(
+        "objective: {metric: val_loss, direction: minimize}\nworld_size: 1\n"
+        "fixed: {model: hf:nothing-here}\nparams:\n  optim.lr: {type: float, low: 0.001, high: 0.01}\n"
+    )
+    with pytest.raises(SpaceError, match="fixed.model"):
+        load_space(tmp_path / "spaces" / "bad.yaml")

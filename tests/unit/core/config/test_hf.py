@@ -161,3 +161,9 @@ def test_a_missing_or_broken_file_names_it(tmp_path):
     (tmp_path / "bad" / "config.json").write_text("{not json")
     with pytest.raises(ConfigError, match="not a readable JSON"):
         load_config([f"model=hf:{tmp_path / 'bad'}"])
+
+
+def test_a_quoted_path_reads_too(tmp_path):
+    """The agent quotes a value with ':' and '/' in its overrides (Hydra's grammar): model='hf:<dir>'."""
+    folder = _write(tmp_path, LLAMA3_8B)
+    assert load_config([f"model='hf:{folder}'"]).model == load_config([f"model=hf:{folder}"]).model
