@@ -32,7 +32,7 @@ class Block(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         D, F_, std = cfg.d_model, cfg.ffn_hidden, cfg.init_std
-        self.H, self.K, self.E = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.H, self.K, self.E = cfg.n_heads, cfg.n_kv_heads, cfg.head_size
         out_std = std / (2 * cfg.n_layers) ** 0.5  # residual writers (GPT-2), as core.model.block.Block
         self.attn_norm, self.mlp_norm = nn.RMSNorm(D, eps=cfg.norm_eps), nn.RMSNorm(D, eps=cfg.norm_eps)
         self.wq, self.wo = _linear(D, self.H * self.E, std), _linear(self.H * self.E, D, out_std)
@@ -62,7 +62,7 @@ class GPT(nn.Module):
         self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.lm_head = None if cfg.tie_embeddings else _linear(cfg.d_model, cfg.vocab_size, cfg.init_std)
         # RoPE angles in float64, then float32 tables (max_seq_len, E/2), as core.model.layers.rope_tables
-        E = cfg.head_dim
+        E = cfg.head_size
         inv_freq = cfg.rope_theta ** (-torch.arange(0, E, 2, dtype=torch.float64) / E)
         angles = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float64), inv_freq)
         self.register_buffer("cos", angles.cos().float(), persistent=False)

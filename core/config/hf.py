@@ -105,11 +105,9 @@ def _fields(hf: dict, spec: str, *, moe: bool) -> dict[str, Any]:
             fields[_COPIED[key]] = value
         elif key == "num_key_value_heads":
             fields["n_kv_heads"] = value if value is not None else hf["num_attention_heads"]
-        elif key == "head_dim":
+        elif key == "head_dim":  # only when it is not d_model / n_heads (Qwen3's small models)
             if value is not None and value * hf["num_attention_heads"] != hf["hidden_size"]:
-                raise ConfigError(
-                    "model", f"{spec}: head_dim={value} is not hidden_size / num_attention_heads (the core's)"
-                )
+                fields["head_dim"] = value
         elif key == "sliding_window" and hf.get("use_sliding_window") is False:
             continue  # a window size that is switched off
         elif key == "layer_types":  # transformers 5: each layer's attention
@@ -188,7 +186,7 @@ def to_hf_config(cfg: ModelConfig, *, dtype: str = "float32") -> dict[str, Any]:
         "num_hidden_layers": cfg.n_layers,
         "num_attention_heads": cfg.n_heads,
         "num_key_value_heads": cfg.n_kv_heads,
-        "head_dim": cfg.head_dim,
+        "head_dim": cfg.head_size,
         "max_position_embeddings": cfg.max_seq_len,
         "rope_theta": cfg.rope_theta,
         "rope_scaling": _rope_scaling(cfg),

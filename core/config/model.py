@@ -24,7 +24,10 @@ class ModelConfig:
     d_model: int = 128
     """Hidden width."""
     n_heads: int = 4
-    """Query heads; ``d_model / n_heads`` is the head dimension (even, for RoPE)."""
+    """Query heads; ``d_model / n_heads`` is the head dimension (even, for RoPE) unless ``head_dim`` says."""
+    head_dim: int | None = None
+    """Each head's width (even, for RoPE); null: d_model / n_heads. Set when the heads' total width differs from
+    d_model (Qwen3's small models, Mistral NeMo): q maps d_model to n_heads * head_dim and o back."""
     n_kv_heads: int = 2
     """Key/value heads (grouped-query attention); must divide ``n_heads``."""
     ffn_hidden: int = 384
@@ -97,14 +100,15 @@ class ModelConfig:
             "init_std",
         )
         require(
-            self.d_model % self.n_heads == 0,
+            self.head_dim is not None or self.d_model % self.n_heads == 0,
             "model.d_model",
             f"must be divisible by model.n_heads={self.n_heads} (got {self.d_model})",
         )
         require(
-            (self.d_model // self.n_heads) % 2 == 0,
-            "model.d_model",
-            "head dim (d_model / n_heads) must be even for RoPE",
+            self.head_size > 0 and self.head_size % 2 == 0,
+            "model.head_dim" if self.head_dim is not None else "model.d_model",
+            f"the head dim ({'model.head_dim' if self.head_dim else 'd_model / n_heads'}) must be even and > 0 for "
+            f"RoPE (got {self.head_size})",
         )
         require(
             self.n_heads % self.n_kv_heads == 0,
@@ -160,8 +164,14 @@ class ModelConfig:
         return self.n_experts > 0 and i >= self.moe_dense_layers
 
     @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+    def head_size(self) -> int:
+        """E: each head's width (``head_dim``, or d_model / n_heads)."""
+        return self.head_dim or self.d_model // self.n_heads
+
+    @property
+    def attn_width(self) -> int:
+        """H * E: the width of q and of the attention's output (d_model unless ``head_dim`` says otherwise)."""
+        return self.n_heads * self.head_size
 
     @property
     def expert_width(self) -> int:

@@ -99,7 +99,7 @@ def activation_parts(
     The per-token count is Korthikanti et al. 2022's for a Llama block (SwiGLU's three MLP tensors in place of
     GELU's). (The layout rules make tp divide D, kv and F, so the parts' divisions by tp are exact.)
     """
-    kv = m.n_kv_heads * m.head_dim
+    kv = m.n_kv_heads * m.head_size
     local = seq // cp
     mlp, routed = (3 if selective else 4) * m.ffn_hidden, 0
     if moe:  # routing sees whole sequences on every rank (core.parallel.expert_parallel): the experts' slots
@@ -113,7 +113,7 @@ def activation_parts(
     b = element_bytes
     return {
         "norm": b * batch * local * ((4 * m.d_model) // (tp if sp else 1)),
-        "attention": b * batch * (local * ((2 * m.d_model + 2 * kv) // tp) + scores + gathered_kv),
+        "attention": b * batch * (local * ((2 * m.attn_width + 2 * kv) // tp) + scores + gathered_kv),
         "mlp": b * (batch * local * (mlp // tp) + routed),
     }
 

@@ -16,7 +16,7 @@ from core.config import ModelConfig
 
 def param_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Names and shapes of the model's parameters without building it (``core.model.gpt``'s names)."""
-    kv = m.n_kv_heads * m.head_dim
+    kv = m.n_kv_heads * m.head_size
     shapes = {"embed.weight": (m.vocab_size, m.d_model)}
     X, F = m.n_experts, m.expert_width
     for i in range(m.n_layers):
@@ -24,18 +24,18 @@ def param_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
         shapes.update(
             {
                 b + "attn_norm.weight": (m.d_model,),
-                b + "attn.wq.weight": (m.d_model, m.d_model),
+                b + "attn.wq.weight": (m.attn_width, m.d_model),
                 b + "attn.wk.weight": (kv, m.d_model),
                 b + "attn.wv.weight": (kv, m.d_model),
-                b + "attn.wo.weight": (m.d_model, m.d_model),
+                b + "attn.wo.weight": (m.d_model, m.attn_width),
                 b + "mlp_norm.weight": (m.d_model,),
             }
         )
         if m.attn_bias:
-            shapes.update({b + "attn.wq.bias.weight": (m.d_model,), b + "attn.wk.bias.weight": (kv,)})
+            shapes.update({b + "attn.wq.bias.weight": (m.attn_width,), b + "attn.wk.bias.weight": (kv,)})
             shapes[b + "attn.wv.bias.weight"] = (kv,)
         if m.qk_norm:
-            shapes.update({b + "attn.q_norm.weight": (m.head_dim,), b + "attn.k_norm.weight": (m.head_dim,)})
+            shapes.update({b + "attn.q_norm.weight": (m.head_size,), b + "attn.k_norm.weight": (m.head_size,)})
         if not m.is_moe_layer(i):
             shapes.update(
                 {
@@ -87,7 +87,7 @@ def _groups(fields: tuple) -> dict[str, dict[str, tuple[int, ...]]]:
 def matmul_params(cfg: ModelConfig) -> int:
     """Weights that take part in a matmul per token: every block matrix plus the output head (used even when
     tied). The input embedding is a gather, not a matmul, and norm weights are elementwise: both excluded."""
-    E = cfg.head_dim
+    E = cfg.head_size
     attn = cfg.d_model * E * (2 * cfg.n_heads + 2 * cfg.n_kv_heads)  # wq, wo: H*E; wk, wv: K*E
     mlp = 3 * cfg.d_model * cfg.ffn_hidden
     # An MoE block: the router, and the k experts a token is routed to plus the shared ones (active weights;
@@ -103,9 +103,10 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     6 N: each of the N matmul weights costs 2 FLOPs (multiply-add) per token forward and 4 backward (gradients
     for input and weight). 12 L S D: the attention scores q k^T and the weighted sum p v, each 2 S D per token
     per layer forward, times 3 for forward + backward. As in PaLM the attention term counts the full S x S
-    matrix, not the causal half actually needed, and recompute is not counted (it is "model" FLOPs, for MFU).
+    matrix, not the causal half actually needed, and recompute is not counted (it is "model" FLOPs, for MFU). D is the
+    attention's width H E (the model width unless ``model.head_dim`` says otherwise).
     """
-    return 6.0 * matmul_params(cfg) + 12.0 * cfg.n_layers * seq_len * cfg.d_model
+    return 6.0 * matmul_params(cfg) + 12.0 * cfg.n_layers * seq_len * cfg.attn_width
 
 
 def moe_capacity(tokens: int, top_k: int, n_experts: int, factor: float | None) -> int:

@@ -233,7 +233,7 @@ def rope_frequencies(cfg) -> tuple[np.ndarray, float]:
     below beta_slow turn f / factor, and a linear ramp over dimension indices joins them; cos and sin are scaled by
     the attention factor (0.1 ln factor + 1 by default), which tempers the softmax.
     """
-    E = cfg.head_dim
+    E = cfg.head_size
     inv_freq = cfg.rope_theta ** (-np.arange(0, E, 2, dtype=np.float64) / E)  # (E/2,)
     factor, L = cfg.rope_factor, cfg.rope_original_max_len
     if cfg.rope_scaling == "llama3":
@@ -297,7 +297,7 @@ class Attention(nn.Cell):
     def __init__(self, cfg, *, out_std: float, dtype=ms.float32):
         super().__init__()
         d_model, n_heads, n_kv_heads, std = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.init_std
-        self.head_dim = E = d_model // n_heads
+        self.head_dim = E = cfg.head_size  # d_model / n_heads unless the model says (q: d_model -> H * E)
         self.wq = Linear(d_model, n_heads * E, init_std=std, dtype=dtype, bias=cfg.attn_bias)
         self.wk = Linear(d_model, n_kv_heads * E, init_std=std, dtype=dtype, bias=cfg.attn_bias)
         self.wv = Linear(d_model, n_kv_heads * E, init_std=std, dtype=dtype, bias=cfg.attn_bias)

@@ -4,13 +4,14 @@ memory-bound bytes, and the collectives the layout adds, counted from the model 
 Per block and micro-batch of ``b`` sequences of ``S`` tokens, a rank holds ``T = b S / cp`` tokens and a 1/tp share
 of heads, FFN width and vocabulary (D: width, kv: key/value width, F: FFN width, V: vocabulary):
 
-    forward matmuls      q and o 2 T D^2 / tp each, k and v 2 T D kv / tp each, SwiGLU 3 x 2 T D F / tp (MoE: the
-                         router 2 T D E, the experts 3 x 2 T k c D F_e / tp with c the capacity factor (1
-                         dropless), the shared experts as a dense MLP), the causal attention core 2 T S D / tp
-                         (half of q k^T and p v); the head 2 T D V / tp on the last stage
+    forward matmuls      q and o 2 T D A / tp each (A = H E: D unless model.head_dim says), k and v 2 T D kv / tp
+                         each, SwiGLU 3 x 2 T D F / tp (MoE: the router 2 T D E, the experts 3 x 2 T k c D F_e / tp
+                         with c the capacity factor (1 dropless), the shared experts as a dense MLP), the causal
+                         attention core 2 T S A / tp (half of q k^T and p v); the head 2 T D V / tp on the last
+                         stage
     backward             twice the forward matmuls; flash attention's core 2.5 times (it recomputes the scores:
                          Dao 2023, FlashAttention-2, section 3.1)
-    memory-bound         norms and residuals 10 D per token (over tp with sequence parallelism), RoPE 2 (D + kv)
+    memory-bound         norms and residuals 10 D per token (over tp with sequence parallelism), RoPE 2 (A + kv)
                          / tp, SwiGLU's element-wise 3 F / tp: read and written once forward, twice backward
     recompute            full: the block's forward again in backward; selective: its element-wise work (and the
                          attention core where the S x S matrices are not kept by flash attention)
@@ -102,14 +103,14 @@ def block_work(cfg: TrainConfig, i: int) -> BlockWork:
     """The counts of the module docstring for block ``i``."""
     m, par, sh = cfg.model, cfg.parallel, Shape.of(cfg)
     T, D, tp, S = sh.tokens, m.d_model, par.tp, cfg.training.seq_len
-    kv = m.n_kv_heads * m.head_dim
+    kv, A = m.n_kv_heads * m.head_size, m.attn_width  # A: q's width, H E (D unless model.head_dim says)
     matmuls = [
-        (2 * 2 * T * D * D / tp, min(T, D / tp)),  # q, o
+        (2 * 2 * T * D * A / tp, min(T, A / tp)),  # q, o
         (2 * 2 * T * D * kv / tp, min(T, kv / tp)),  # k, v
     ]
     # causal attention: q k^T and p v over half the S x S pairs. Flash attention tiles it into large blocks of
     # queries and keys (its rate is a large matmul's); without it, per-head (S x hd) matmuls.
-    core = (2 * T * S * D / tp, T if sh.flash else m.head_dim)
+    core = (2 * T * S * A / tp, T if sh.flash else m.head_size)
     if m.is_moe_layer(i):
         factor = m.moe_capacity_factor or 1.0
         routed = T * m.moe_top_k * factor  # token-expert pairs this rank's share of the experts computes
@@ -124,7 +125,7 @@ def block_work(cfg: TrainConfig, i: int) -> BlockWork:
         width = active = m.ffn_hidden
     if width:
         matmuls.append((3 * 2 * T * D * width / tp, min(T, width / tp)))
-    elementwise = T * sh.act_bytes * (10 * D / (tp if par.sp else 1) + 2 * (D + kv) / tp + 3 * active / tp)
+    elementwise = T * sh.act_bytes * (10 * D / (tp if par.sp else 1) + 2 * (A + kv) / tp + 3 * active / tp)
     return BlockWork(matmuls, core, elementwise)
 
 
@@ -181,7 +182,7 @@ def _block_comm(cfg: TrainConfig, dev: Device, sh: Shape, i: int, fwd: Pass, bwd
         bwd.expose("tp", seconds)
     if par.cp > 1:
         link = links.group_link(par, ("cp",), dev)
-        kv = m.n_kv_heads * m.head_dim / par.tp
+        kv = m.n_kv_heads * m.head_size / par.tp
         whole = 2 * kv * cfg.training.micro_batch_size * cfg.training.seq_len * sh.act_bytes
         seconds = links.all_gather(whole, par.cp, link) * (1 - c.overlap_cp)
         fwd.expose("cp", seconds)

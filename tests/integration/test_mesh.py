@@ -94,10 +94,11 @@ def test_layout_reproduces_the_single_process_run(runs, layout, optim):
         assert "model.lm_head.weight" in final_params(run, STEPS)
 
 
-# Qwen's attention (q/k/v biases, Qwen2; QK-norm, Qwen3) on the layouts that place them differently: biases split
-# with their column-parallel weights (tp) and gathered by FSDP (dp_shard, cp); QK-norm's gains replicated over tp
-# while each rank normalises its own heads, so their gradients are summed over tp, with or without SP.
-QWEN = ("model.attn_bias=true", "model.qk_norm=true")
+# Qwen's attention (q/k/v biases, Qwen2; QK-norm, Qwen3; heads wider than d_model / n_heads, Qwen3's small
+# models) on the layouts that place them differently: biases split with their column-parallel weights (tp) and
+# gathered by FSDP (dp_shard, cp); QK-norm's gains replicated over tp while each rank normalises its own heads, so
+# their gradients are summed over tp, with or without SP.
+QWEN = ("model.attn_bias=true", "model.qk_norm=true", "model.head_dim=48")
 
 
 @pytest.mark.parametrize("layout", ["tp=2", "tp=2 sp", "dp_shard=2", "cp=2"])

@@ -39,6 +39,7 @@ ARCHITECTURES = {
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, num_experts_per_tok=2)),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(rope_theta=1e6)),  # q/k/v biases
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=16)),  # QK-norm
+    "qwen3-wide-heads": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=32)),  # heads wider than hidden / heads
     # Llama 3.1's RoPE scaling, and YaRN's (its attention temperature too), over an original context shorter than
     # the tokens, so that every regime of the frequencies counts
     "llama3.1-rope": (

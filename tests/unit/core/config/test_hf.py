@@ -97,7 +97,7 @@ def test_mixtral_reads_its_experts(tmp_path):
         ({"some_new_field": 1}, "some_new_field"),
         ({"layer_types": ["full_attention", "sliding_attention"]}, "layer_types"),
         ({"architectures": ["GPT2LMHeadModel"]}, "GPT2LMHeadModel"),
-        ({"head_dim": 64}, "head_dim"),
+        ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}, "dynamic"),
     ],
 )
 def test_what_the_core_does_not_build_is_refused_by_name(tmp_path, change, named):
@@ -147,6 +147,10 @@ def test_qwen2_has_its_biases_and_qwen3_its_qk_norm(tmp_path):
     m2, m3 = (load_config([f"model=hf:{_write(tmp_path, c, n)}"]).model for c, n in ((qwen2, "q2"), (qwen3, "q3")))
     assert (m2.attn_bias, m2.qk_norm, m3.attn_bias, m3.qk_norm) == (True, False, False, True)
     assert m2.d_model == m3.d_model == 4096  # and the rest as Llama's
+    assert m3.head_dim is None and m3.head_size == 128  # 4096 / 32: the core's own rule, nothing to record
+    small = {**qwen3, "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 8}  # Qwen3-0.6B's
+    m = load_config([f"model=hf:{_write(tmp_path, small, 'q3s')}"]).model
+    assert (m.head_dim, m.attn_width, m.d_model) == (128, 2048, 1024)
 
 
 def test_a_switched_off_sliding_window_is_read_past(tmp_path):

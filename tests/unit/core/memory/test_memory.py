@@ -152,7 +152,9 @@ def test_peak_is_measured_and_resettable():
     assert rss.peak_rss_bytes() < base + 60 * 2**20
 
 
-@pytest.mark.parametrize("model", ["tiny", "small", "medium", "tiny model.attn_bias=true model.qk_norm=true"])
+@pytest.mark.parametrize(
+    "model", ["tiny", "small", "medium", "tiny model.attn_bias=true model.qk_norm=true model.head_dim=48"]
+)
 def test_param_shapes_are_the_models(model):
     from core.model import GPT
 

@@ -56,7 +56,7 @@ def np_rope(x, theta):
 
 
 def np_hidden(W, cfg, tokens):
-    E, H, K = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
+    E, H, K = cfg.head_size, cfg.n_heads, cfg.n_kv_heads
     x = W["embed.weight"][tokens]  # (B, S, D)
     seq = tokens.shape[1]
     future = np.triu(np.ones((seq, seq), bool), k=1)
@@ -263,7 +263,7 @@ def test_parameter_names_and_counts(tie):
     assert [p.name for p in model.trainable_params()] == want
     assert len(model.layers) == 3
 
-    D, V, F, E = cfg.d_model, cfg.vocab_size, cfg.ffn_hidden, cfg.head_dim
+    D, V, F, E = cfg.d_model, cfg.vocab_size, cfg.ffn_hidden, cfg.head_size
     per_layer = D * E * (2 * cfg.n_heads + 2 * cfg.n_kv_heads) + 3 * D * F + 2 * D
     closed = V * D + cfg.n_layers * per_layer + D + (0 if tie else V * D)
     assert count_params(model) == sum(p.size for p in model.trainable_params()) == closed
