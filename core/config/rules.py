@@ -253,8 +253,10 @@ def bf16_training_is_built(cfg: TrainConfig) -> None:
     require(
         cfg.training.precision == "fp32",
         "training.precision",
-        "the trainer runs fp32 only so far; bf16 is for the estimates (python -m core.perf, python -m core.memory): "
-        "train with training.precision=fp32",
+        "the trainer runs fp32 only so far; bf16 is for the estimates (python -m core.perf, python -m core.memory), "
+        "and on CPU it could not run: MindSpore 2.10 has no CPU bf16 kernel for MatMul, BatchMatMul, Softmax, "
+        "Sigmoid, Rsqrt, ReduceSum or Gather (benchmarks/RESULTS.md, 'bf16 on CPU'); train with "
+        "training.precision=fp32",
     )
 
 
