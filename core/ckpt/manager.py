@@ -9,9 +9,11 @@ Hugging Face directory, ``core.ckpt.hf``).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 from mindspore import Tensor, ops
 
 from core.ckpt import hf, sharded, store
@@ -29,24 +31,29 @@ class CheckpointManager:
         and mirrored copies); ``params``: this rank's trainable parameters; ``barrier``: meets every rank."""
         self.cfg, self.root, self.par, self.params, self.optimizer = cfg, root, par, params, optimizer
         self.barrier = barrier
+        self.pending: _Pending | None = None
 
     def _due(self, step: int) -> bool:
         interval = self.cfg.checkpoint.interval
         return bool(interval) and step % interval == 0
 
     def after_step(self, step: int, tokens: int) -> None:
+        self.publish()  # an asynchronous save of an earlier step: every rank gets here after the same step
         if self._due(step):
             self.save(step, tokens)
 
     def at_end(self, step: int, tokens: int) -> None:
         """The checkpoint of a trial that ended normally (``checkpoint.at_end``), unless the interval just saved
-        this step."""
+        this step; an asynchronous save still being written is waited for and published."""
         if self.cfg.checkpoint.at_end and not self._due(step):
             self.save(step, tokens)
+        self.publish()
 
     def save(self, step: int, tokens: int) -> None:
         """A full checkpoint from one process; from several, each rank of the first replica writes its shards
-        (``core.ckpt.sharded``), which consolidate into the full one."""
+        (``core.ckpt.sharded``), which consolidate into the full one. With ``checkpoint.async_save`` the files
+        are written by a thread and the checkpoint published by ``publish`` (after the next step)."""
+        self.publish()
         dims, world = self.par.dims, self.par.dims.world_size
         meta = {
             "step": step,
@@ -57,27 +64,50 @@ class CheckpointManager:
             "config": to_dict(self.cfg),
             "layout": dims.describe(),
         }
-        keep = self.cfg.checkpoint.keep
+        keep, write = self.cfg.checkpoint.keep, None
         if dims.coords()["dp_replicate"] == 0:  # replicas hold identical shards
             tensors = self._tensors()
             if world == 1:
-                log.info("checkpoint: %s", store.save_checkpoint(self.root, step, tensors, meta, keep=keep))
-                return
-            placements = {k: sharded.placement_of(k, self.par.placements, v.shape) for k, v in tensors.items()}
-            sharded.write_shard(self.root, step, dims.rank, tensors, placements)
+
+                def write():
+                    log.info("checkpoint: %s", store.save_checkpoint(self.root, step, tensors, meta, keep=keep))
+
+            else:
+                placements = {k: sharded.placement_of(k, self.par.placements, v.shape) for k, v in tensors.items()}
+
+                def write():
+                    sharded.write_shard(self.root, step, dims.rank, tensors, placements)
+
+        self.pending = _Pending(step, meta, write, background=self.cfg.checkpoint.async_save)
+        if not self.cfg.checkpoint.async_save:
+            self.publish()
+
+    def publish(self) -> None:
+        """Finish the pending save: wait for this rank's writer, then (several ranks) meet, rank 0 writes the
+        index and renames the step into place, and meet again. Every rank calls this at the same points (after
+        each step, at a save, at the end), so the barriers pair."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return
+        pending.wait()
+        dims, world = self.par.dims, self.par.dims.world_size
+        if world == 1:
+            return
         self.barrier()
         if dims.rank == 0:
             writers = [r for r in range(world) if dims.coords(r)["dp_replicate"] == 0]
-            path = sharded.publish(self.root, step, writers, meta, keep=keep)
+            path = sharded.publish(self.root, pending.step, writers, pending.meta, keep=self.cfg.checkpoint.keep)
             log.info("checkpoint: %s (%d shards)", path, len(writers))
         self.barrier()
 
     def _tensors(self) -> dict:
+        """This rank's model and optimizer tensors, copied to host memory (``np.array``: on CPU ``asnumpy`` may
+        share the parameter's memory, which the next step overwrites while a background writer reads it)."""
         mirrors = self.par.mirrors  # copies of another stage's weights, saved there
-        tensors = {f"model.{p.name}": p.asnumpy() for p in self.params if p.name not in mirrors}
+        tensors = {f"model.{p.name}": np.array(p.asnumpy()) for p in self.params if p.name not in mirrors}
         tensors.update(
             {
-                f"optim.{k}": v
+                f"optim.{k}": np.array(v)
                 for k, v in self.optimizer.state_dict().items()
                 if not any(k.endswith(f".{m}") for m in mirrors)
             }
@@ -132,6 +162,32 @@ class CheckpointManager:
             raise ConfigError("checkpoint.load_weights", str(e)) from None
         log.info("weights from %s (%d tensors on this rank)", path, len(self.params))
         return 0, 0
+
+
+class _Pending:
+    """A save whose files are being written (by a thread with ``background``, else right here) and that is not
+    published yet. ``write`` is None on a rank that writes nothing (a replica)."""
+
+    def __init__(self, step: int, meta: dict, write: Callable[[], None] | None, *, background: bool):
+        self.step, self.meta, self.error = step, meta, None
+        self.thread = None
+        if write is not None and background:
+            self.thread = threading.Thread(target=self._run, args=(write,), name=f"ckpt-{step}", daemon=True)
+            self.thread.start()
+        elif write is not None:
+            write()
+
+    def _run(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except BaseException as e:  # noqa: BLE001 — re-raised on the main thread by wait()
+            self.error = e
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 # What the weights do not fix: a run may change these and still start from a checkpoint's weights.

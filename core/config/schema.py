@@ -402,6 +402,10 @@ class CheckpointConfig:
     ``<trial.dir>/checkpoints``."""
     keep: int = 2
     """Newest checkpoints kept."""
+    async_save: bool = False
+    """Write checkpoints in the background: the tensors are copied to host memory, the steps go on while each rank
+    writes its file, and the checkpoint is published (its index written, the step directory renamed into place)
+    after the next step, or at the end of the trial; until then it is invisible, never half there."""
     load_weights: str | None = None
     """Weights to start from (at step 0, the optimizer fresh): a Hugging Face model directory, ``hf:<dir>``, read
     into any layout, each rank cutting its shards; its config must give this model (start from ``model=hf:<dir>``).
