@@ -290,6 +290,9 @@ class TrainingConfig:
     """Steps between lines of ``metrics.jsonl``."""
     eval_interval: int = 0
     """Steps between validation passes; 0: only at the end."""
+    health_interval: int = 0
+    """Steps between the L2 norms of each block's gradients and parameters (embedding, every transformer block,
+    final norm, head) in ``metrics.jsonl``, to see where a divergence starts; 0: never."""
     eval_batches: int = 2
     """Global batches of fixed validation windows per validation pass."""
     profile: bool = False
@@ -308,6 +311,7 @@ class TrainingConfig:
         )
         require(self.mode in ("jit", "pynative"), "training.mode", f"must be jit or pynative (got {self.mode!r})")
         require(self.eval_interval >= 0, "training.eval_interval", "must be >= 0")
+        require(self.health_interval >= 0, "training.health_interval", "must be >= 0")
         require(
             self.precision in PRECISIONS,
             "training.precision",

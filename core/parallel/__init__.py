@@ -11,6 +11,7 @@
     fsdp.py               FSDP/HSDP: flat shards gathered per op, gradients reduce-scattered
     pipeline/             pipeline schedules, stages and the pipeline step
     grads.py              GradientSync: the gradient of the global mean loss, clipped by the global norm
+    block_norms.py        run health: each block's gradient and parameter norms (training.health_interval)
 
 Each technique has an ``apply_*`` that ``core.training.parallelize`` calls in order. Names are imported on first
 use (``lazy_loader``): the memory estimate reads ``placement`` and the pipeline schedules without MindSpore.

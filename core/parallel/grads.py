@@ -79,9 +79,7 @@ class _Sync(nn.Cell):
         ]
         self.partial = tuple(partial)
         self.tp_sum = _FlatAllReduce(groups["tp"], [shapes[i] for i in partial]) if partial else None
-        self.norm_weight = tuple(
-            0.0 if name in mirrors else _norm_weight(name, placements[name], dims) for name in names
-        )
+        self.norm_weight = tuple(0.0 if name in mirrors else share_of(name, placements[name], dims) for name in names)
         self.norm_sum = comm.all_reduce(groups["model"])
         self.sums = any(x is not None for x in (self.replicas, self.tp_sum, self.tied_sum))
         self.scale, self.max_norm = scale, max_norm
@@ -100,7 +98,7 @@ class _Sync(nn.Cell):
         if self.fused:
             total = kernels.sum_of_squares(grads, self.weights)  # (1,)
         else:
-            total = ops.addn(each(_weighted_sum_of_squares, grads, self.norm_weight)).reshape(1)
+            total = ops.addn(each(weighted_sum_of_squares, grads, self.norm_weight)).reshape(1)
         norm = ops.sqrt(self.norm_sum(total)).reshape(()) * self.scale
         coef = ops.fill(ms.float32, (), self.scale)
         if self.max_norm > 0:
@@ -112,7 +110,7 @@ class _Sync(nn.Cell):
         return norm, coef
 
 
-def _norm_weight(name: str, placement: Placement, dims: ParallelDims) -> float:
+def share_of(name: str, placement: Placement, dims: ParallelDims) -> float:
     """1 / the number of ranks of the ``model`` group that hold the same gradient: tensor-parallel replicas of a
     weight TP does not split, and the context-parallel replicas of experts (never FSDP-sharded)."""
     copies = dims.tp if dims.tp > 1 and not placement.tp_split else 1
@@ -135,7 +133,7 @@ def sum_of_squares(x: Tensor) -> Tensor:
     return ops.sum(ops.sum(ops.square(x.reshape(-1, x.shape[-1])), -1))
 
 
-def _weighted_sum_of_squares(g, weight):
+def weighted_sum_of_squares(g, weight):
     return sum_of_squares(g) * weight
 
 
@@ -180,6 +178,11 @@ class GradientSync:
             fused=fused,
         )
         self._fn = jit(self._cell, source=True)
+
+    @property
+    def scale(self) -> float:
+        """The factor that turns the summed gradients into the global mean loss's (before clipping)."""
+        return self._cell.scale
 
     def __call__(self, grads):
         # mutable: a jit function given a plain tuple of Tensors treats it as a constant and recompiles each step

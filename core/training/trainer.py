@@ -30,6 +30,7 @@ from core.memory.probe import peak_rss_bytes
 from core.model.flops import flops_per_token
 from core.model.gpt import GPT
 from core.optim import build_optimizer, lr_at
+from core.parallel.block_norms import BlockNorms
 from core.parallel.comm import init_distributed
 from core.parallel.dims import ParallelDims
 from core.parallel.grads import GradientSync
@@ -82,6 +83,17 @@ class Trainer:
             mirrors=self.par.mirrors,
             fused=fused,
         )
+        self.block_norms = None
+        if cfg.training.health_interval:
+            self.block_norms = BlockNorms(
+                self.params,
+                placements=self.par.placements,
+                dims=self.dims,
+                groups=self.par.groups,
+                n_layers=cfg.model.n_layers,
+                tied_embeddings=cfg.model.tie_embeddings,
+                mirrors=self.par.mirrors,
+            )
         self.checkpoints = CheckpointManager(
             cfg,
             root=self.trial_dir / "checkpoints",
@@ -170,7 +182,12 @@ class Trainer:
                 f"(now {cfg.optim.lr:g}), raise optim.warmup_steps or keep optim.grad_clip on"
             )
         lr = lr_at(step, cfg.optim, cfg.trial.max_steps)
+        health = self.block_norms is not None and (step + 1) % t.health_interval == 0
+        grad_blocks = self.block_norms(grads, self.sync.scale) if health else None
         self.optimizer.step(grads, lr, scale)
+        if health:  # every rank: a collective
+            param_blocks = self.block_norms(self.params)
+            self._write({"step": step + 1, "grad_norm_blocks": grad_blocks, "param_norm_blocks": param_blocks})
         return loss_value, norm_value, lr
 
     def _evaluate(self, step: int) -> None:
@@ -237,5 +254,10 @@ class Trainer:
                 row["grad_norm"],
                 row["step_time_ms"],
             )
-        else:
+        elif "val_loss" in row:
             log.info("step %d  val_loss %.4f", row["step"], row["val_loss"])
+        else:  # run health: the block whose gradient is largest says where to look first
+            worst = max(row["grad_norm_blocks"], key=row["grad_norm_blocks"].get)
+            log.info(
+                "step %d  largest block gradient norm: %s %.3g", row["step"], worst, row["grad_norm_blocks"][worst]
+            )
