@@ -14,6 +14,8 @@ Names (the Hub's, as Llama, Mistral, Mixtral and Qwen checkpoints are published;
     model.layers.{i}.block_sparse_moe.gate.weight        layers.{i}.mlp.router.weight
     model.layers.{i}.block_sparse_moe.experts.{x}.{w1,w3,w2}.weight
                                                          row x of layers.{i}.mlp.experts.{w_gate,w_up,w_down}
+    model.layers.{i}.mlp.gate.weight, model.layers.{i}.mlp.experts.{x}.{gate,up,down}_proj.weight
+                                                         the same in Qwen3-MoE
     model.norm.weight                                    norm.weight
     lm_head.weight                                       lm_head.weight (none when the embedding is tied)
 
@@ -70,9 +72,11 @@ _RENAMES = {
     "layers.{i}.mlp.w_down.weight": "model.layers.{i}.mlp.down_proj.weight",
     "layers.{i}.mlp.router.weight": "model.layers.{i}.block_sparse_moe.gate.weight",
 }
-# the core's stacked experts (X, ...) -> each expert's weight in the Hub's Mixtral names
+# the core's stacked experts (X, ...) -> each expert's weight in the Hub's names: Mixtral's, Qwen3-MoE's
 _EXPERTS = {"w_gate": "w1", "w_up": "w3", "w_down": "w2"}
 _EXPERT_HF = "model.layers.{i}.block_sparse_moe.experts.{x}.{w}.weight"
+_QWEN_EXPERTS = {"w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}
+_QWEN_EXPERT_HF = "model.layers.{i}.mlp.experts.{x}.{w}.weight"
 # transformers 5's fused names for the same tensors
 _FUSED_ROUTER = "model.layers.{i}.mlp.gate.weight"
 _FUSED_GATE_UP = "model.layers.{i}.mlp.experts.gate_up_proj"
@@ -92,12 +96,14 @@ def hf_name(name: str) -> str:
     return _RENAMES[key].format(i=i)
 
 
-def expert_names(name: str, n_experts: int) -> list[str] | None:
-    """Each expert's Hub name for the core's stacked ``layers.{i}.mlp.experts.<w>``; None for any other name."""
+def expert_names(name: str, n_experts: int, *, qwen: bool = False) -> list[str] | None:
+    """Each expert's Hub name (Mixtral's, or with ``qwen`` Qwen3-MoE's) for the core's stacked
+    ``layers.{i}.mlp.experts.<w>``; None for any other name."""
     m = re.match(r"^layers\.(\d+)\.mlp\.experts\.(w_gate|w_up|w_down)$", name)
     if not m:
         return None
-    return [_EXPERT_HF.format(i=m.group(1), x=x, w=_EXPERTS[m.group(2)]) for x in range(n_experts)]
+    form, names = (_QWEN_EXPERT_HF, _QWEN_EXPERTS) if qwen else (_EXPERT_HF, _EXPERTS)
+    return [form.format(i=m.group(1), x=x, w=names[m.group(2)]) for x in range(n_experts)]
 
 
 class HFCheckpoint:
@@ -142,11 +148,12 @@ def sources(ckpt: HFCheckpoint, name: str, cfg: ModelConfig) -> list[str]:
     """The checkpoint's tensors that make the core's parameter ``name``: the Hub's names, or transformers 5's
     fused ones where the checkpoint has those."""
     experts = expert_names(name, cfg.n_experts)
-    if experts is not None and experts[0] not in ckpt:
+    if experts is not None:
+        for form in (experts, expert_names(name, cfg.n_experts, qwen=True)):
+            if form[0] in ckpt:
+                return form
         i, w = _LAYER.match(name).group(1), name.rsplit(".", 1)[1]
         return [(_FUSED_DOWN if w == "w_down" else _FUSED_GATE_UP).format(i=i)]
-    if experts is not None:
-        return experts
     hub = hf_name(name)
     if name.endswith(".mlp.router.weight") and hub not in ckpt:
         return [_FUSED_ROUTER.format(i=_LAYER.match(name).group(1))]
@@ -219,14 +226,17 @@ def model_param_names(cfg: ModelConfig) -> list[str]:
 
 
 def hf_tensors(tensors: dict[str, np.ndarray], cfg: ModelConfig) -> dict[str, np.ndarray]:
-    """The core's parameters (full arrays by the core's names) under the Hub's names."""
-    out = {}
+    """The core's parameters (full arrays by the core's names) under the Hub's names (an MoE with QK-norm is
+    Qwen3-MoE, its router and experts named so; any other is Mixtral)."""
+    qwen, out = cfg.qk_norm, {}
     for name, array in tensors.items():
-        experts = expert_names(name, cfg.n_experts)
-        if experts is None:
-            out[hf_name(name)] = array
-        else:
+        experts = expert_names(name, cfg.n_experts, qwen=qwen)
+        if experts is not None:
             out.update(zip(experts, array, strict=True))
+        elif qwen and name.endswith(".mlp.router.weight"):
+            out[_FUSED_ROUTER.format(i=_LAYER.match(name).group(1))] = array
+        else:
+            out[hf_name(name)] = array
     return out
 
 

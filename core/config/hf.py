@@ -6,8 +6,8 @@ The override is expanded before Hydra composes (``core.config.compose``): the ``
 
 Only what the core builds is read. A field it does not build with the value the checkpoint needs (biases, sliding
 windows, RoPE scaling, another activation) is refused naming it, never dropped: a model that silently differs from
-its checkpoint is worse than none. Architectures: Llama, Mistral, Mixtral, Qwen2 (q/k/v biases) and Qwen3
-(QK-norm), the fields of ``transformers``' configuration classes of the same names (transformers 4's
+its checkpoint is worse than none. Architectures: Llama, Mistral, Mixtral, Qwen2 (q/k/v biases), Qwen3 (QK-norm)
+and Qwen3-MoE, the fields of ``transformers``' configuration classes of the same names (transformers 4's
 ``rope_theta`` or 5's ``rope_parameters``). ``to_hf_config`` writes the other way, for
 ``core.ckpt.hf``'s export. Reads JSON only (no ``transformers``); no MindSpore here.
 """
@@ -24,9 +24,21 @@ from core.config.overrides import override
 from core.config.rules import ConfigError, require
 
 PREFIX = "hf:"
-ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+ARCHITECTURES = (
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "MixtralForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "Qwen3MoeForCausalLM",
+)
+MOE = ("MixtralForCausalLM", "Qwen3MoeForCausalLM")
 # What an architecture always has that its config does not say: Qwen2's q/k/v biases, Qwen3's QK-norm.
-_BUILT_IN = {"Qwen2ForCausalLM": {"attn_bias": True}, "Qwen3ForCausalLM": {"qk_norm": True}}
+_BUILT_IN = {
+    "Qwen2ForCausalLM": {"attn_bias": True},
+    "Qwen3ForCausalLM": {"qk_norm": True},
+    "Qwen3MoeForCausalLM": {"qk_norm": True},
+}
 _REFUSED: dict[str, str] = {}  # read, then refused for a reason of the architecture itself (not of a field)
 
 # config.json key -> model key, for the keys copied as they are
@@ -95,7 +107,7 @@ def read(spec: str) -> dict[str, Any]:
         raise ConfigError(
             "model", f"{spec}: architecture {arch!r} is not built; the core reads {', '.join(ARCHITECTURES)}"
         )
-    return _fields(hf, spec, moe=arch == "MixtralForCausalLM") | _BUILT_IN.get(arch, {})
+    return _fields(hf, spec, moe=arch in MOE) | _BUILT_IN.get(arch, {})
 
 
 def _fields(hf: dict, spec: str, *, moe: bool) -> dict[str, Any]:
@@ -119,16 +131,35 @@ def _fields(hf: dict, spec: str, *, moe: bool) -> dict[str, Any]:
             built, why = _REQUIRED_VALUES[key]
             if value != built and not (built is False and value is None):
                 raise ConfigError("model", f"{spec}: {key}={value!r} is not built: {why}")
-        elif moe and key in ("num_local_experts", "num_experts_per_tok", "router_aux_loss_coef"):
-            target = {"num_local_experts": "n_experts", "num_experts_per_tok": "moe_top_k"}.get(key)
-            fields[target or "moe_aux_loss_weight"] = value
+        elif moe and key in _MOE_KEYS:
+            fields[_MOE_KEYS[key]] = value
+        elif moe and key == "decoder_sparse_step":
+            if value != 1:
+                raise ConfigError("model", f"{spec}: decoder_sparse_step={value} is not built (every block is MoE)")
+        elif moe and key == "mlp_only_layers":  # Qwen3-MoE's dense blocks: the core's are the first k
+            if list(value or []) != list(range(len(value or []))):
+                raise ConfigError("model", f"{spec}: mlp_only_layers={value} is not built (dense blocks come first)")
+            fields["moe_dense_layers"] = len(value or [])
         elif key not in _IGNORED:
             raise ConfigError("model", f"{spec}: {key}={value!r} is a field the core does not read or build")
     fields.setdefault("n_kv_heads", hf["num_attention_heads"])
     fields.setdefault("tie_embeddings", False)  # transformers' default for these architectures
-    if moe:  # Mixtral: dropless softmax top-k over experts of intermediate_size, no shared or dense blocks
-        fields |= {"moe_router": "softmax", "moe_capacity_factor": None, "moe_shared_experts": 0, "moe_dense_layers": 0}
+    if moe:  # Mixtral, Qwen3-MoE: dropless softmax top-k, no shared experts; Mixtral renormalises, no dense blocks
+        fields = {"moe_router": "softmax", "moe_capacity_factor": None, "moe_shared_experts": 0, **fields}
+        fields.setdefault("moe_dense_layers", 0)
+        fields.setdefault("moe_norm_topk", True)
     return fields
+
+
+# MoE keys of Mixtral's and Qwen3-MoE's configs -> model keys
+_MOE_KEYS = {
+    "num_local_experts": "n_experts",
+    "num_experts": "n_experts",
+    "num_experts_per_tok": "moe_top_k",
+    "router_aux_loss_coef": "moe_aux_loss_weight",
+    "moe_intermediate_size": "moe_ffn_hidden",
+    "norm_topk_prob": "moe_norm_topk",
+}
 
 
 # RoPE scaling keys of a Hugging Face config (transformers' rope_parameters / rope_scaling) -> model keys
@@ -198,8 +229,7 @@ def to_hf_config(cfg: ModelConfig, *, dtype: str = "float32") -> dict[str, Any]:
         "attention_dropout": 0.0,
         "torch_dtype": dtype,
     }
-    if cfg.attn_bias or cfg.qk_norm:
-        require(not cfg.n_experts, "model.n_experts", "must be 0 with attention biases or QK-norm (Qwen2, Qwen3)")
+    if (cfg.attn_bias or cfg.qk_norm) and not cfg.n_experts:
         require(
             not (cfg.attn_bias and cfg.qk_norm),
             "model.attn_bias",
@@ -211,17 +241,37 @@ def to_hf_config(cfg: ModelConfig, *, dtype: str = "float32") -> dict[str, Any]:
         return {"architectures": [arch], "model_type": kind, **config, **extra, "use_sliding_window": False}
     if not cfg.n_experts:
         return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **config, "mlp_bias": False}
-    for key, value, mixtral in (
+    qwen = cfg.qk_norm  # Qwen3-MoE: QK-norm, an expert width of its own, dense blocks first, gates as chosen
+    for key, value, held in (
         ("moe_router", cfg.moe_router, "softmax"),
         ("moe_shared_experts", cfg.moe_shared_experts, 0),
-        ("moe_dense_layers", cfg.moe_dense_layers, 0),
-        ("moe_ffn_hidden", cfg.moe_ffn_hidden or cfg.ffn_hidden, cfg.ffn_hidden),
+        ("moe_dense_layers", cfg.moe_dense_layers, cfg.moe_dense_layers if qwen else 0),
+        ("moe_ffn_hidden", cfg.expert_width, cfg.expert_width if qwen else cfg.ffn_hidden),
+        ("moe_norm_topk", cfg.moe_norm_topk, cfg.moe_norm_topk if qwen else True),
+        ("attn_bias", cfg.attn_bias, False),
     ):
-        if value != mixtral:
+        if value != held:
             raise ConfigError(
-                f"model.{key}", f"is {value!r}; a Hugging Face Mixtral holds {mixtral!r}, and no other MoE is written"
+                f"model.{key}",
+                f"is {value!r}; a Hugging Face {'Qwen3-MoE' if qwen else 'Mixtral'} holds {held!r}, and no other MoE "
+                "is written",
             )
     config.pop("attention_bias")
+    if qwen:
+        return {
+            "architectures": ["Qwen3MoeForCausalLM"],
+            "model_type": "qwen3_moe",
+            **config,
+            "attention_bias": False,
+            "num_experts": cfg.n_experts,
+            "num_experts_per_tok": cfg.moe_top_k,
+            "moe_intermediate_size": cfg.expert_width,
+            "norm_topk_prob": cfg.moe_norm_topk,
+            "router_aux_loss_coef": cfg.moe_aux_loss_weight,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": list(range(cfg.moe_dense_layers)),
+            "use_sliding_window": False,
+        }
     return {
         "architectures": ["MixtralForCausalLM"],
         "model_type": "mixtral",

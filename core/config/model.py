@@ -72,7 +72,10 @@ class ModelConfig:
     moe_top_k: int = 2
     """Experts each token is routed to."""
     moe_router: str = "softmax"
-    """Router scores: softmax (Mixtral) or sigmoid (DeepSeek-V3); the top k are renormalised."""
+    """Router scores: softmax (Mixtral) or sigmoid (DeepSeek-V3)."""
+    moe_norm_topk: bool = True
+    """Each token's k chosen scores renormalised to sum to 1 as its gates (Mixtral, Qwen3-MoE's checkpoints); false:
+    the scores themselves."""
     moe_capacity_factor: float | None = None
     """Slots per expert as a multiple of its fair share of the tokens; null: dropless routing."""
     moe_aux_loss_weight: float = 0.01

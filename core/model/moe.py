@@ -2,7 +2,8 @@
 Lepikhin et al. 2021; Switch, Fedus et al. 2022; Mixtral, Jiang et al. 2024; DeepSeek-V3, 2024).
 
 Routing. Router logits (T, X) for T tokens and X experts become scores by softmax (Mixtral) or sigmoid
-(DeepSeek-V3); each token picks its k highest, and its gates are those k scores renormalised to sum to 1.
+(DeepSeek-V3); each token picks its k highest, and its gates are those k scores renormalised to sum to 1 (or the
+scores themselves, ``moe_norm_topk: false``).
 
 Dispatch with static shapes (what ``mindspore.jit`` compiles). Every expert has C slots. The (token, choice)
 pairs claim slots choice-major (all first choices before any second, GShard's priority), tokens in order; a pair
@@ -85,6 +86,7 @@ class MoE(nn.Cell):
         super().__init__()
         X, k = cfg.n_experts, cfg.moe_top_k
         self.n_experts, self.top_k, self.sigmoid = X, k, cfg.moe_router == "sigmoid"
+        self.norm_topk = cfg.moe_norm_topk  # a plain bool: graph mode reads it as a constant
         self.capacity_factor = cfg.moe_capacity_factor
         hidden = cfg.moe_ffn_hidden or cfg.ffn_hidden
         self.router = Linear(cfg.d_model, X, init_std=cfg.init_std, dtype=dtype)
@@ -114,7 +116,7 @@ class MoE(nn.Cell):
         xt, logits = xs.reshape(T, D), logits.reshape(T, X)  # (T, D), (T, X)
         scores = ops.sigmoid(logits) if self.sigmoid else ops.softmax(logits, -1)
         top, expert = ops.topk(scores, k)  # (T, k), (T, k) int32
-        gates = top / top.sum(-1, keepdims=True)  # (T, k)
+        gates = top / top.sum(-1, keepdims=True) if self.norm_topk else top  # (T, k)
 
         # Slots, choice-major: pair (choice j, token t) is row j * T + t.
         pair_expert = expert.T.reshape(-1)  # (kT,)

@@ -40,6 +40,17 @@ ARCHITECTURES = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(rope_theta=1e6)),  # q/k/v biases
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=16)),  # QK-norm
     "qwen3-wide-heads": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=32)),  # heads wider than hidden / heads
+    "qwen3-moe": (
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        dict(head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True),
+    ),
+    # the gates as the router scored them (transformers' default), and a dense first block
+    "qwen3-moe-raw-gates": (
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        dict(head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, mlp_only_layers=[0]),
+    ),
     # Llama 3.1's RoPE scaling, and YaRN's (its attention temperature too), over an original context shorter than
     # the tokens, so that every regime of the frequencies counts
     "llama3.1-rope": (

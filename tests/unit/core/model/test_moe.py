@@ -33,7 +33,7 @@ def reference(moe, x: np.ndarray):
         scores /= scores.sum(1, keepdims=True)
     choice = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # (T, k)
     top = np.take_along_axis(scores, choice, 1)
-    gates = top / top.sum(1, keepdims=True)
+    gates = top / top.sum(1, keepdims=True) if moe.norm_topk else top
     C, used, y, dropped = moe.capacity(T), np.zeros(X, int), np.zeros((T, D)), 0
     for j in range(k):  # all first choices claim their slots before any second choice
         for t in range(T):
@@ -68,6 +68,7 @@ def _x(shape, seed=0, scale=1.0):
         ("model.moe_router=sigmoid", "model.moe_shared_experts=1"),  # DeepSeek-V3-style, a shared expert
         ("model.moe_capacity_factor=0.5",),  # capacity-bounded: pairs dropped
         ("model.moe_capacity_factor=1.0", "model.moe_top_k=1", "model.moe_router=sigmoid"),
+        ("model.moe_norm_topk=false",),  # the gates as scored (Qwen3-MoE's default in transformers)
     ],
 )
 def test_moe_forward_equals_a_loop_over_tokens_and_experts(overrides):
