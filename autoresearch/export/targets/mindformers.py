@@ -438,5 +438,7 @@ MINDFORMERS = Target(
         "training.eval_interval": TRIAL_ONLY,
         "training.eval_batches": TRIAL_ONLY,
         "training.profile": TRIAL_ONLY,
+        "training.health_interval": "per-block norms in the trial's metrics.jsonl; the run monitors itself "
+        "(MindFormers' monitor_config, local_norm)",
     },
 )

@@ -357,5 +357,6 @@ TORCHTITAN = Target(
         "training.eval_interval": TRIAL_ONLY,
         "training.eval_batches": TRIAL_ONLY,
         "training.profile": TRIAL_ONLY,
+        "training.health_interval": "per-block norms in the trial's metrics.jsonl; the run logs its own metrics",
     },
 )
