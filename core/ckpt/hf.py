@@ -77,7 +77,7 @@ _EXPERTS = {"w_gate": "w1", "w_up": "w3", "w_down": "w2"}
 _EXPERT_HF = "model.layers.{i}.block_sparse_moe.experts.{x}.{w}.weight"
 _QWEN_EXPERTS = {"w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}
 _QWEN_EXPERT_HF = "model.layers.{i}.mlp.experts.{x}.{w}.weight"
-# transformers 5's fused names for the same tensors
+# transformers 5's fused names for the same tensors (the router's is also Qwen3-MoE's own)
 _FUSED_ROUTER = "model.layers.{i}.mlp.gate.weight"
 _FUSED_GATE_UP = "model.layers.{i}.mlp.experts.gate_up_proj"
 _FUSED_DOWN = "model.layers.{i}.mlp.experts.down_proj"
