@@ -48,6 +48,7 @@ from safetensors.numpy import save_file
 from core.ckpt.store import CheckpointError
 from core.config import ModelConfig
 from core.config.hf import to_hf_config
+from core.model.flops import param_shapes
 from core.runtime.files import fsync_dir
 
 WEIGHTS, INDEX = "model.safetensors", "model.safetensors.index.json"
@@ -190,7 +191,7 @@ def check_complete(path: str | Path, cfg: ModelConfig) -> None:
     """A CheckpointError naming what is missing, when the checkpoint at ``path`` lacks a weight of the core's
     model of ``cfg``, or naming what the core does not build, when it holds more (names only: nothing is read)."""
     with HFCheckpoint(path) as ckpt:
-        wanted = {n for name in model_param_names(cfg) for n in sources(ckpt, name, cfg)}
+        wanted = {n for name in param_shapes(cfg) for n in sources(ckpt, name, cfg)}
         missing = sorted(wanted - set(ckpt.files))
         if missing:
             raise CheckpointError(f"{path} lacks {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
@@ -201,28 +202,6 @@ def check_complete(path: str | Path, cfg: ModelConfig) -> None:
                 f"{path} holds weights the core does not build: {', '.join(extra[:5])}"
                 f"{' ...' if len(extra) > 5 else ''}; a model without them would not be this checkpoint's"
             )
-
-
-def model_param_names(cfg: ModelConfig) -> list[str]:
-    """The core's parameter names of a model of ``cfg`` (``core.model.gpt``), without MindSpore."""
-    names = ["embed.weight"]
-    for i in range(cfg.n_layers):
-        names += [f"layers.{i}.attn_norm.weight", *(f"layers.{i}.attn.w{p}.weight" for p in "qkvo")]
-        if cfg.attn_bias:
-            names += [f"layers.{i}.attn.w{p}.bias.weight" for p in "qkv"]
-        if cfg.qk_norm:
-            names += [f"layers.{i}.attn.{p}_norm.weight" for p in "qk"]
-        names.append(f"layers.{i}.mlp_norm.weight")
-        if cfg.is_moe_layer(i):
-            names += [f"layers.{i}.mlp.router.weight", *(f"layers.{i}.mlp.experts.{w}" for w in _EXPERTS)]
-            if cfg.moe_shared_experts:
-                names += [f"layers.{i}.mlp.shared.{w}.weight" for w in _EXPERTS]
-        else:
-            names += [f"layers.{i}.mlp.{w}.weight" for w in _EXPERTS]
-    names.append("norm.weight")
-    if not cfg.tie_embeddings:
-        names.append("lm_head.weight")
-    return names
 
 
 def hf_tensors(tensors: dict[str, np.ndarray], cfg: ModelConfig) -> dict[str, np.ndarray]:

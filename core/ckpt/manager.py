@@ -153,11 +153,13 @@ class CheckpointManager:
         try:
             check_same_model(spec, self.cfg.model)
             hf.check_complete(path, self.cfg.model)
-            shapes = {p.name: placements[p.name].full_shape for p in self.params}
+            by_name: dict[str, list] = {}  # a pipeline's mirrored copy shares its origin's name
+            for p in self.params:
+                by_name.setdefault(p.name, []).append(p)
+            shapes = {name: placements[name].full_shape for name in by_name}
             for name, full in hf.read_params(path, list(shapes), self.cfg.model, shapes):
-                for p in self.params:  # a pipeline's mirrored copy shares its origin's name
-                    if p.name == name:
-                        ops.assign(p, Tensor(placements[name].shard(full), p.dtype))
+                for p in by_name[name]:
+                    ops.assign(p, Tensor(placements[name].shard(full), p.dtype))
         except CheckpointError as e:
             raise ConfigError("checkpoint.load_weights", str(e)) from None
         log.info("weights from %s (%d tensors on this rank)", path, len(self.params))

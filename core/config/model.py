@@ -103,6 +103,11 @@ class ModelConfig:
             "init_std",
         )
         require(
+            self.head_dim is None or self.head_dim > 0,
+            "model.head_dim",
+            f"must be even and > 0, or null for d_model / n_heads (got {self.head_dim})",
+        )
+        require(
             self.head_dim is not None or self.d_model % self.n_heads == 0,
             "model.d_model",
             f"must be divisible by model.n_heads={self.n_heads} (got {self.d_model})",
@@ -110,7 +115,7 @@ class ModelConfig:
         require(
             self.head_size > 0 and self.head_size % 2 == 0,
             "model.head_dim" if self.head_dim is not None else "model.d_model",
-            f"the head dim ({'model.head_dim' if self.head_dim else 'd_model / n_heads'}) must be even and > 0 for "
+            f"the head dim ({'model.head_dim' if self.head_dim is not None else 'd_model / n_heads'}) must be even and > 0 for "
             f"RoPE (got {self.head_size})",
         )
         require(
@@ -169,7 +174,7 @@ class ModelConfig:
     @property
     def head_size(self) -> int:
         """E: each head's width (``head_dim``, or d_model / n_heads)."""
-        return self.head_dim or self.d_model // self.n_heads
+        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
 
     @property
     def attn_width(self) -> int:

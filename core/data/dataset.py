@@ -110,7 +110,9 @@ class TokenDataset:
                 f"{self.n_tokens} tokens; lower training.seq_len or use a larger file"
             )
 
-    def _gather(self, starts: np.ndarray, seq_len: int) -> np.ndarray:
+    def windows(self, starts: np.ndarray, seq_len: int) -> np.ndarray:
+        """(len(starts), seq_len + 1) int32: the windows of seq_len + 1 tokens beginning at ``starts``."""
+        self._check_window(seq_len)
         idx = starts[:, None] + np.arange(seq_len + 1)[None, :]  # (B, S+1)
         return self.tokens[idx].astype(np.int32)
 
@@ -137,7 +139,7 @@ class TokenDataset:
             )
         starts = self.window_starts(step, batch_size, seq_len, seed)
         per = batch_size // world_size
-        return self._gather(starts[rank * per : (rank + 1) * per], seq_len)
+        return self.windows(starts[rank * per : (rank + 1) * per], seq_len)
 
     def eval_batches(
         self, n_batches: int, batch_size: int, seq_len: int, *, rank: int = 0, world_size: int = 1
@@ -157,7 +159,7 @@ class TokenDataset:
         starts = starts.reshape(n_batches, batch_size)
         per = batch_size // world_size
         mine = starts[:, rank * per : (rank + 1) * per].reshape(-1)
-        return self._gather(mine, seq_len).reshape(n_batches, per, seq_len + 1)
+        return self.windows(mine, seq_len).reshape(n_batches, per, seq_len + 1)
 
     def decode(self, tokens: Iterable[int]) -> str:
         if self.tokenizer is None:
@@ -214,9 +216,9 @@ class BlendedDataset:
         for d, ds in enumerate(self.datasets):
             mine = np.flatnonzero(source == d)
             if mine.size:
-                ds._check_window(seq_len)
                 rng = np.random.default_rng([seed, step, d])
-                rows[mine] = ds._gather(rng.integers(0, ds.n_tokens - seq_len, size=mine.size, dtype=np.int64), seq_len)
+                starts = rng.integers(0, max(ds.n_tokens - seq_len, 1), size=mine.size, dtype=np.int64)
+                rows[mine] = ds.windows(starts, seq_len)
         per = batch_size // world_size
         return rows[rank * per : (rank + 1) * per]
 

@@ -13,6 +13,7 @@ import pytest
 from core.ckpt import hf
 from core.ckpt.store import CheckpointError
 from core.config import ConfigError, load_config
+from core.model.flops import param_shapes
 
 REASON = "the optional interop extra is not installed (pip install -e '.[interop]': transformers and CPU torch)"
 torch = pytest.importorskip("torch", reason=REASON)
@@ -142,7 +143,7 @@ def test_sharded_bf16_checkpoint_round_trips(tmp_path):
     model.to(torch.bfloat16).save_pretrained(tmp_path / "hf", max_shard_size="20KB")
     assert (tmp_path / "hf" / hf.INDEX).is_file()
     cfg = load_config([f"model=hf:{tmp_path / 'hf'}"]).model
-    names = hf.model_param_names(cfg)
+    names = list(param_shapes(cfg))
     hub = {n: p.float().numpy() for n, p in model.state_dict().items()}
     with hf.HFCheckpoint(tmp_path / "hf") as ckpt:
         tensors = {n: hf.read_param(ckpt, n, cfg) for n in names}

@@ -78,6 +78,10 @@ def test_swap_settings_compose():
         (["execution.eval_mode=graph"], "execution.eval_mode", "auto, jit or pynative"),
         (["execution.cpu_kernels=true", "device=Ascend"], "execution.cpu_kernels", "null or false"),
         (["checkpoint.interval=50", "trial.max_steps=10"], "checkpoint.interval", "longer"),
+        (["checkpoint.load_weights=/ckpt/step_10"], "checkpoint.load_weights", "hf:<dir>"),
+        (["model.head_dim=7"], "model.head_dim", "even and > 0"),
+        (["model.head_dim=0"], "model.head_dim", "even and > 0"),
+        (["training.health_interval=-1"], "training.health_interval", ">= 0"),
     ],
 )
 def test_rejections_name_the_field_and_the_fix(overrides, field, fix):
