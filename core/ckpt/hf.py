@@ -48,7 +48,7 @@ from safetensors.numpy import save_file
 from core.ckpt.store import CheckpointError
 from core.config import ModelConfig
 from core.config.hf import to_hf_config
-from core.model.flops import param_shapes
+from core.model.flops import buffer_shapes, param_shapes
 from core.runtime.files import fsync_dir
 
 WEIGHTS, INDEX = "model.safetensors", "model.safetensors.index.json"
@@ -72,6 +72,17 @@ _RENAMES = {
     "layers.{i}.mlp.w_up.weight": "model.layers.{i}.mlp.up_proj.weight",
     "layers.{i}.mlp.w_down.weight": "model.layers.{i}.mlp.down_proj.weight",
     "layers.{i}.mlp.router.weight": "model.layers.{i}.block_sparse_moe.gate.weight",
+    # DeepSeek-V3: MLA's projections, the router's choice bias, the shared experts
+    "layers.{i}.attn.wq_a.weight": "model.layers.{i}.self_attn.q_a_proj.weight",
+    "layers.{i}.attn.q_a_norm.weight": "model.layers.{i}.self_attn.q_a_layernorm.weight",
+    "layers.{i}.attn.wq_b.weight": "model.layers.{i}.self_attn.q_b_proj.weight",
+    "layers.{i}.attn.wkv_a.weight": "model.layers.{i}.self_attn.kv_a_proj_with_mqa.weight",
+    "layers.{i}.attn.kv_a_norm.weight": "model.layers.{i}.self_attn.kv_a_layernorm.weight",
+    "layers.{i}.attn.wkv_b.weight": "model.layers.{i}.self_attn.kv_b_proj.weight",
+    "layers.{i}.mlp.score_bias": "model.layers.{i}.mlp.gate.e_score_correction_bias",
+    "layers.{i}.mlp.shared.w_gate.weight": "model.layers.{i}.mlp.shared_experts.gate_proj.weight",
+    "layers.{i}.mlp.shared.w_up.weight": "model.layers.{i}.mlp.shared_experts.up_proj.weight",
+    "layers.{i}.mlp.shared.w_down.weight": "model.layers.{i}.mlp.shared_experts.down_proj.weight",
 }
 # the core's stacked experts (X, ...) -> each expert's weight in the Hub's names: Mixtral's, Qwen3-MoE's
 _EXPERTS = {"w_gate": "w1", "w_up": "w3", "w_down": "w2"}
@@ -161,8 +172,28 @@ def sources(ckpt: HFCheckpoint, name: str, cfg: ModelConfig) -> list[str]:
     return [hub]
 
 
+def _rope_rows(name: str, array: np.ndarray, cfg: ModelConfig, *, to_hub: bool) -> np.ndarray:
+    """MLA's rotary rows in the core's order (halves) from a checkpoint's interleaved pairs, or back with
+    ``to_hub`` (``model.rope_interleave``): q's last R rows of each head, the shared key's last R rows of wkv_a."""
+    if not (
+        cfg.mla and cfg.rope_interleave and name.endswith(("attn.wq.weight", "attn.wq_b.weight", "attn.wkv_a.weight"))
+    ):
+        return array
+    R = cfg.qk_rope_head_dim
+    halves = np.concatenate([np.arange(0, R, 2), np.arange(1, R, 2)])  # core row j holds pair element halves[j]
+    order = np.argsort(halves) if to_hub else halves
+    if name.endswith("attn.wkv_a.weight"):
+        return np.concatenate([array[:-R], array[-R:][order]])
+    heads = array.reshape(cfg.n_heads, cfg.qk_head_size, -1)
+    return np.concatenate([heads[:, :-R], heads[:, -R:][:, order]], axis=1).reshape(array.shape)
+
+
 def read_param(ckpt: HFCheckpoint, name: str, cfg: ModelConfig) -> np.ndarray:
     """The core's parameter ``name`` (its full, 1-process shape) from ``ckpt``."""
+    return _rope_rows(name, _read(ckpt, name, cfg), cfg, to_hub=False)
+
+
+def _read(ckpt: HFCheckpoint, name: str, cfg: ModelConfig) -> np.ndarray:
     names = sources(ckpt, name, cfg)
     if len(names) > 1:  # the Hub's experts, one tensor each
         return np.stack([ckpt.get(n) for n in names])  # (X, F, D) or (X, D, F)
@@ -191,7 +222,7 @@ def check_complete(path: str | Path, cfg: ModelConfig) -> None:
     """A CheckpointError naming what is missing, when the checkpoint at ``path`` lacks a weight of the core's
     model of ``cfg``, or naming what the core does not build, when it holds more (names only: nothing is read)."""
     with HFCheckpoint(path) as ckpt:
-        wanted = {n for name in param_shapes(cfg) for n in sources(ckpt, name, cfg)}
+        wanted = {n for name in param_shapes(cfg) | buffer_shapes(cfg) for n in sources(ckpt, name, cfg)}
         missing = sorted(wanted - set(ckpt.files))
         if missing:
             raise CheckpointError(f"{path} lacks {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
@@ -206,9 +237,10 @@ def check_complete(path: str | Path, cfg: ModelConfig) -> None:
 
 def hf_tensors(tensors: dict[str, np.ndarray], cfg: ModelConfig) -> dict[str, np.ndarray]:
     """The core's parameters (full arrays by the core's names) under the Hub's names (an MoE with QK-norm is
-    Qwen3-MoE, its router and experts named so; any other is Mixtral)."""
-    qwen, out = cfg.qk_norm, {}
+    Qwen3-MoE, its router and experts named so, as are DeepSeek-V3's (MLA); any other is Mixtral)."""
+    qwen, out = cfg.qk_norm or cfg.mla, {}
     for name, array in tensors.items():
+        array = _rope_rows(name, array, cfg, to_hub=True)
         experts = expert_names(name, cfg.n_experts, qwen=qwen)
         if experts is not None:
             out.update(zip(experts, array, strict=True))

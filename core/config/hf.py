@@ -31,13 +31,15 @@ ARCHITECTURES = (
     "Qwen2ForCausalLM",
     "Qwen3ForCausalLM",
     "Qwen3MoeForCausalLM",
+    "DeepseekV3ForCausalLM",
 )
-MOE = ("MixtralForCausalLM", "Qwen3MoeForCausalLM")
+MOE = ("MixtralForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM")
 # What an architecture always has that its config does not say: Qwen2's q/k/v biases, Qwen3's QK-norm.
 _BUILT_IN = {
     "Qwen2ForCausalLM": {"attn_bias": True},
     "Qwen3ForCausalLM": {"qk_norm": True},
     "Qwen3MoeForCausalLM": {"qk_norm": True},
+    "DeepseekV3ForCausalLM": {"attention": "mla"},
 }
 _REFUSED: dict[str, str] = {}  # read, then refused for a reason of the architecture itself (not of a field)
 
@@ -107,13 +109,18 @@ def read(spec: str) -> dict[str, Any]:
         raise ConfigError(
             "model", f"{spec}: architecture {arch!r} is not built; the core reads {', '.join(ARCHITECTURES)}"
         )
-    return _fields(hf, spec, moe=arch in MOE) | _BUILT_IN.get(arch, {})
+    moe = arch in MOE
+    if arch == "DeepseekV3ForCausalLM":
+        hf, moe = _deepseek(hf, spec)
+    return _fields(hf, spec, moe=moe) | _BUILT_IN.get(arch, {})
 
 
 def _fields(hf: dict, spec: str, *, moe: bool) -> dict[str, Any]:
     fields: dict[str, Any] = {"name": f"{PREFIX}{config_path(spec).parent.name or config_path(spec).stem}"}
     for key, value in hf.items():
-        if key in _COPIED:
+        if key.startswith("_model."):  # read by an architecture's own reader
+            fields[key[len("_model.") :]] = value
+        elif key in _COPIED:
             fields[_COPIED[key]] = value
         elif key == "num_key_value_heads":
             fields["n_kv_heads"] = value if value is not None else hf["num_attention_heads"]
@@ -149,6 +156,74 @@ def _fields(hf: dict, spec: str, *, moe: bool) -> dict[str, Any]:
         fields.setdefault("moe_dense_layers", 0)
         fields.setdefault("moe_norm_topk", True)
     return fields
+
+
+# DeepSeek-V3's keys -> model keys (its MoE keys shared with the others are in _MOE_KEYS)
+_DEEPSEEK_KEYS = {
+    "kv_lora_rank": "kv_lora_rank",
+    "q_lora_rank": "q_lora_rank",
+    "qk_nope_head_dim": "qk_nope_head_dim",
+    "qk_rope_head_dim": "qk_rope_head_dim",
+    "v_head_dim": "v_head_dim",
+    "n_routed_experts": "n_experts",
+    "n_shared_experts": "moe_shared_experts",
+    "routed_scaling_factor": "moe_routed_scale",
+    "n_group": "moe_groups",
+    "topk_group": "moe_topk_groups",
+    "first_k_dense_replace": "moe_dense_layers",
+    "aux_loss_alpha": "moe_aux_loss_weight",
+    "seq_aux": "moe_aux_per_sequence",
+    "rope_interleave": "rope_interleave",
+}
+# DeepSeek-V3 keys read only at the value the core builds
+_DEEPSEEK_REQUIRED = {
+    "scoring_func": ("sigmoid", "DeepSeek-V3's router scores are sigmoids"),
+    "topk_method": ("noaux_tc", "the core routes DeepSeek-V3 by biased, group-limited top-k (noaux_tc)"),
+    "moe_layer_freq": (1, "every block after the dense ones is MoE"),
+    "num_nextn_predict_layers": (0, "multi-token prediction (MTP) is not built yet; set it to 0 to train without"),
+    "num_mtp_layers": (0, "multi-token prediction (MTP) is not built yet; set it to 0 to train without"),
+    "quantization_config": (None, "FP8 block-quantised weights are not read; dequantize the checkpoint to bf16"),
+}
+
+
+# What a DeepSeek-V3 config's MoE keys mean when first_k_dense_replace makes every block dense: nothing to build.
+_DEEPSEEK_MOE = {
+    "n_routed_experts",
+    "n_shared_experts",
+    "routed_scaling_factor",
+    "n_group",
+    "topk_group",
+    "aux_loss_alpha",
+    "seq_aux",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "norm_topk_prob",
+    "first_k_dense_replace",
+}
+
+
+def _deepseek(hf: dict, spec: str) -> tuple[dict, bool]:
+    """(``hf`` with DeepSeek-V3's own keys read into model keys (``_model.<key>``) for ``_fields`` to pass on,
+    whether any block is MoE). Its MoE: sigmoid scores with the choice bias, group-limited; its RoPE rows
+    interleaved unless the config says otherwise (transformers' default)."""
+    moe = hf.get("first_k_dense_replace", 0) < hf["num_hidden_layers"]
+    if not moe:
+        hf = {k: v for k, v in hf.items() if k not in _DEEPSEEK_MOE}
+    out: dict[str, Any] = {"_model.rope_interleave": True}
+    if moe:
+        out |= {"_model.moe_router": "sigmoid", "_model.moe_score_bias": True}
+    for key, value in hf.items():
+        if key in _DEEPSEEK_KEYS:
+            out[f"_model.{_DEEPSEEK_KEYS[key]}"] = value
+        elif key in _DEEPSEEK_REQUIRED:
+            built, why = _DEEPSEEK_REQUIRED[key]
+            if value != built and not (built == 0 and value is None):
+                raise ConfigError("model", f"{spec}: {key}={value!r} is not built: {why}")
+        elif key in ("head_dim", "qk_head_dim", "ep_size", "auto_map"):
+            continue  # derived from the MLA widths; a deployment's expert parallelism; custom code's location
+        else:
+            out[key] = value
+    return out, moe
 
 
 # MoE keys of Mixtral's and Qwen3-MoE's configs -> model keys
@@ -190,6 +265,8 @@ def _rope(params: dict | None, spec: str, max_positions: int | None) -> dict[str
     if kind not in ("llama3", "yarn"):
         raise ConfigError("model", f"{spec}: RoPE scaling {kind!r} is not built (the core builds llama3 and yarn)")
     mscale, mscale_all = params.pop("mscale", None), params.pop("mscale_all_dim", None)
+    if mscale_all:  # MLA's softmax scale (ModelConfig.softmax_scale); other attentions ignore it, as transformers does
+        fields["rope_mscale_all_dim"] = mscale_all
     unread = sorted(set(params) - set(_ROPE_KEYS))
     if unread:
         raise ConfigError("model", f"{spec}: RoPE {kind} keys {unread} are not read by the core")
@@ -229,6 +306,8 @@ def to_hf_config(cfg: ModelConfig, *, dtype: str = "float32") -> dict[str, Any]:
         "attention_dropout": 0.0,
         "torch_dtype": dtype,
     }
+    if cfg.mla:
+        return _deepseek_config(cfg, config)
     if (cfg.attn_bias or cfg.qk_norm) and not cfg.n_experts:
         require(
             not (cfg.attn_bias and cfg.qk_norm),
@@ -280,6 +359,54 @@ def to_hf_config(cfg: ModelConfig, *, dtype: str = "float32") -> dict[str, Any]:
         "num_experts_per_tok": cfg.moe_top_k,
         "router_aux_loss_coef": cfg.moe_aux_loss_weight,
         "sliding_window": None,
+    }
+
+
+def _deepseek_config(cfg: ModelConfig, config: dict[str, Any]) -> dict[str, Any]:
+    """``DeepseekV3ForCausalLM``'s config.json for an MLA model (dense blocks only, or DeepSeek-V3's MoE)."""
+    moe = cfg.n_experts > 0
+    if moe:
+        for key, value, held in (
+            ("moe_router", cfg.moe_router, "sigmoid"),
+            ("moe_score_bias", cfg.moe_score_bias, True),
+            ("moe_capacity_factor", cfg.moe_capacity_factor, None),
+            ("moe_shared_experts", cfg.moe_shared_experts > 0, True),
+        ):
+            if value != held:
+                raise ConfigError(
+                    f"model.{key}",
+                    f"is {value!r}; a Hugging Face DeepSeek-V3 holds {held!r}, and no other MLA is written",
+                )
+    for key in ("head_dim", "attention_bias"):
+        config.pop(key)
+    scaling = config.pop("rope_scaling")
+    if scaling is not None and cfg.rope_mscale_all_dim:
+        scaling |= {"mscale": cfg.rope_mscale_all_dim, "mscale_all_dim": cfg.rope_mscale_all_dim}
+        scaling.pop("attention_factor", None)  # given by the two mscales
+    return {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        **config,
+        "rope_scaling": scaling,
+        "attention_bias": False,
+        "q_lora_rank": cfg.q_lora_rank,
+        "kv_lora_rank": cfg.kv_lora_rank,
+        "qk_nope_head_dim": cfg.qk_nope_head_dim,
+        "qk_rope_head_dim": cfg.qk_rope_head_dim,
+        "v_head_dim": cfg.v_head_dim,
+        "rope_interleave": cfg.rope_interleave,
+        "n_routed_experts": cfg.n_experts if moe else 1,  # no MoE block: first_k_dense_replace covers them all
+        "num_experts_per_tok": cfg.moe_top_k if moe else 1,
+        "n_shared_experts": cfg.moe_shared_experts if moe else 1,
+        "moe_intermediate_size": cfg.expert_width,
+        "routed_scaling_factor": cfg.moe_routed_scale,
+        "n_group": cfg.moe_groups,
+        "topk_group": cfg.moe_topk_groups,
+        "norm_topk_prob": cfg.moe_norm_topk,
+        "first_k_dense_replace": cfg.moe_dense_layers if moe else cfg.n_layers,
+        "aux_loss_alpha": cfg.moe_aux_loss_weight,
+        "seq_aux": cfg.moe_aux_per_sequence,
+        "num_nextn_predict_layers": 0,
     }
 
 

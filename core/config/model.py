@@ -5,6 +5,7 @@ that grows with every architecture the core learns. No MindSpore here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from core.config.rules import positive, require
@@ -29,7 +30,20 @@ class ModelConfig:
     """Each head's width (even, for RoPE); null: d_model / n_heads. Set when the heads' total width differs from
     d_model (Qwen3's small models, Mistral NeMo): q maps d_model to n_heads * head_dim and o back."""
     n_kv_heads: int = 2
-    """Key/value heads (grouped-query attention); must divide ``n_heads``."""
+    """Key/value heads (grouped-query attention); must divide ``n_heads`` (equal it with MLA)."""
+    attention: str = "gqa"
+    """gqa: grouped-query attention (Llama, Qwen, Mistral); mla: multi-head latent attention (DeepSeek-V2/V3: q and
+    kv through low-rank latents, the keys' RoPE part decoupled and shared by the heads; ``core.model.mla``)."""
+    q_lora_rank: int | None = None
+    """mla: q's latent width (DeepSeek-V3: 1536); null: q projected from the hidden state directly (V2-Lite)."""
+    kv_lora_rank: int = 64
+    """mla: the latent width of k and v, what an inference cache holds per token (DeepSeek-V3: 512)."""
+    qk_nope_head_dim: int = 32
+    """mla: each head's q and k width without RoPE (DeepSeek-V3: 128)."""
+    qk_rope_head_dim: int = 16
+    """mla: each head's q and k width that RoPE rotates, the keys' part shared by the heads (DeepSeek-V3: 64)."""
+    v_head_dim: int = 32
+    """mla: each head's value width (DeepSeek-V3: 128)."""
     ffn_hidden: int = 384
     """SwiGLU hidden width of a dense block."""
     max_seq_len: int = 256
@@ -55,6 +69,13 @@ class ModelConfig:
     """yarn: dimensions rotating less often than this are interpolated fully."""
     rope_attention_factor: float | None = None
     """yarn: cos and sin scaled by this; null: 0.1 ln(rope_factor) + 1 (the paper's temperature)."""
+    rope_mscale_all_dim: float = 0.0
+    """yarn with MLA (DeepSeek): the softmax scale times (0.1 rope_mscale_all_dim ln rope_factor + 1)^2; 0: not
+    scaled."""
+    rope_interleave: bool = False
+    """The checkpoint's RoPE pairs are interleaved (x_2i, x_2i+1), DeepSeek's layout, where the core rotates halves:
+    the rotary rows of q and of the shared key are permuted as Hugging Face weights are read and written
+    (``core.ckpt.hf``); the model computes the same either way."""
     rope_truncate: bool = True
     """yarn: the interpolation ramp's ends rounded to whole dimensions (transformers' default)."""
     norm_eps: float = 1e-5
@@ -76,10 +97,26 @@ class ModelConfig:
     moe_norm_topk: bool = True
     """Each token's k chosen scores renormalised to sum to 1 as its gates (Mixtral, Qwen3-MoE's checkpoints); false:
     the scores themselves."""
+    moe_score_bias: bool = False
+    """A per-expert bias added to the scores to choose experts, not to the gates, and not trained by gradient
+    (DeepSeek-V3's auxiliary-loss-free balancing; its checkpoints' ``e_score_correction_bias``)."""
+    moe_bias_update_rate: float = 0.0
+    """With moe_score_bias: after each step every expert's bias moves by this toward balance, up where its load
+    over the step's global batch is below the mean, down where above (DeepSeek-V3's gamma, 0.001); 0: fixed."""
+    moe_groups: int = 1
+    """Group-limited routing (DeepSeek-V3): the experts in this many equal groups, a token's groups ranked by the
+    sum of their two best scores (biased), its experts chosen among the best moe_topk_groups groups only."""
+    moe_topk_groups: int = 1
+    """Groups a token's experts may come from (with moe_groups > 1)."""
+    moe_routed_scale: float = 1.0
+    """The routed experts' gates multiplied by this (DeepSeek-V3's routed_scaling_factor, 2.5)."""
     moe_capacity_factor: float | None = None
     """Slots per expert as a multiple of its fair share of the tokens; null: dropless routing."""
     moe_aux_loss_weight: float = 0.01
     """Weight of the load-balance loss (Switch Transformer)."""
+    moe_aux_per_sequence: bool = False
+    """The balance loss per sequence, with each token's scores normalised to sum to 1, averaged over the sequences
+    (DeepSeek-V3's complementary sequence-wise loss); false: over the micro-batch's tokens (Switch)."""
     moe_shared_experts: int = 0
     """Experts every token uses (DeepSeek-MoE), run as one MLP of that many widths."""
     moe_dense_layers: int = 0
@@ -123,6 +160,21 @@ class ModelConfig:
             "model.n_kv_heads",
             f"must divide model.n_heads={self.n_heads} (got {self.n_kv_heads})",
         )
+        require(self.attention in ("gqa", "mla"), "model.attention", f"must be gqa or mla (got {self.attention!r})")
+        if self.mla:
+            positive("model", self, "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+            require(self.q_lora_rank is None or self.q_lora_rank > 0, "model.q_lora_rank", "must be > 0 or null")
+            require(self.qk_rope_head_dim % 2 == 0, "model.qk_rope_head_dim", "must be even (RoPE rotates pairs)")
+            require(
+                self.n_kv_heads == self.n_heads,
+                "model.n_kv_heads",
+                f"must equal model.n_heads={self.n_heads} with model.attention=mla (every head has its keys)",
+            )
+            require(
+                not (self.attn_bias or self.qk_norm),
+                "model.attention",
+                "mla has no q/k/v biases or QK-norm (set model.attn_bias=false model.qk_norm=false)",
+            )
         require(
             self.rope_scaling in ("none", "llama3", "yarn"),
             "model.rope_scaling",
@@ -159,6 +211,26 @@ class ModelConfig:
                 f"must be > 0, or null for dropless routing (got {self.moe_capacity_factor})",
             )
             require(self.moe_aux_loss_weight >= 0, "model.moe_aux_loss_weight", "must be >= 0")
+            require(self.moe_routed_scale > 0, "model.moe_routed_scale", "must be > 0")
+            require(
+                self.moe_bias_update_rate >= 0 and (self.moe_score_bias or not self.moe_bias_update_rate),
+                "model.moe_bias_update_rate",
+                "must be >= 0, and 0 unless model.moe_score_bias=true (it moves that bias)",
+            )
+            require(
+                self.moe_groups >= 1 and self.n_experts % self.moe_groups == 0,
+                "model.moe_groups",
+                f"must be >= 1 and divide model.n_experts={self.n_experts} (got {self.moe_groups})",
+            )
+            if self.moe_groups > 1:
+                require(
+                    1 <= self.moe_topk_groups <= self.moe_groups
+                    and self.moe_topk_groups * (self.n_experts // self.moe_groups) >= self.moe_top_k
+                    and self.n_experts // self.moe_groups >= 2,
+                    "model.moe_topk_groups",
+                    f"must be between 1 and model.moe_groups={self.moe_groups}, its groups holding at least "
+                    f"model.moe_top_k={self.moe_top_k} experts (and each group at least 2, whose best two rank it)",
+                )
             require(self.moe_shared_experts >= 0, "model.moe_shared_experts", "must be >= 0")
             require(
                 0 <= self.moe_dense_layers < self.n_layers,
@@ -177,9 +249,55 @@ class ModelConfig:
         return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
 
     @property
+    def mla(self) -> bool:
+        return self.attention == "mla"
+
+    @property
+    def qk_head_size(self) -> int:
+        """Each head's q and k width: E, or with MLA qk_nope_head_dim + qk_rope_head_dim."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.mla else self.head_size
+
+    @property
+    def v_head_size(self) -> int:
+        """Each head's value width: E, or with MLA v_head_dim."""
+        return self.v_head_dim if self.mla else self.head_size
+
+    @property
+    def rope_dim(self) -> int:
+        """The width RoPE rotates in each head: E, or with MLA qk_rope_head_dim."""
+        return self.qk_rope_head_dim if self.mla else self.head_size
+
+    @property
     def attn_width(self) -> int:
-        """H * E: the width of q and of the attention's output (d_model unless ``head_dim`` says otherwise)."""
-        return self.n_heads * self.head_size
+        """H * E_v: the width of the attention's output, wo's input (d_model unless ``head_dim`` or MLA says)."""
+        return self.n_heads * self.v_head_size
+
+    @property
+    def q_width(self) -> int:
+        """H * E_qk: the width of q (the same as ``attn_width`` without MLA)."""
+        return self.n_heads * self.qk_head_size
+
+    @property
+    def kv_width(self) -> int:
+        """A token's keys and values together as attention reads them: 2 K E, or with MLA the heads' H (E_qk +
+        E_v) (materialised from the latent in training)."""
+        return (
+            self.n_heads * (self.qk_head_size + self.v_head_size) if self.mla else 2 * self.n_kv_heads * self.head_size
+        )
+
+    @property
+    def latent_width(self) -> int:
+        """MLA's per-token tensors before the heads (the q and kv latents, each before and after its norm, and the
+        shared RoPE key); 0 without MLA."""
+        return 2 * (self.q_lora_rank or 0) + 2 * self.kv_lora_rank + self.qk_rope_head_dim if self.mla else 0
+
+    @property
+    def softmax_scale(self) -> float:
+        """The scale on q k^T: 1 / sqrt(E_qk), times YaRN's mscale squared when ``rope_mscale_all_dim`` says."""
+        scale = self.qk_head_size**-0.5
+        if self.mla and self.rope_scaling == "yarn" and self.rope_mscale_all_dim and self.rope_factor > 1:
+            scale *= (0.1 * self.rope_mscale_all_dim * math.log(self.rope_factor) + 1.0) ** 2
+        return scale
 
     @property
     def expert_width(self) -> int:

@@ -64,11 +64,20 @@ def activation_bytes_per_layer(
     moe: bool = False,
     selective: bool = False,
     element_bytes: int = 4,
-    flash: bool = False,
+    accelerator: bool = False,
 ) -> int:
     """Saved-for-backward bytes of one Llama block on one rank: the sum of ``activation_parts``."""
     parts = activation_parts(
-        m, batch, seq, tp=tp, cp=cp, sp=sp, moe=moe, selective=selective, element_bytes=element_bytes, flash=flash
+        m,
+        batch,
+        seq,
+        tp=tp,
+        cp=cp,
+        sp=sp,
+        moe=moe,
+        selective=selective,
+        element_bytes=element_bytes,
+        accelerator=accelerator,
     )
     return sum(parts.values())
 
@@ -84,36 +93,43 @@ def activation_parts(
     moe: bool = False,
     selective: bool = False,
     element_bytes: int = 4,
-    flash: bool = False,
+    accelerator: bool = False,
 ) -> dict[str, int]:
     """Saved-for-backward bytes of one Llama block, hand-attention (no flash), on one rank, by the part of the block
     that saves them (core.memory.swap's ``memory.swap_ops``): a rough, documented count. ``seq`` is the whole sequence;
     this rank holds seq / cp of its tokens.
 
     Per token: norm inputs and residuals 4D (split over tp only with sequence parallelism): ``norm``; q and attention
-    output 2D, k/v 2*kv: ``attention``; MLP gate/up/silu/product 4F (split over tp): ``mlp``. Per head,
+    output 2D, k/v 2*kv (MLA: its heads' widths, and its latents unsplit by tp): ``attention``; MLP gate/up/silu/product 4F (split over tp): ``mlp``. Per head,
     ``attention``'s scores and probabilities, this rank's tokens times the whole sequence (the S x S matrices dominate
     at long sequences); context parallelism keeps the gathered keys and values of the whole sequence. ``selective``
-    recompute (``core.memory.recompute``) keeps neither the S x S matrices nor the SwiGLU's silu; ``flash``
-    attention (accelerators) never forms the S x S matrices. ``element_bytes``: 4 (fp32) or 2 (bf16 activations).
+    recompute (``core.memory.recompute``) keeps neither the S x S matrices nor the SwiGLU's silu; on an
+    ``accelerator`` flash attention never forms the S x S matrices and a grouped matmul runs the experts over the
+    routed (token, choice) pairs only (times the capacity factor), where the core's static dispatch on CPU holds
+    every expert's C slots. ``element_bytes``: 4 (fp32) or 2 (bf16 activations).
     The per-token count is Korthikanti et al. 2022's for a Llama block (SwiGLU's three MLP tensors in place of
     GELU's). (The layout rules make tp divide D, kv and F, so the parts' divisions by tp are exact.)
     """
-    kv = m.n_kv_heads * m.head_size
     local = seq // cp
     mlp, routed = (3 if selective else 4) * m.ffn_hidden, 0
     if moe:  # routing sees whole sequences on every rank (core.parallel.expert_parallel): the experts' slots
         # (input, gate/up/silu/product split over tp, output), router scores, the gathered tokens of a split sequence
         F, tokens = m.expert_width, batch * seq
-        slots = m.n_experts * moe_capacity(tokens, m.moe_top_k, m.n_experts, m.moe_capacity_factor)
+        if accelerator:
+            slots = math.ceil(tokens * m.moe_top_k * (m.moe_capacity_factor or 1.0))
+        else:
+            slots = m.n_experts * moe_capacity(tokens, m.moe_top_k, m.n_experts, m.moe_capacity_factor)
         routed = slots * (2 * m.d_model + 4 * F // tp) + tokens * (4 * m.n_experts + (m.d_model if cp > 1 or sp else 0))
         mlp = 4 * F * m.moe_shared_experts
-    scores = score_floats(m, seq, tp, cp) if not (selective or flash) else 0
-    gathered_kv = 2 * (kv // tp) * seq if cp > 1 else 0
+    scores = score_floats(m, seq, tp, cp) if not (selective or accelerator) else 0
+    gathered_kv = (m.kv_width // tp) * seq if cp > 1 else 0
+    latent = m.latent_width // (tp if sp else 1)  # MLA's latents: per token, replicated over tp
     b = element_bytes
     return {
         "norm": b * batch * local * ((4 * m.d_model) // (tp if sp else 1)),
-        "attention": b * batch * (local * ((2 * m.attn_width + 2 * kv) // tp) + scores + gathered_kv),
+        "attention": b
+        * batch
+        * (local * ((m.q_width + m.attn_width + m.kv_width) // tp + latent) + scores + gathered_kv),
         "mlp": b * (batch * local * (mlp // tp) + routed),
     }
 
@@ -185,7 +201,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
                 moe=moe,
                 selective=selective,
                 element_bytes=act_bytes,
-                flash=accelerator,
+                accelerator=accelerator,
             )
             for moe in {m.is_moe_layer(i) for i in range(m.n_layers)}
         }

@@ -5,6 +5,7 @@ documents.
     gpt.py      GPT(cfg, seed): embedding, blocks, final norm; returns hidden states (the loss applies the head)
     block.py    Block: pre-norm attention and MLP or MoE, with residuals
     layers.py   Linear, Embedding, RMSNorm, RoPE, GQA attention, SwiGLU MLP
+    mla.py      multi-head latent attention (DeepSeek-V2/V3)
     moe.py      a top-k router over grouped experts, capacity-bounded or dropless
     loss.py     fused linear + cross-entropy with a hand-written backward (the logits never held whole)
     flops.py    parameter shapes, FLOPs per token, expert capacity: counted from the config (no MindSpore)
@@ -18,7 +19,14 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     submod_attrs={
         "block": ["Block"],
-        "flops": ["flops_per_token", "matmul_params", "moe_capacity", "param_groups", "param_shapes"],
+        "flops": [
+            "attention_matrices",
+            "flops_per_token",
+            "matmul_params",
+            "moe_capacity",
+            "param_groups",
+            "param_shapes",
+        ],
         "gpt": ["GPT", "count_params"],
         "loss": ["IGNORE_INDEX", "LinearCrossEntropyLoss", "cross_entropy", "linear_cross_entropy"],
         "moe": ["MoE", "moe_layers"],

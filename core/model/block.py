@@ -10,12 +10,13 @@ import mindspore as ms
 from mindspore import nn
 
 from core.model.layers import MLP, Attention, RMSNorm
+from core.model.mla import MLAttention
 from core.model.moe import MoE
 
 
 class Block(nn.Cell):
-    """Pre-norm residual block (GPT-2 / Llama): x + attn(norm(x)), then + mlp(norm(.)); the MLP is a mixture of
-    experts (core.model.moe) with ``moe``.
+    """Pre-norm residual block (GPT-2 / Llama): x + attn(norm(x)), then + mlp(norm(.)); the attention is GQA or
+    MLA (core.model.mla) as ``cfg.attention`` says, the MLP a mixture of experts (core.model.moe) with ``moe``.
 
     The unit of activation recompute: `block.recompute()` re-runs this cell's forward in backward.
     """
@@ -26,7 +27,7 @@ class Block(nn.Cell):
         # so the residual stream's variance at init does not grow with depth.
         out_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
-        self.attn = Attention(cfg, out_std=out_std, dtype=dtype)
+        self.attn = (MLAttention if cfg.mla else Attention)(cfg, out_std=out_std, dtype=dtype)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
         if moe:
             self.mlp = MoE(cfg, out_std, dtype)

@@ -1,5 +1,5 @@
 """What the model costs, counted from its config without building it (no MindSpore): the names and shapes of its
-parameters, the weights a token multiplies, training FLOPs per token, and an expert's capacity.
+parameters (its attention's matrices apart, for the step-time model), the weights a token multiplies, training FLOPs per token, and an expert's capacity.
 
 The memory estimate (``core.memory.estimate``) and MFU (``core.trial.recorder``) count from here, so that a count
 has one definition.
@@ -14,6 +14,23 @@ import math
 from core.config import ModelConfig
 
 
+def attention_matrices(m: ModelConfig) -> dict[str, tuple[int, int]]:
+    """A block's attention weight matrices, (out, in) by name after ``attn.``: GQA's wq, wk, wv, wo, or MLA's
+    (``core.model.mla``) down- and up-projections and wo."""
+    D = m.d_model
+    if not m.mla:
+        kv = m.n_kv_heads * m.head_size
+        return {"wq": (m.q_width, D), "wk": (kv, D), "wv": (kv, D), "wo": (D, m.attn_width)}
+    q = (
+        {"wq": (m.q_width, D)}
+        if m.q_lora_rank is None
+        else {"wq_a": (m.q_lora_rank, D), "wq_b": (m.q_width, m.q_lora_rank)}
+    )
+    L, R = m.kv_lora_rank, m.qk_rope_head_dim
+    kv = {"wkv_a": (L + R, D), "wkv_b": (m.n_heads * (m.qk_nope_head_dim + m.v_head_dim), L)}
+    return q | kv | {"wo": (D, m.attn_width)}
+
+
 def param_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Names and shapes of the model's parameters without building it (``core.model.gpt``'s names)."""
     kv = m.n_kv_heads * m.head_size
@@ -21,16 +38,13 @@ def param_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
     X, F = m.n_experts, m.expert_width
     for i in range(m.n_layers):
         b = f"layers.{i}."
-        shapes.update(
-            {
-                b + "attn_norm.weight": (m.d_model,),
-                b + "attn.wq.weight": (m.attn_width, m.d_model),
-                b + "attn.wk.weight": (kv, m.d_model),
-                b + "attn.wv.weight": (kv, m.d_model),
-                b + "attn.wo.weight": (m.d_model, m.attn_width),
-                b + "mlp_norm.weight": (m.d_model,),
-            }
-        )
+        shapes[b + "attn_norm.weight"] = (m.d_model,)
+        shapes.update({f"{b}attn.{w}.weight": shape for w, shape in attention_matrices(m).items()})
+        if m.mla:
+            if m.q_lora_rank is not None:
+                shapes[b + "attn.q_a_norm.weight"] = (m.q_lora_rank,)
+            shapes[b + "attn.kv_a_norm.weight"] = (m.kv_lora_rank,)
+        shapes[b + "mlp_norm.weight"] = (m.d_model,)
         if m.attn_bias:
             shapes.update({b + "attn.wq.bias.weight": (m.attn_width,), b + "attn.wk.bias.weight": (kv,)})
             shapes[b + "attn.wv.bias.weight"] = (kv,)
@@ -68,6 +82,14 @@ def param_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def buffer_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The model's state that is not trained by gradient but saved and loaded with the weights: DeepSeek-V3's
+    choice biases (``moe_score_bias``), one (X,) per MoE block."""
+    if not m.moe_score_bias:
+        return {}
+    return {f"layers.{i}.mlp.score_bias": (m.n_experts,) for i in range(m.n_layers) if m.is_moe_layer(i)}
+
+
 def param_groups(m: ModelConfig) -> dict[str, dict[str, tuple[int, ...]]]:
     """``param_shapes`` by owner: ``"embed."``, ``"layers.<i>."``, ``"norm."``, ``"lm_head."``. A stage's or a
     block's weights are then looked up, not found by scanning every name: the plan asks for thousands of layouts
@@ -87,8 +109,7 @@ def _groups(fields: tuple) -> dict[str, dict[str, tuple[int, ...]]]:
 def matmul_params(cfg: ModelConfig) -> int:
     """Weights that take part in a matmul per token: every block matrix plus the output head (used even when
     tied). The input embedding is a gather, not a matmul, and norm weights are elementwise: both excluded."""
-    E = cfg.head_size
-    attn = cfg.d_model * E * (2 * cfg.n_heads + 2 * cfg.n_kv_heads)  # wq, wo: H*E; wk, wv: K*E
+    attn = sum(o * i for o, i in attention_matrices(cfg).values())
     mlp = 3 * cfg.d_model * cfg.ffn_hidden
     # An MoE block: the router, and the k experts a token is routed to plus the shared ones (active weights;
     # dispatch to empty capacity slots is not model FLOPs)
@@ -104,9 +125,11 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     for input and weight). 12 L S D: the attention scores q k^T and the weighted sum p v, each 2 S D per token
     per layer forward, times 3 for forward + backward. As in PaLM the attention term counts the full S x S
     matrix, not the causal half actually needed, and recompute is not counted (it is "model" FLOPs, for MFU). D is the
-    attention's width H E (the model width unless ``model.head_dim`` says otherwise).
+    attention's width H E (the model width unless ``model.head_dim`` says otherwise); with MLA q k^T is H E_qk wide
+    and p v H E_v, so the term is 6 L S H (E_qk + E_v).
     """
-    return 6.0 * matmul_params(cfg) + 12.0 * cfg.n_layers * seq_len * cfg.attn_width
+    heads = cfg.n_heads * (cfg.qk_head_size + cfg.v_head_size)  # 2 H E without MLA
+    return 6.0 * matmul_params(cfg) + 6.0 * cfg.n_layers * seq_len * heads
 
 
 def moe_capacity(tokens: int, top_k: int, n_experts: int, factor: float | None) -> int:

@@ -9,6 +9,8 @@ Parameter names (optimizer patterns and checkpoints rely on them; MindSpore deri
     layers.{i}.attn_norm.weight  layers.{i}.attn.{wq,wk,wv,wo}.weight
                                  layers.{i}.attn.{wq,wk,wv}.bias.weight (with attn_bias: the bias vectors)
                                  layers.{i}.attn.{q,k}_norm.weight (with qk_norm: (E,) gains)
+                                 with attention=mla instead: layers.{i}.attn.{wq_a,q_a_norm,wq_b}.weight (or
+                                 attn.wq.weight without q_lora_rank), attn.{wkv_a,kv_a_norm,wkv_b,wo}.weight
     layers.{i}.mlp_norm.weight   layers.{i}.mlp.{w_gate,w_up,w_down}.weight
                                  or, in an MoE block: layers.{i}.mlp.router.weight (X, D),
                                  layers.{i}.mlp.experts.{w_gate,w_up,w_down} (X, F, D), (X, F, D), (X, D, F),

@@ -182,16 +182,16 @@ def causal_mask(q_positions, k_positions, dtype):
 
 class CausalAttention(nn.Cell):
     """Scaled dot-product attention with a causal mask from positions (Vaswani et al. 2017): q (B, H, Sq, E),
-    k and v (B, K, Sk, E) with their positions, K dividing H (GQA: each KV head serves H / K query heads); by
-    hand, as the fused kernels are Ascend-only."""
+    k (B, K, Sk, E) and v (B, K, Sk, Ev) with their positions, K dividing H (GQA: each KV head serves H / K query
+    heads); by hand, as the fused kernels are Ascend-only."""
 
-    def __init__(self, head_dim: int):
+    def __init__(self, scale: float):
         super().__init__()
-        self.scale = 1.0 / math.sqrt(head_dim)
+        self.scale = scale  # 1 / sqrt(E) (ModelConfig.softmax_scale)
 
     def construct(self, q, k, v, q_positions, k_positions):
         B, H, Sq, E = q.shape
-        K, Sk = k.shape[1], k.shape[2]
+        K, Sk, Ev = k.shape[1], k.shape[2], v.shape[3]
         n_rep = H // K
         # GQA without copying k and v per query head: query head h = j * n_rep + r reads KV head j, so the n_rep
         # heads of group j are contiguous in q and attend as one batch of n_rep * Sq rows (a free reshape). On
@@ -207,16 +207,17 @@ class CausalAttention(nn.Cell):
         # Softmax in float32 (exp of low-precision logits loses the small probabilities), over 2-D rows: MindSpore's
         # CPU reductions (softmax's backward) run several times slower over a 4-D tensor's last axis than a 2-D one's.
         probs = mint.softmax(scores.reshape(-1, Sk).astype(ms.float32), dim=-1).astype(v.dtype)
-        return _bmm(probs.reshape(scores.shape), v).reshape(B, H, Sq, E)  # (B, H, Sq, E)
+        return _bmm(probs.reshape(scores.shape), v).reshape(B, H, Sq, Ev)  # (B, H, Sq, Ev)
 
 
 class SDPA(nn.Cell):
     """``sdpa(q, k, v, positions)``: causal attention among this rank's tokens, q (B, H, S, E), k/v (B, K, S, E)
     at ``positions`` (S,). The seam that context parallelism replaces (``core.parallel.context_parallel``)."""
 
-    def __init__(self, head_dim: int):
+    def __init__(self, scale: float):
         super().__init__()
-        self.attend = CausalAttention(head_dim)
+        self.scale = scale
+        self.attend = CausalAttention(scale)
 
     def construct(self, q, k, v, positions):
         return self.attend(q, k, v, positions, positions)
@@ -233,7 +234,7 @@ def rope_frequencies(cfg) -> tuple[np.ndarray, float]:
     below beta_slow turn f / factor, and a linear ramp over dimension indices joins them; cos and sin are scaled by
     the attention factor (0.1 ln factor + 1 by default), which tempers the softmax.
     """
-    E = cfg.head_size
+    E = cfg.rope_dim
     inv_freq = cfg.rope_theta ** (-np.arange(0, E, 2, dtype=np.float64) / E)  # (E/2,)
     factor, L = cfg.rope_factor, cfg.rope_original_max_len
     if cfg.rope_scaling == "llama3":
@@ -260,7 +261,7 @@ def rope_frequencies(cfg) -> tuple[np.ndarray, float]:
 
 def rope_tables(cfg):
     """cos and sin of the rotary angles pos * f_i (Su et al. 2021, RoFormer; f from ``rope_frequencies``), each
-    (max_seq_len, E/2), times the scaling's attention factor.
+    (max_seq_len, R/2) for the rotated width R (``ModelConfig.rope_dim``), times the scaling's attention factor.
 
     Computed once in float64 on the host; angles grow to max_seq_len, where float32 arithmetic would drift.
     """
@@ -305,7 +306,7 @@ class Attention(nn.Cell):
         self.qk_norm = cfg.qk_norm  # a plain bool: graph mode reads it as a constant
         self.q_norm = RMSNorm(E, cfg.norm_eps, dtype) if cfg.qk_norm else None  # (..., E): each head's vector
         self.k_norm = RMSNorm(E, cfg.norm_eps, dtype) if cfg.qk_norm else None
-        self.sdpa = SDPA(E)
+        self.sdpa = SDPA(cfg.softmax_scale)
 
     def construct(self, x, cos, sin, positions):
         E = self.head_dim

@@ -3,7 +3,11 @@ Lepikhin et al. 2021; Switch, Fedus et al. 2022; Mixtral, Jiang et al. 2024; Dee
 
 Routing. Router logits (T, X) for T tokens and X experts become scores by softmax (Mixtral) or sigmoid
 (DeepSeek-V3); each token picks its k highest, and its gates are those k scores renormalised to sum to 1 (or the
-scores themselves, ``moe_norm_topk: false``).
+scores themselves, ``moe_norm_topk: false``), times ``moe_routed_scale``. DeepSeek-V3's extras: a per-expert bias
+(``score_bias``, not trained by gradient) is added to the scores to choose, not to the gates, and moved toward
+balance after each step (``core.training.balance``: the expert loads are counted here, ``load``); with
+``moe_groups`` > 1 a token chooses only among the experts of its ``moe_topk_groups`` best groups, a group ranked by
+the sum of its two best (biased) scores.
 
 Dispatch with static shapes (what ``mindspore.jit`` compiles). Every expert has C slots. The (token, choice)
 pairs claim slots choice-major (all first choices before any second, GShard's priority), tokens in order; a pair
@@ -14,7 +18,8 @@ an expert at most once; a capacity factor c gives C = ceil(c T k / X). The exper
 X / k times the routed work; a grouped matmul would not, and CPU MindSpore has none).
 
 Load balance (Switch, eq. 4): aux = X * sum_x f_x P_x, with f_x the share of (token, choice) pairs routed to
-expert x and P_x its mean score; 1 at perfect balance. Its gradient reaches the router through ``AuxLoss``, an
+expert x and P_x its mean score; 1 at perfect balance. ``moe_aux_per_sequence`` (DeepSeek-V3, eqs. 17-20): the same
+per sequence, each token's scores normalised to sum to 1, averaged over the sequences. Its gradient reaches the router through ``AuxLoss``, an
 identity on the hidden states whose backward adds ``weight`` d aux (Megatron's MoEAuxLossAutoScaler), so the
 loss path and the pipeline stay unchanged. The statistics, like capacity and drops, are a micro-batch's, as in one
 process.
@@ -87,6 +92,15 @@ class MoE(nn.Cell):
         X, k = cfg.n_experts, cfg.moe_top_k
         self.n_experts, self.top_k, self.sigmoid = X, k, cfg.moe_router == "sigmoid"
         self.norm_topk = cfg.moe_norm_topk  # a plain bool: graph mode reads it as a constant
+        self.routed_scale = cfg.moe_routed_scale
+        self.groups, self.topk_groups = cfg.moe_groups, cfg.moe_topk_groups
+        self.has_bias = cfg.moe_score_bias
+        self.aux_per_sequence = cfg.moe_aux_per_sequence
+        # Not trainable: DeepSeek-V3's choice bias (a checkpoint's ``e_score_correction_bias``), and each expert's
+        # (token, choice) pairs since the balance update last read them (summed over micro-batches; a block that
+        # recomputes its forward counts twice, which the update's sign ignores).
+        self.score_bias = Parameter(Tensor(np.zeros(X, np.float32)), requires_grad=False) if self.has_bias else None
+        self.load = Parameter(Tensor(np.zeros(X, np.float32)), requires_grad=False) if self.has_bias else None
         self.capacity_factor = cfg.moe_capacity_factor
         hidden = cfg.moe_ffn_hidden or cfg.ffn_hidden
         self.router = Linear(cfg.d_model, X, init_std=cfg.init_std, dtype=dtype)
@@ -115,8 +129,14 @@ class MoE(nn.Cell):
         C = self.capacity(T)
         xt, logits = xs.reshape(T, D), logits.reshape(T, X)  # (T, D), (T, X)
         scores = ops.sigmoid(logits) if self.sigmoid else ops.softmax(logits, -1)
-        top, expert = ops.topk(scores, k)  # (T, k), (T, k) int32
+        if self.has_bias or self.groups > 1:
+            expert = self.choose(ops.stop_gradient(scores))  # (T, k) int32
+            top = ops.gather_elements(scores, 1, expert)  # (T, k)
+        else:
+            top, expert = ops.topk(scores, k)  # (T, k), (T, k) int32
         gates = top / top.sum(-1, keepdims=True) if self.norm_topk else top  # (T, k)
+        if self.routed_scale != 1.0:
+            gates = gates * self.routed_scale
 
         # Slots, choice-major: pair (choice j, token t) is row j * T + t.
         pair_expert = expert.T.reshape(-1)  # (kT,)
@@ -134,16 +154,36 @@ class MoE(nn.Cell):
         routed = ops.gather(out, slot, 0).reshape(k, T, D)  # (k, T, D)
         y = (routed * gates.T.reshape(k, T, 1)).sum(0)  # (T, D)
 
-        # Load balance over this micro-batch's (token, choice) pairs (module docstring).
-        stats = ops.concat(
-            (ops.stop_gradient(chosen.astype(scores.dtype).sum(0)), scores.sum(0), Tensor([T], scores.dtype))
-        )  # (2X + 1,)
-        n = stats[2 * X]
-        aux = X * (stats[:X] / (n * k) * (stats[X : 2 * X] / n)).sum()
+        # Load balance over this micro-batch's (token, choice) pairs, or each sequence's (module docstring).
+        if self.aux_per_sequence:
+            counts = ops.stop_gradient(chosen.astype(scores.dtype).reshape(k, B, S, X).sum(0).sum(1))  # (B, X)
+            shares = (scores / scores.sum(-1, keepdims=True)).reshape(B, S, X).mean(1)  # (B, X)
+            aux = X * (counts / (S * k) * shares).sum(-1).mean()
+        else:
+            stats = ops.concat(
+                (ops.stop_gradient(chosen.astype(scores.dtype).sum(0)), scores.sum(0), Tensor([T], scores.dtype))
+            )  # (2X + 1,)
+            n = stats[2 * X]
+            aux = X * (stats[:X] / (n * k) * (stats[X : 2 * X] / n)).sum()
         y = self.aux_loss(y, aux)
         ops.assign(self.dropped, (k * T - keep.astype(ms.float32).sum()).astype(ms.float32))
+        if self.has_bias:
+            ops.assign(self.load, self.load + ops.stop_gradient(chosen.astype(ms.float32).sum(0)))
         y = self.take_tokens(y.reshape(B, S, D))  # (B, s, D)
         return y + self.shared(x) if self.shared is not None else y
+
+    def choose(self, scores):
+        """(T, X) scores -> (T, k) experts: the best biased scores, among the best groups' experts."""
+        choice = scores + self.score_bias if self.has_bias else scores  # (T, X)
+        if self.groups > 1:
+            T, X, G = choice.shape[0], self.n_experts, self.groups
+            grouped = choice.reshape(T, G, X // G)
+            rank = ops.topk(grouped, 2)[0].sum(-1)  # (T, G): each group's two best
+            best = ops.topk(rank, self.topk_groups)[1]  # (T, g)
+            keep = ops.one_hot(best, G, Tensor(1.0, ms.float32), Tensor(0.0, ms.float32)).sum(1)  # (T, G)
+            keep = ops.broadcast_to(keep.reshape(T, G, 1), (T, G, X // G)).reshape(T, X)
+            choice = ops.select(keep > 0, choice, ops.full_like(choice, -np.inf))  # the other groups' experts out
+        return ops.topk(choice, self.top_k)[1]
 
 
 def moe_layers(model: nn.Cell) -> list[MoE]:

@@ -42,9 +42,9 @@ class ContextParallelSDPA(nn.Cell):
     """``sdpa(q, k, v, positions)`` for this rank's chunks: q (B, H, S/cp, E), k/v (B, K, S/cp, E) -> (B, H, S/cp, E)
     over the keys of the whole sequence."""
 
-    def __init__(self, head_dim: int, group: comm.Group):
+    def __init__(self, scale: float, group: comm.Group):
         super().__init__()
-        self.attend = CausalAttention(head_dim)
+        self.attend = CausalAttention(scale)
         self.gather_k, self.gather_v = comm.GatherFrom(group, 2), comm.GatherFrom(group, 2)
         self.gather_positions = comm.all_gather(group, 0)  # no gradient: positions are data
 
@@ -57,4 +57,4 @@ class ContextParallelSDPA(nn.Cell):
 
 def apply_context_parallel(model: nn.Cell, group: comm.Group) -> None:
     for block in model.layers:
-        block.attn.sdpa = ContextParallelSDPA(block.attn.head_dim, group)
+        block.attn.sdpa = ContextParallelSDPA(block.attn.sdpa.scale, group)

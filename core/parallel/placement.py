@@ -38,6 +38,8 @@ TP_SPLIT_DIMS = {
     "attn.wk.weight": 0,
     "attn.wv.weight": 0,
     "attn.wo.weight": 1,
+    "attn.wq_b.weight": 0,  # MLA's up-projections, split by heads; its down-projections are replicated
+    "attn.wkv_b.weight": 0,
     "attn.wq.bias.weight": 0,  # a column-parallel linear's bias: its output rows
     "attn.wk.bias.weight": 0,
     "attn.wv.bias.weight": 0,

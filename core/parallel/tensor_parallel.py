@@ -3,7 +3,9 @@
 Each block's two matmul pairs are split so that only two all-reduces per block pass each way:
 
     attention:  wq, wk, wv column-parallel (heads split: rank t holds heads [t*H/tp, (t+1)*H/tp) and the KV heads
-                they read), wo row-parallel (its input columns split the same way)
+                they read), wo row-parallel (its input columns split the same way); MLA's up-projections wq_b
+                (or wq) and wkv_b column-parallel, its down-projections and their norms replicated (per token,
+                on this rank's tokens), the shared RoPE key entering the heads like a column-parallel input
     MLP:        w_gate, w_up column-parallel (FFN width split), w_down row-parallel
     embedding:  vocab-parallel rows; a token outside this rank's rows reads zeros, and the ranks' rows are summed
     head:       vocab-parallel rows, the loss computed without gathering logits (``vocab_parallel_loss``)
@@ -22,7 +24,8 @@ from __future__ import annotations
 
 from mindspore import Parameter, Tensor, nn, ops
 
-from core.model.layers import MLP
+from core.model.layers import MLP, Linear
+from core.model.mla import MLAttention
 from core.parallel import comm
 from core.parallel.placement import Placement, tp_split_dim
 from core.parallel.vocab_parallel_loss import VocabParallelCrossEntropyLoss
@@ -94,11 +97,16 @@ def apply_tensor_parallel(
         # an MoE block's experts split in core.parallel.expert_parallel; its shared experts are an MLP like this
         mlp = block.mlp if isinstance(block.mlp, MLP) else block.mlp.shared
         mlp_linears = (mlp.w_gate, mlp.w_up, mlp.w_down) if mlp is not None else ()
-        for linear in (block.attn.wq, block.attn.wk, block.attn.wv, block.attn.wo, *mlp_linears):
+        attn_linears = [c for _, c in block.attn.cells_and_names() if isinstance(c, Linear)]
+        for linear in (*attn_linears, *mlp_linears):
+            if tp_split_dim(linear.weight.name) is None:  # MLA's down-projections: per token, replicated
+                continue
             wrap = ColumnParallel if _split(linear, group, placements).tp_dim == 0 else RowParallel
             linear.op = wrap(linear.op, group, sp)
             if linear.bias is not None:  # a column-parallel linear's: added to this rank's outputs, no traffic
                 _split(linear.bias, group, placements)
+        if isinstance(block.attn, MLAttention):  # the RoPE key part every head shares enters the heads' region
+            block.attn.share_key = comm.GatherFrom(group, 1) if sp else comm.CopyTo(group)
     # A pipeline stage may lack the embedding or the head (core.parallel.pipeline); the rows follow from V either way.
     start = group.index * model.cfg.vocab_size // group.size
     if model.embed is not None:

@@ -5,7 +5,8 @@ Per block and micro-batch of ``b`` sequences of ``S`` tokens, a rank holds ``T =
 of heads, FFN width and vocabulary (D: width, kv: key/value width, F: FFN width, V: vocabulary):
 
     forward matmuls      q and o 2 T D A / tp each (A = H E: D unless model.head_dim says), k and v 2 T D kv / tp
-                         each, SwiGLU 3 x 2 T D F / tp (MoE: the router 2 T D E, the experts 3 x 2 T k c D F_e / tp
+                         each (MLA: its down-projections 2 T D (Q + L + R) on every tp rank, its up-projections
+                         by heads over tp), SwiGLU 3 x 2 T D F / tp (MoE: the router 2 T D E, the experts 3 x 2 T k c D F_e / tp
                          with c the capacity factor (1 dropless), the shared experts as a dense MLP), the causal
                          attention core 2 T S A / tp (half of q k^T and p v); the head 2 T D V / tp on the last
                          stage
@@ -37,8 +38,8 @@ import math
 from dataclasses import dataclass, field
 
 from core.config import ConfigError, TrainConfig
-from core.model.flops import param_groups
-from core.parallel.placement import is_expert
+from core.model.flops import attention_matrices, param_groups
+from core.parallel.placement import is_expert, tp_split_dim
 from core.perf import links
 from core.perf.device import Device
 
@@ -103,14 +104,15 @@ def block_work(cfg: TrainConfig, i: int) -> BlockWork:
     """The counts of the module docstring for block ``i``."""
     m, par, sh = cfg.model, cfg.parallel, Shape.of(cfg)
     T, D, tp, S = sh.tokens, m.d_model, par.tp, cfg.training.seq_len
-    kv, A = m.n_kv_heads * m.head_size, m.attn_width  # A: q's width, H E (D unless model.head_dim says)
-    matmuls = [
-        (2 * 2 * T * D * A / tp, min(T, A / tp)),  # q, o
-        (2 * 2 * T * D * kv / tp, min(T, kv / tp)),  # k, v
-    ]
+    matmuls = []
+    for name, (rows, cols) in attention_matrices(m).items():  # split by heads over tp, or (MLA's down) replicated
+        split = tp if tp_split_dim(f"attn.{name}.weight") is not None else 1
+        out, inner = (rows / split, cols) if name != "wo" else (rows, cols / split)
+        matmuls.append((2 * T * out * inner, min(T, out, inner)))
     # causal attention: q k^T and p v over half the S x S pairs. Flash attention tiles it into large blocks of
     # queries and keys (its rate is a large matmul's); without it, per-head (S x hd) matmuls.
-    core = (2 * T * S * A / tp, T if sh.flash else m.head_size)
+    heads = m.n_heads * (m.qk_head_size + m.v_head_size)  # q k^T's and p v's widths: 2 H E without MLA
+    core = (T * S * heads / tp, T if sh.flash else m.head_size)
     if m.is_moe_layer(i):
         factor = m.moe_capacity_factor or 1.0
         routed = T * m.moe_top_k * factor  # token-expert pairs this rank's share of the experts computes
@@ -125,7 +127,8 @@ def block_work(cfg: TrainConfig, i: int) -> BlockWork:
         width = active = m.ffn_hidden
     if width:
         matmuls.append((3 * 2 * T * D * width / tp, min(T, width / tp)))
-    elementwise = T * sh.act_bytes * (10 * D / (tp if par.sp else 1) + 2 * (A + kv) / tp + 3 * active / tp)
+    rope = m.q_width + m.kv_width / 2  # q and k (MLA: each head's whole q and k, as concatenated)
+    elementwise = T * sh.act_bytes * (10 * D / (tp if par.sp else 1) + 2 * rope / tp + 3 * active / tp)
     return BlockWork(matmuls, core, elementwise)
 
 
@@ -182,8 +185,7 @@ def _block_comm(cfg: TrainConfig, dev: Device, sh: Shape, i: int, fwd: Pass, bwd
         bwd.expose("tp", seconds)
     if par.cp > 1:
         link = links.group_link(par, ("cp",), dev)
-        kv = m.n_kv_heads * m.head_size / par.tp
-        whole = 2 * kv * cfg.training.micro_batch_size * cfg.training.seq_len * sh.act_bytes
+        whole = m.kv_width / par.tp * cfg.training.micro_batch_size * cfg.training.seq_len * sh.act_bytes
         seconds = links.all_gather(whole, par.cp, link) * (1 - c.overlap_cp)
         fwd.expose("cp", seconds)
         bwd.expose("cp", seconds)

@@ -6,4 +6,5 @@ agent never import this package.
     trainer.py       Trainer(cfg): the loop with its budgets, NaN checks, validation and checkpoints
     stats.py         what a trial measures about its steps beyond loss and time
     ranks.py         what every rank must agree on, reduced on the host
+    balance.py       DeepSeek-V3's bias-based expert balancing, applied after each step
 """

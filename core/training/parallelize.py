@@ -23,6 +23,7 @@ from core.config import TrainConfig
 from core.memory.plan import RecomputePlan, recompute_plan
 from core.memory.recompute import apply_selective, mark_full
 from core.model.loss import LinearCrossEntropyLoss
+from core.model.moe import moe_layers
 from core.parallel import comm
 from core.parallel.context_parallel import apply_context_parallel, chunk_positions
 from core.parallel.dims import ParallelDims
@@ -114,6 +115,7 @@ def _parallelize_part(
     """TP -> CP -> MoE (EP) -> selective recompute -> FSDP -> full recompute on a GPT or a pipeline stage;
     returns its (train, eval) loss ops."""
     placements.update({p.name: replicated(p.shape) for p in model.trainable_params()})
+    placements.update({m.score_bias.name: replicated(m.score_bias.shape) for m in moe_layers(model) if m.has_bias})
     loss, eval_loss = LinearCrossEntropyLoss(train=True), LinearCrossEntropyLoss(train=False)
     if dims.tp > 1:
         loss, eval_loss = apply_tensor_parallel(model, groups["tp"], dims.sp, placements)

@@ -37,6 +37,7 @@ from core.parallel.grads import GradientSync
 from core.runtime.cluster import node_ranks
 from core.runtime.reference_rate import reference_flops_per_sec
 from core.runtime.settings import configure, cpu_kernels
+from core.training.balance import ExpertBalance
 from core.training.parallelize import parallelize
 from core.training.ranks import Ranks
 from core.training.stats import StepStats
@@ -94,11 +95,12 @@ class Trainer:
                 tied_embeddings=cfg.model.tie_embeddings,
                 mirrors=self.par.mirrors,
             )
+        self.balance = ExpertBalance(cfg, self.par.model, self.ranks)
         self.checkpoints = CheckpointManager(
             cfg,
             root=self.trial_dir / "checkpoints",
             par=self.par,
-            params=self.params,
+            params=self.params + self.balance.biases,
             optimizer=self.optimizer,
             barrier=self.ranks.barrier,
         )
@@ -185,6 +187,8 @@ class Trainer:
         health = self.block_norms is not None and (step + 1) % t.health_interval == 0
         grad_blocks = self.block_norms(grads, self.sync.scale) if health else None
         self.optimizer.step(grads, lr, scale)
+        if self.balance.active:  # every rank: a collective
+            self.balance.after_step()
         if health:  # every rank: a collective
             param_blocks = self.block_norms(self.params)
             self._write({"step": step + 1, "grad_norm_blocks": grad_blocks, "param_norm_blocks": param_blocks})

@@ -101,7 +101,7 @@ CASES = [
         edit("model: tiny", "model: tinny"),
         "fixed.model",
         "tinny is not an option of the config group model",
-        "choose one of llama2-13b, llama2-70b, llama2-7b, llama3-70b, llama3-8b, llama3.1-405b, medium,",
+        "choose one of deepseek-tiny, deepseek-v3, llama2-13b, llama2-70b, llama2-7b, llama3-70b, llama3-8b, llama3.1-405b, medium,",
         LINE["model"],
     ),
     (

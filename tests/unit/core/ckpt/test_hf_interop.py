@@ -21,7 +21,7 @@ transformers = pytest.importorskip("transformers", reason=REASON)
 ms = pytest.importorskip("mindspore")
 from mindspore import Tensor  # noqa: E402
 
-from core.model import GPT  # noqa: E402
+from core.model import GPT, moe_layers  # noqa: E402
 
 SHAPES = dict(
     vocab_size=96,
@@ -73,6 +73,55 @@ ARCHITECTURES = {
         "LlamaForCausalLM",
         dict(rope_parameters=dict(rope_type="yarn", rope_theta=1e4, factor=4.0, original_max_position_embeddings=16)),
     ),
+    # MLA with q's latent, YaRN with DeepSeek's mscales, interleaved RoPE rows; a dense block, then DeepSeek-V3's
+    # MoE: sigmoid scores, a random choice bias, 2 of 4 groups, scaled gates, a shared expert
+    "deepseek-v3": (
+        "DeepseekV3Config",
+        "DeepseekV3ForCausalLM",
+        dict(
+            num_key_value_heads=4,
+            q_lora_rank=24,
+            kv_lora_rank=16,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=12,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_group=4,
+            topk_group=2,
+            n_shared_experts=1,
+            moe_intermediate_size=32,
+            first_k_dense_replace=1,
+            routed_scaling_factor=2.5,
+            num_nextn_predict_layers=0,
+            rope_parameters=dict(
+                rope_type="yarn",
+                rope_theta=1e4,
+                factor=4.0,
+                original_max_position_embeddings=16,
+                mscale=1.0,
+                mscale_all_dim=1.0,
+                beta_fast=32,
+                beta_slow=1,
+            ),
+        ),
+    ),
+    # MLA without q's latent (DeepSeek-V2-Lite's form), RoPE rows in halves, every block dense
+    "deepseek-mla-dense": (
+        "DeepseekV3Config",
+        "DeepseekV3ForCausalLM",
+        dict(
+            num_key_value_heads=4,
+            q_lora_rank=None,
+            kv_lora_rank=16,
+            qk_nope_head_dim=8,
+            qk_rope_head_dim=8,
+            v_head_dim=16,
+            first_k_dense_replace=2,
+            rope_interleave=False,
+            num_nextn_predict_layers=0,
+        ),
+    ),
 }
 TOKENS = np.random.default_rng(0).integers(0, SHAPES["vocab_size"], (2, 24)).astype(np.int32)
 
@@ -88,10 +137,13 @@ def hf_model(arch: str, seed: int = 0):
     tensor changes the logits."""
     config_cls, model_cls, extra = ARCHITECTURES[arch]
     torch.manual_seed(seed)
-    model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**SHAPES, **extra)).float().eval()
+    model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**(SHAPES | extra))).float().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.copy_(torch.randn_like(p) * (0.1 if "norm" in name else 0.3) + (1.0 if "norm" in name else 0.0))
+        for name, b in model.named_buffers():  # DeepSeek-V3's choice bias: it must move the choice
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(torch.randn_like(b) * 0.3)
     return model
 
 
@@ -104,7 +156,8 @@ def core_model(path) -> GPT:
     """The core's model of ``model=hf:<path>`` with the checkpoint's weights."""
     cfg = load_config([f"model=hf:{path}"]).model
     model = GPT(cfg)
-    params = {p.name: p for p in model.trainable_params()}
+    biases = [m.score_bias for m in moe_layers(model) if m.has_bias]
+    params = {p.name: p for p in [*model.trainable_params(), *biases]}
     hf.check_complete(path, cfg)
     for name, array in hf.read_params(path, list(params), cfg, {n: p.shape for n, p in params.items()}):
         params[name].set_data(Tensor(array))
@@ -127,7 +180,8 @@ def test_hf_checkpoint_loads_into_the_core_and_back(tmp_path, arch):
     assert close(logits, expected) <= 1e-5
 
     # saved from the core in the Hub's names, loaded by transformers: the same logits
-    tensors = {p.name: p.asnumpy() for p in core.trainable_params()}
+    biases = [m.score_bias for m in moe_layers(core) if m.has_bias]
+    tensors = {p.name: p.asnumpy() for p in [*core.trainable_params(), *biases]}
     hf.save(tmp_path / "out", tensors, core.cfg)
     back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").float().eval()
     assert type(back).__name__ == ARCHITECTURES[arch][1].replace("Mistral", "Llama")  # Mistral's is Llama's

@@ -82,6 +82,13 @@ def test_swap_settings_compose():
         (["model.head_dim=7"], "model.head_dim", "even and > 0"),
         (["model.head_dim=0"], "model.head_dim", "even and > 0"),
         (["training.health_interval=-1"], "training.health_interval", ">= 0"),
+        (["model.attention=mha"], "model.attention", "gqa or mla"),
+        (["model.attention=mla"], "model.n_kv_heads", "must equal model.n_heads=4"),
+        (["model=deepseek-tiny", "model.qk_rope_head_dim=15"], "model.qk_rope_head_dim", "even"),
+        (["model=deepseek-tiny", "model.qk_norm=true"], "model.attention", "no q/k/v biases or QK-norm"),
+        (["model=deepseek-tiny", "model.moe_groups=3"], "model.moe_groups", "divide model.n_experts=8"),
+        (["model=deepseek-tiny", "model.moe_topk_groups=5"], "model.moe_topk_groups", "between 1 and"),
+        (["model=deepseek-tiny", "model.moe_score_bias=false"], "model.moe_bias_update_rate", "moe_score_bias=true"),
     ],
 )
 def test_rejections_name_the_field_and_the_fix(overrides, field, fix):

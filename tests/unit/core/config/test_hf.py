@@ -171,3 +171,103 @@ def test_a_quoted_path_reads_too(tmp_path):
     """The agent quotes a value with ':' and '/' in its overrides (Hydra's grammar): model='hf:<dir>'."""
     folder = _write(tmp_path, LLAMA3_8B)
     assert load_config([f"model='hf:{folder}'"]).model == load_config([f"model=hf:{folder}"]).model
+
+
+# DeepSeek-V3's config.json as the Hub publishes it (deepseek-ai/DeepSeek-V3; its custom-code and FP8 keys too)
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"},
+    "aux_loss_alpha": 0.001,
+    "bos_token_id": 0,
+    "eos_token_id": 1,
+    "ep_size": 1,
+    "first_k_dense_replace": 3,
+    "hidden_act": "silu",
+    "hidden_size": 7168,
+    "initializer_range": 0.02,
+    "intermediate_size": 18432,
+    "kv_lora_rank": 512,
+    "max_position_embeddings": 163840,
+    "model_type": "deepseek_v3",
+    "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1,
+    "n_group": 8,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "norm_topk_prob": True,
+    "num_attention_heads": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 61,
+    "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1,
+    "pretraining_tp": 1,
+    "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8"},
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": {
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "factor": 40,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+        "original_max_position_embeddings": 4096,
+        "type": "yarn",
+    },
+    "rope_theta": 10000,
+    "routed_scaling_factor": 2.5,
+    "scoring_func": "sigmoid",
+    "seq_aux": True,
+    "tie_word_embeddings": False,
+    "topk_group": 4,
+    "topk_method": "noaux_tc",
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.33.1",
+    "use_cache": True,
+    "v_head_dim": 128,
+    "vocab_size": 129280,
+}
+
+
+def test_deepseek_v3_reads_as_its_preset_and_what_is_not_built_is_refused(tmp_path):
+    """The Hub's DeepSeek-V3 config: MTP and the FP8 weights refused by name; without them, the model of the
+    deepseek-v3 preset (671.0B parameters, the published total) with the config's 128K YaRN context."""
+    import math
+
+    from core.model.flops import param_shapes
+
+    with pytest.raises(ConfigError, match="num_nextn_predict_layers=1 is not built: multi-token prediction"):
+        load_config([f"model=hf:{_write(tmp_path, DEEPSEEK_V3, 'a')}"])
+    bf16 = {**DEEPSEEK_V3, "num_nextn_predict_layers": 0}
+    with pytest.raises(ConfigError, match="quantization_config=.* FP8"):
+        load_config([f"model=hf:{_write(tmp_path, bf16, 'b')}"])
+    bf16.pop("quantization_config")
+    m = load_config([f"model=hf:{_write(tmp_path, bf16, 'c')}"]).model
+    preset = load_config(["model=deepseek-v3"]).model
+    assert sum(math.prod(s) for s in param_shapes(m).values()) == 671_026_404_352
+    assert param_shapes(m) == param_shapes(preset)
+    for key in ("moe_groups", "moe_topk_groups", "moe_routed_scale", "moe_score_bias", "moe_router", "q_lora_rank"):
+        assert getattr(m, key) == getattr(preset, key), key
+    assert (m.rope_scaling, m.rope_factor, m.rope_original_max_len, m.max_seq_len) == ("yarn", 40, 4096, 163840)
+    assert m.rope_interleave and m.moe_aux_per_sequence and m.moe_aux_loss_weight == 0.001
+    # the softmax scale of MLA under YaRN: 1/sqrt(192) * (0.1 ln 40 + 1)^2
+    assert m.softmax_scale == pytest.approx(192**-0.5 * (0.1 * math.log(40) + 1) ** 2)
+    assert m.rope_attention_factor == pytest.approx(1.0)  # mscale / mscale_all_dim
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"topk_method": "greedy"}, "topk_method='greedy' is not built"),
+        ({"scoring_func": "softmax"}, "scoring_func='softmax' is not built"),
+        ({"moe_layer_freq": 2}, "moe_layer_freq=2 is not built"),
+    ],
+)
+def test_deepseek_v3_routing_the_core_does_not_build_is_refused(tmp_path, change, named):
+    config = {**DEEPSEEK_V3, "num_nextn_predict_layers": 0, **change}
+    config.pop("quantization_config")
+    with pytest.raises(ConfigError, match=named):
+        load_config([f"model=hf:{_write(tmp_path, config)}"])

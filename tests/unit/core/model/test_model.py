@@ -55,6 +55,34 @@ def np_rope(x, theta):
     return np.concatenate([z.real, z.imag], axis=-1)
 
 
+def np_softmax_attend(q, k, v, scale, future):
+    s = np.where(future, -np.inf, q @ k.T * scale)
+    a = np.exp(s - s.max(-1, keepdims=True))
+    return a / a.sum(-1, keepdims=True) @ v
+
+
+def np_mla(W, p, cfg, h, future):
+    """DeepSeek-V2's multi-head latent attention (its eqs. 9-19), head by head: q and kv from their latents, the
+    rotary key part shared by the heads."""
+    H, N, R, V, L = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
+    if cfg.q_lora_rank:
+        c_q = np_rmsnorm(h @ W[p + "attn.wq_a.weight"].T, W[p + "attn.q_a_norm.weight"], cfg.norm_eps)
+        q = c_q @ W[p + "attn.wq_b.weight"].T
+    else:
+        q = h @ W[p + "attn.wq.weight"].T
+    kv_a = h @ W[p + "attn.wkv_a.weight"].T
+    kv = np_rmsnorm(kv_a[..., :L], W[p + "attn.kv_a_norm.weight"], cfg.norm_eps) @ W[p + "attn.wkv_b.weight"].T
+    out = np.zeros(h.shape[:2] + (H * V,))
+    for b in range(h.shape[0]):
+        k_rope = np_rope(kv_a[b, :, L:], cfg.rope_theta)  # (S, R): every head's
+        for j in range(H):
+            qj, kvj = q[b, :, j * (N + R) : (j + 1) * (N + R)], kv[b, :, j * (N + V) : (j + 1) * (N + V)]
+            qh = np.concatenate([qj[:, :N], np_rope(qj[:, N:], cfg.rope_theta)], -1)
+            kh = np.concatenate([kvj[:, :N], k_rope], -1)
+            out[b, :, j * V : (j + 1) * V] = np_softmax_attend(qh, kh, kvj[:, N:], (N + R) ** -0.5, future)
+    return out @ W[p + "attn.wo.weight"].T
+
+
 def np_hidden(W, cfg, tokens):
     E, H, K = cfg.head_size, cfg.n_heads, cfg.n_kv_heads
     x = W["embed.weight"][tokens]  # (B, S, D)
@@ -63,6 +91,12 @@ def np_hidden(W, cfg, tokens):
     for i in range(cfg.n_layers):
         p = f"layers.{i}."
         h = np_rmsnorm(x, W[p + "attn_norm.weight"], cfg.norm_eps)
+        if cfg.mla:
+            x = x + np_mla(W, p, cfg, h, future)
+            h = np_rmsnorm(x, W[p + "mlp_norm.weight"], cfg.norm_eps)
+            g = h @ W[p + "mlp.w_gate.weight"].T
+            x = x + ((g / (1 + np.exp(-g))) * (h @ W[p + "mlp.w_up.weight"].T)) @ W[p + "mlp.w_down.weight"].T
+            continue
         q, k, v = (h @ W[p + f"attn.{n}.weight"].T for n in ("wq", "wk", "wv"))
         out = np.zeros_like(q)
         for b in range(tokens.shape[0]):
@@ -93,9 +127,15 @@ def rel_err(a, b):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# MLA (DeepSeek-V2/V3): with q's latent, and without it; value heads narrower than q/k heads
+MLA = dict(attention="mla", n_kv_heads=4, kv_lora_rank=12, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5)
+VARIANTS = {"gqa": {}, "mla": MLA | {"q_lora_rank": 10}, "mla-direct-q": MLA}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("tie", [True, False])
-def test_forward_matches_numpy_float64(tie):
-    cfg = tiny_cfg(tie)
+def test_forward_matches_numpy_float64(tie, variant):
+    cfg = tiny_cfg(tie, **VARIANTS[variant])
     model = GPT(cfg, seed=3)
     W, tok = weights_of(model), tokens_of(cfg)
     hidden = model(ms.Tensor(tok)).asnumpy()
@@ -134,10 +174,11 @@ def loss_and_grad_fn(model, R):
     return ms.value_and_grad(loss_fn, None, params), [p.name for p in params]
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("tie", [True, False])
-def test_gradients_match_float64_finite_differences(tie):
+def test_gradients_match_float64_finite_differences(tie, variant):
     """MindSpore fp32 gradients of sum(logits * R) against central differences of the float64 NumPy model."""
-    cfg = tiny_cfg(tie, n_layers=1)
+    cfg = tiny_cfg(tie, n_layers=1, **VARIANTS[variant])
     model = GPT(cfg, seed=5)
     W, tok = weights_of(model), tokens_of(cfg)
     R = np.random.default_rng(9).standard_normal((B, S, cfg.vocab_size))

@@ -13,10 +13,35 @@ from mindspore import Tensor  # noqa: E402
 
 from core.model import GPT, count_params, matmul_params  # noqa: E402
 from core.model.moe import moe_layers  # noqa: E402
+from core.training.balance import ExpertBalance  # noqa: E402
+from core.training.ranks import Ranks  # noqa: E402
 
 
 def _silu(x):
     return x / (1.0 + np.exp(-x))
+
+
+def np_scores(moe, x: np.ndarray) -> np.ndarray:
+    """(T, X) router scores of x (B, S, D) in float64."""
+    logits = x.reshape(-1, x.shape[-1]).astype(np.float64) @ moe.router.weight.asnumpy().astype(np.float64).T
+    if moe.sigmoid:
+        return 1.0 / (1.0 + np.exp(-logits))
+    scores = np.exp(logits - logits.max(1, keepdims=True))
+    return scores / scores.sum(1, keepdims=True)
+
+
+def np_choice(moe, scores: np.ndarray) -> np.ndarray:
+    """(T, k) experts each token chooses: the k best biased scores, among its best groups' experts."""
+    T, X = scores.shape
+    biased = scores + (moe.score_bias.asnumpy().astype(np.float64) if moe.has_bias else 0.0)
+    if moe.groups > 1:  # DeepSeek-V3: only the experts of each token's best groups (by their two best) compete
+        G = moe.groups
+        per_group = np.sort(biased.reshape(T, G, X // G), axis=-1)[:, :, -2:].sum(-1)  # (T, G)
+        best = np.argsort(-per_group, axis=1, kind="stable")[:, : moe.topk_groups]
+        allowed = np.zeros((T, G), bool)
+        np.put_along_axis(allowed, best, True, 1)
+        biased = np.where(np.repeat(allowed, X // G, axis=1), biased, -np.inf)
+    return np.argsort(-biased, axis=1, kind="stable")[:, : moe.top_k]
 
 
 def reference(moe, x: np.ndarray):
@@ -25,15 +50,10 @@ def reference(moe, x: np.ndarray):
     B, S, D = x.shape
     T, X, k = B * S, moe.n_experts, moe.top_k
     xt = x.reshape(T, D).astype(np.float64)
-    logits = xt @ w["router.weight"].T
-    if moe.sigmoid:
-        scores = 1.0 / (1.0 + np.exp(-logits))
-    else:
-        scores = np.exp(logits - logits.max(1, keepdims=True))
-        scores /= scores.sum(1, keepdims=True)
-    choice = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # (T, k)
-    top = np.take_along_axis(scores, choice, 1)
-    gates = top / top.sum(1, keepdims=True) if moe.norm_topk else top
+    scores = np_scores(moe, x)
+    choice = np_choice(moe, scores)  # (T, k)
+    top = np.take_along_axis(scores, choice, 1)  # the gates are the unbiased scores
+    gates = (top / top.sum(1, keepdims=True) if moe.norm_topk else top) * moe.routed_scale
     C, used, y, dropped = moe.capacity(T), np.zeros(X, int), np.zeros((T, D)), 0
     for j in range(k):  # all first choices claim their slots before any second choice
         for t in range(T):
@@ -46,9 +66,27 @@ def reference(moe, x: np.ndarray):
             y[t] += gates[t, j] * (w["experts.w_down"][e] @ h)
     if moe.shared is not None:
         y += (_silu(xt @ w["shared.w_gate.weight"].T) * (xt @ w["shared.w_up.weight"].T)) @ w["shared.w_down.weight"].T
-    routed = np.bincount(choice.reshape(-1), minlength=X) / (T * k)
-    aux = X * np.sum(routed * scores.mean(0))
+    if moe.aux_per_sequence:  # DeepSeek-V3's eqs. 17-20, sequence by sequence
+        shares = scores / scores.sum(1, keepdims=True)
+        aux = 0.0
+        for b in range(B):
+            rows = np.s_[b * S : (b + 1) * S]
+            f = X / (k * S) * np.bincount(choice[rows].reshape(-1), minlength=X)
+            aux += np.sum(f * shares[rows].mean(0)) / B
+    else:
+        routed = np.bincount(choice.reshape(-1), minlength=X) / (T * k)
+        aux = X * np.sum(routed * scores.mean(0))
     return y.reshape(B, S, D), dropped, aux
+
+
+DEEPSEEK = (
+    "model.n_experts=8",
+    "model.moe_router=sigmoid",
+    "model.moe_score_bias=true",
+    "model.moe_groups=4",
+    "model.moe_topk_groups=2",
+    "model.moe_routed_scale=2.5",
+)
 
 
 def _moe(*overrides, seed=3):
@@ -69,10 +107,15 @@ def _x(shape, seed=0, scale=1.0):
         ("model.moe_capacity_factor=0.5",),  # capacity-bounded: pairs dropped
         ("model.moe_capacity_factor=1.0", "model.moe_top_k=1", "model.moe_router=sigmoid"),
         ("model.moe_norm_topk=false",),  # the gates as scored (Qwen3-MoE's default in transformers)
+        # DeepSeek-V3's router: a choice bias, the best 2 of 4 groups of 2, scaled gates
+        (*DEEPSEEK, "model.moe_shared_experts=1"),
+        (*DEEPSEEK, "model.moe_norm_topk=false", "model.moe_capacity_factor=0.5"),
     ],
 )
 def test_moe_forward_equals_a_loop_over_tokens_and_experts(overrides):
     moe, _, _ = _moe(*overrides)
+    if moe.has_bias:  # large enough to change which experts win
+        moe.score_bias.set_data(Tensor(_x((moe.n_experts,), 5, 0.5)))
     # a large router scale spreads the scores, so that routing is decided and capacity binds
     moe.router.weight.set_data(Tensor(_x(moe.router.weight.shape, 7, 1.0)))
     x = _x((2, 16, 128))
@@ -86,13 +129,14 @@ def test_moe_forward_equals_a_loop_over_tokens_and_experts(overrides):
         assert dropped > 0  # a real drop was checked, not a vacuous one
 
 
-def test_load_balance_gradient_is_the_weight_times_d_aux():
+@pytest.mark.parametrize("overrides", [(), (*DEEPSEEK, "model.moe_aux_per_sequence=true")])
+def test_load_balance_gradient_is_the_weight_times_d_aux(overrides):
     """The router's gradient with the aux loss minus without it equals weight * d aux / d router (central finite
-    differences of the NumPy aux in float64)."""
-    moe, _, _ = _moe()
+    differences of the NumPy aux in float64): Switch's over the micro-batch, DeepSeek-V3's per sequence."""
+    moe, _, _ = _moe(*overrides)
     moe.router.weight.set_data(Tensor(_x(moe.router.weight.shape, 7, 0.3)))
-    x = _x((1, 16, 128))
-    dy = Tensor(_x((1, 16, 128), 1))
+    x = _x((2, 16, 128))
+    dy = Tensor(_x((2, 16, 128), 1))
     router = moe.router.weight
 
     def router_grad(scale):
@@ -113,6 +157,25 @@ def test_load_balance_gradient_is_the_weight_times_d_aux():
     cols = np.s_[:, :8]
     assert np.abs(fd[cols]).max() > 1e-3
     np.testing.assert_allclose(got[cols], fd[cols], rtol=2e-2, atol=2e-4)
+
+
+def test_the_balance_update_moves_each_bias_toward_the_mean_load():
+    """DeepSeek-V3's update: the loads counted over a step's micro-batches (NumPy's choices), then every bias up by
+    the rate where its expert's load is under the block's mean, down where over; the counts start again."""
+    moe, model, cfg = _moe(*DEEPSEEK, "model.moe_bias_update_rate=0.01")
+    moe.router.weight.set_data(Tensor(_x(moe.router.weight.shape, 7, 1.0)))
+    bias = _x((moe.n_experts,), 5, 0.05)
+    moe.score_bias.set_data(Tensor(bias))
+    loads = np.zeros(moe.n_experts)
+    for seed in (0, 1):  # two micro-batches of one step
+        x = _x((2, 16, 128), seed)
+        moe(Tensor(x))
+        loads += np.bincount(np_choice(moe, np_scores(moe, x)).reshape(-1), minlength=moe.n_experts)
+    np.testing.assert_array_equal(moe.load.asnumpy(), loads)
+    assert loads.min() < loads.mean() < loads.max()  # unbalanced: the update has work to do
+    ExpertBalance(cfg, model, Ranks(1)).after_step()
+    np.testing.assert_allclose(moe.score_bias.asnumpy(), bias + 0.01 * np.sign(loads.mean() - loads), atol=1e-7)
+    assert not moe.load.asnumpy().any()
 
 
 def test_moe_counts_active_parameters():

@@ -44,9 +44,20 @@ CLUSTER = [
 
 def _params(m) -> tuple[int, int]:
     """(weights a token multiplies, routed-expert weights it does not) by the textbook formula: attention
-    d (H hd) + 2 d (K hd) + (H hd) d, SwiGLU 3 d F, MoE router d E and k of E experts, the head V d."""
+    d (H hd) + 2 d (K hd) + (H hd) d (MLA, DeepSeek-V2's eqs. 9-14: d Q + Q H (N + R) + d (L + R) + L H (N + V) +
+    H V d), SwiGLU 3 d F, MoE router d E and k of E experts, the head V d."""
     hd = m.d_model // m.n_heads
     attn = 2 * m.d_model * m.n_heads * hd + 2 * m.d_model * m.n_kv_heads * hd
+    if m.attention == "mla":
+        H, N, R, V, L, Q = (
+            m.n_heads,
+            m.qk_nope_head_dim,
+            m.qk_rope_head_dim,
+            m.v_head_dim,
+            m.kv_lora_rank,
+            m.q_lora_rank,
+        )
+        attn = m.d_model * Q + Q * H * (N + R) + m.d_model * (L + R) + L * H * (N + V) + H * V * m.d_model
     total = m.vocab_size * m.d_model
     for i in range(m.n_layers):
         if m.n_experts and i >= m.moe_dense_layers:
@@ -67,8 +78,10 @@ def test_flops_are_6n_plus_attention(preset):
     attention = sum(w.attention[0] for w in works)
     n, _ = _params(m)
     assert 3 * weights / T == pytest.approx(6 * n, rel=1e-12)
-    # causal: half of the PaLM term 12 L S D, which counts the whole S x S matrix
-    assert 3 * attention / T == pytest.approx(12 * m.n_layers * S * m.d_model / 2, rel=1e-12)
+    # causal: half of the PaLM term 12 L S D, which counts the whole S x S matrix (MLA: q k^T H (N + R) wide, p v
+    # H V wide, in place of D each)
+    width = m.n_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2 if m.mla else m.d_model
+    assert 3 * attention / T == pytest.approx(12 * m.n_layers * S * width / 2, rel=1e-12)
 
 
 def test_collectives_cost_their_ring_volumes():
