@@ -16,6 +16,17 @@ Names (the Hub's, as Llama, Mistral, Mixtral and Qwen checkpoints are published;
                                                          row x of layers.{i}.mlp.experts.{w_gate,w_up,w_down}
     model.layers.{i}.mlp.gate.weight, model.layers.{i}.mlp.experts.{x}.{gate,up,down}_proj.weight
                                                          the same in Qwen3-MoE
+    model.layers.{i}.self_attn.{q_a_proj,q_a_layernorm,q_b_proj,kv_a_proj_with_mqa,kv_a_layernorm,kv_b_proj}.weight
+                                                         layers.{i}.attn.{wq_a,q_a_norm,wq_b,wkv_a,kv_a_norm,wkv_b}.weight
+                                                         (DeepSeek-V3's MLA; q's and the shared key's rotary rows
+                                                         permuted from DeepSeek's interleaved pairs, rope_interleave)
+    model.layers.{i}.mlp.gate.e_score_correction_bias    layers.{i}.mlp.score_bias (DeepSeek-V3's choice bias)
+    model.layers.{i}.mlp.shared_experts.{gate,up,down}_proj.weight
+                                                         layers.{i}.mlp.shared.{w_gate,w_up,w_down}.weight
+    model.layers.{L+k}.{enorm,hnorm,eh_proj,shared_head.norm}.weight, model.layers.{L+k}.<a layer's names>
+                                                         mtp.{k}.{enorm,hnorm,proj,norm}.weight, mtp.{k}.block.*
+                                                         (DeepSeek-V3's MTP module k after L layers; the Hub's
+                                                         copies of the embedding and head in it are written, not read)
     model.norm.weight                                    norm.weight
     lm_head.weight                                       lm_head.weight (none when the embedding is tied)
 
@@ -83,6 +94,16 @@ _RENAMES = {
     "layers.{i}.mlp.shared.w_gate.weight": "model.layers.{i}.mlp.shared_experts.gate_proj.weight",
     "layers.{i}.mlp.shared.w_up.weight": "model.layers.{i}.mlp.shared_experts.up_proj.weight",
     "layers.{i}.mlp.shared.w_down.weight": "model.layers.{i}.mlp.shared_experts.down_proj.weight",
+    # DeepSeek-V3's multi-token prediction module k: layer n_layers + k of the Hub's checkpoint (``as_layer``)
+    "layers.{i}.mtp.enorm.weight": "model.layers.{i}.enorm.weight",
+    "layers.{i}.mtp.hnorm.weight": "model.layers.{i}.hnorm.weight",
+    "layers.{i}.mtp.proj.weight": "model.layers.{i}.eh_proj.weight",
+    "layers.{i}.mtp.norm.weight": "model.layers.{i}.shared_head.norm.weight",
+}
+# The Hub's copies of the embedding and the head in each MTP layer (DeepSeek-V3 stores them; the core shares them)
+_MTP_COPIES = {
+    "embed.weight": "model.layers.{i}.embed_tokens.weight",
+    "head": "model.layers.{i}.shared_head.head.weight",
 }
 # the core's stacked experts (X, ...) -> each expert's weight in the Hub's names: Mixtral's, Qwen3-MoE's
 _EXPERTS = {"w_gate": "w1", "w_up": "w3", "w_down": "w2"}
@@ -96,6 +117,17 @@ _FUSED_DOWN = "model.layers.{i}.mlp.experts.down_proj"
 # Tensors some checkpoints carry that hold no weights: RoPE's inverse frequencies (recomputed from the config).
 _NOT_WEIGHTS = re.compile(r".*\.rotary_emb\.inv_freq$")
 _LAYER = re.compile(r"^layers\.(\d+)\.(.+)$")
+_MTP = re.compile(r"^mtp\.(\d+)\.(block\.)?(.+)$")
+
+
+def as_layer(name: str, cfg: ModelConfig) -> str:
+    """The core's name, with an MTP module's (``mtp.{k}.*``) written as the Hub numbers it: its block's weights as
+    layer n_layers + k's, its own as ``layers.{n_layers + k}.mtp.*``."""
+    m = _MTP.match(name)
+    if m is None:
+        return name
+    i = cfg.n_layers + int(m.group(1))
+    return f"layers.{i}.{m.group(3)}" if m.group(2) else f"layers.{i}.mtp.{m.group(3)}"
 
 
 def hf_name(name: str) -> str:
@@ -159,6 +191,7 @@ class HFCheckpoint:
 def sources(ckpt: HFCheckpoint, name: str, cfg: ModelConfig) -> list[str]:
     """The checkpoint's tensors that make the core's parameter ``name``: the Hub's names, or transformers 5's
     fused ones where the checkpoint has those."""
+    name = as_layer(name, cfg)
     experts = expert_names(name, cfg.n_experts)
     if experts is not None:
         for form in (experts, expert_names(name, cfg.n_experts, qwen=True)):
@@ -226,8 +259,9 @@ def check_complete(path: str | Path, cfg: ModelConfig) -> None:
         missing = sorted(wanted - set(ckpt.files))
         if missing:
             raise CheckpointError(f"{path} lacks {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
-        tied_head = {"lm_head.weight"} if cfg.tie_embeddings else set()  # transformers too skips a tied copy
-        extra = sorted(n for n in set(ckpt.files) - wanted - tied_head if not _NOT_WEIGHTS.match(n))
+        copies = {"lm_head.weight"} if cfg.tie_embeddings else set()  # transformers too skips a tied copy
+        copies |= {form.format(i=cfg.n_layers + k) for k in range(cfg.mtp_layers) for form in _MTP_COPIES.values()}
+        extra = sorted(n for n in set(ckpt.files) - wanted - copies if not _NOT_WEIGHTS.match(n))
         if extra:
             raise CheckpointError(
                 f"{path} holds weights the core does not build: {', '.join(extra[:5])}"
@@ -239,8 +273,13 @@ def hf_tensors(tensors: dict[str, np.ndarray], cfg: ModelConfig) -> dict[str, np
     """The core's parameters (full arrays by the core's names) under the Hub's names (an MoE with QK-norm is
     Qwen3-MoE, its router and experts named so, as are DeepSeek-V3's (MLA); any other is Mixtral)."""
     qwen, out = cfg.qk_norm or cfg.mla, {}
+    for k in range(cfg.mtp_layers):  # the Hub's copies in each MTP layer
+        out[_MTP_COPIES["embed.weight"].format(i=cfg.n_layers + k)] = tensors["embed.weight"]
+        head = tensors["embed.weight" if cfg.tie_embeddings else "lm_head.weight"]
+        out[_MTP_COPIES["head"].format(i=cfg.n_layers + k)] = head
     for name, array in tensors.items():
         array = _rope_rows(name, array, cfg, to_hub=True)
+        name = as_layer(name, cfg)
         experts = expert_names(name, cfg.n_experts, qwen=qwen)
         if experts is not None:
             out.update(zip(experts, array, strict=True))

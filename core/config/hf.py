@@ -174,14 +174,14 @@ _DEEPSEEK_KEYS = {
     "aux_loss_alpha": "moe_aux_loss_weight",
     "seq_aux": "moe_aux_per_sequence",
     "rope_interleave": "rope_interleave",
+    "num_nextn_predict_layers": "mtp_layers",
+    "num_mtp_layers": "mtp_layers",  # transformers 5's name for it
 }
 # DeepSeek-V3 keys read only at the value the core builds
 _DEEPSEEK_REQUIRED = {
     "scoring_func": ("sigmoid", "DeepSeek-V3's router scores are sigmoids"),
     "topk_method": ("noaux_tc", "the core routes DeepSeek-V3 by biased, group-limited top-k (noaux_tc)"),
     "moe_layer_freq": (1, "every block after the dense ones is MoE"),
-    "num_nextn_predict_layers": (0, "multi-token prediction (MTP) is not built yet; set it to 0 to train without"),
-    "num_mtp_layers": (0, "multi-token prediction (MTP) is not built yet; set it to 0 to train without"),
     "quantization_config": (None, "FP8 block-quantised weights are not read; dequantize the checkpoint to bf16"),
 }
 
@@ -308,6 +308,9 @@ def to_hf_config(cfg: ModelConfig, *, dtype: str = "float32") -> dict[str, Any]:
     }
     if cfg.mla:
         return _deepseek_config(cfg, config)
+    require(
+        not cfg.mtp_layers, "model.mtp_layers", "only DeepSeek-V3 (model.attention=mla) checkpoints hold MTP modules"
+    )
     if (cfg.attn_bias or cfg.qk_norm) and not cfg.n_experts:
         require(
             not (cfg.attn_bias and cfg.qk_norm),
@@ -406,7 +409,7 @@ def _deepseek_config(cfg: ModelConfig, config: dict[str, Any]) -> dict[str, Any]
         "first_k_dense_replace": cfg.moe_dense_layers if moe else cfg.n_layers,
         "aux_loss_alpha": cfg.moe_aux_loss_weight,
         "seq_aux": cfg.moe_aux_per_sequence,
-        "num_nextn_predict_layers": 0,
+        "num_nextn_predict_layers": cfg.mtp_layers,
     }
 
 

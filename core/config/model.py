@@ -84,6 +84,11 @@ class ModelConfig:
     """Biases on the q, k and v projections (Qwen2)."""
     qk_norm: bool = False
     """RMSNorm over each head's q and k before RoPE, one gain per head dimension shared by the heads (Qwen3)."""
+    mtp_layers: int = 0
+    """DeepSeek-V3's multi-token prediction depth D: modules after the main model predicting the tokens 2 .. D + 1
+    places ahead (``core.model.mtp``); 0: none."""
+    mtp_loss_weight: float = 0.3
+    """lambda: the modules' mean loss is added to the main loss times this (DeepSeek-V3: 0.3, later 0.1)."""
     tie_embeddings: bool = True
     """The output head shares the token embedding's table."""
     init_std: float = 0.02
@@ -160,6 +165,8 @@ class ModelConfig:
             "model.n_kv_heads",
             f"must divide model.n_heads={self.n_heads} (got {self.n_kv_heads})",
         )
+        require(self.mtp_layers >= 0, "model.mtp_layers", f"must be >= 0 (got {self.mtp_layers})")
+        require(self.mtp_loss_weight >= 0, "model.mtp_loss_weight", f"must be >= 0 (got {self.mtp_loss_weight})")
         require(self.attention in ("gqa", "mla"), "model.attention", f"must be gqa or mla (got {self.attention!r})")
         if self.mla:
             positive("model", self, "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")

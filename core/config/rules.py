@@ -260,6 +260,24 @@ def bf16_training_is_built(cfg: TrainConfig) -> None:
     )
 
 
+def mtp_runs_where_built(cfg: TrainConfig) -> None:
+    if not cfg.model.mtp_layers:
+        return
+    require(
+        cfg.parallel.pp == 1,
+        "model.mtp_layers",
+        "multi-token prediction runs without a pipeline so far (its modules need the embedding on the last stage); "
+        "set parallel.pp=1 or model.mtp_layers=0",
+    )
+    require(
+        not (cfg.memory.recompute == "full" and cfg.training.mode == "jit"),
+        "model.mtp_layers",
+        "multi-token prediction does not run with full recompute under jit yet (compiled block by block, "
+        "core.memory.segmented); use training.mode=pynative (full recompute), memory.recompute=selective (on an "
+        "accelerator), or model.mtp_layers=0",
+    )
+
+
 # In order: a rule may rely on the ones before it (the micro-batch rules on the data-parallel split).
 CROSS_SECTION_RULES = (
     fused_kernels_run_on_the_host,
@@ -281,7 +299,7 @@ CROSS_SECTION_RULES = (
 
 # What this build can run, beyond what is valid: checked by ``core.train`` before it starts a trial, not by the
 # estimates, which answer for configs the trainer does not run yet.
-RUN_RULES = (bf16_training_is_built,)
+RUN_RULES = (bf16_training_is_built, mtp_runs_where_built)
 
 
 def check_runnable(cfg: TrainConfig) -> None:

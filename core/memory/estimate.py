@@ -155,6 +155,7 @@ def pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple[
         held.add("embed.weight")  # the last stage's copy of a tied table is its head
     if last:
         held |= {"norm.weight"} | ({"lm_head.weight"} if not m.tie_embeddings else set())
+        held |= set(groups.get("mtp.", ())) | ({"embed.weight"} if m.mtp_layers else set())  # MTP reads the table
     chunks = [(ranges[s], cfg.memory.recompute_of(s)) for s in mine]
     in_flight = 1
     if par.pp > 1:  # the schedule simulated once per shape (compile_schedule caches it), not per rank
@@ -217,6 +218,21 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     # selective keeps less of each recomputed block.
     largest = max((blocks for blocks, _ in chunks), key=lambda blocks: sum(act[i] for i in blocks))
     activations, scores = sum(act[i] for i in largest), sum(sc[i] for i in largest)
+    if has_loss and m.mtp_layers:  # MTP modules (core.model.mtp), never recomputed: a block each, its norms and
+        # projection's inputs (4 D a token), and its S x S scores
+        module = activation_bytes_per_layer(
+            m,
+            t.micro_batch_size,
+            t.seq_len,
+            tp=par.tp,
+            cp=par.cp,
+            sp=par.sp,
+            moe=m.n_experts > 0,
+            element_bytes=act_bytes,
+            accelerator=accelerator,
+        )
+        activations += m.mtp_layers * (module + 4 * block_input)
+        scores += m.mtp_layers * scores_each
 
     # the segmented step (core.memory.segmented) never recomputes its last segment's blocks, and its graphs hold
     # their working memory (a rebuilt block beside them)

@@ -6,6 +6,7 @@ documents.
     block.py    Block: pre-norm attention and MLP or MoE, with residuals
     layers.py   Linear, Embedding, RMSNorm, RoPE, GQA attention, SwiGLU MLP
     mla.py      multi-head latent attention (DeepSeek-V2/V3)
+    mtp.py      multi-token prediction modules (DeepSeek-V3) and their loss
     moe.py      a top-k router over grouped experts, capacity-bounded or dropless
     loss.py     fused linear + cross-entropy with a hand-written backward (the logits never held whole)
     flops.py    parameter shapes, FLOPs per token, expert capacity: counted from the config (no MindSpore)
@@ -27,8 +28,9 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
             "param_groups",
             "param_shapes",
         ],
-        "gpt": ["GPT", "count_params"],
+        "gpt": ["GPT", "count_params", "transformer_blocks"],
         "loss": ["IGNORE_INDEX", "LinearCrossEntropyLoss", "cross_entropy", "linear_cross_entropy"],
         "moe": ["MoE", "moe_layers"],
+        "mtp": ["MTPLayer", "MTPLoss", "mtp_targets"],
     },
 )

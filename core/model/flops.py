@@ -33,61 +33,58 @@ def attention_matrices(m: ModelConfig) -> dict[str, tuple[int, int]]:
 
 def param_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Names and shapes of the model's parameters without building it (``core.model.gpt``'s names)."""
-    kv = m.n_kv_heads * m.head_size
     shapes = {"embed.weight": (m.vocab_size, m.d_model)}
-    X, F = m.n_experts, m.expert_width
     for i in range(m.n_layers):
-        b = f"layers.{i}."
-        shapes[b + "attn_norm.weight"] = (m.d_model,)
-        shapes.update({f"{b}attn.{w}.weight": shape for w, shape in attention_matrices(m).items()})
-        if m.mla:
-            if m.q_lora_rank is not None:
-                shapes[b + "attn.q_a_norm.weight"] = (m.q_lora_rank,)
-            shapes[b + "attn.kv_a_norm.weight"] = (m.kv_lora_rank,)
-        shapes[b + "mlp_norm.weight"] = (m.d_model,)
-        if m.attn_bias:
-            shapes.update({b + "attn.wq.bias.weight": (m.attn_width,), b + "attn.wk.bias.weight": (kv,)})
-            shapes[b + "attn.wv.bias.weight"] = (kv,)
-        if m.qk_norm:
-            shapes.update({b + "attn.q_norm.weight": (m.head_size,), b + "attn.k_norm.weight": (m.head_size,)})
-        if not m.is_moe_layer(i):
-            shapes.update(
-                {
-                    b + "mlp.w_gate.weight": (m.ffn_hidden, m.d_model),
-                    b + "mlp.w_up.weight": (m.ffn_hidden, m.d_model),
-                    b + "mlp.w_down.weight": (m.d_model, m.ffn_hidden),
-                }
-            )
-            continue
-        shapes.update(
-            {
-                b + "mlp.router.weight": (X, m.d_model),
-                b + "mlp.experts.w_gate": (X, F, m.d_model),
-                b + "mlp.experts.w_up": (X, F, m.d_model),
-                b + "mlp.experts.w_down": (X, m.d_model, F),
-            }
-        )
-        if m.moe_shared_experts:
-            S = F * m.moe_shared_experts
-            shapes.update(
-                {
-                    b + "mlp.shared.w_gate.weight": (S, m.d_model),
-                    b + "mlp.shared.w_up.weight": (S, m.d_model),
-                    b + "mlp.shared.w_down.weight": (m.d_model, S),
-                }
-            )
+        shapes.update(block_shapes(m, f"layers.{i}.", moe=m.is_moe_layer(i)))
     shapes["norm.weight"] = (m.d_model,)
     if not m.tie_embeddings:
         shapes["lm_head.weight"] = (m.vocab_size, m.d_model)
+    for k in range(m.mtp_layers):  # core.model.mtp: its block is MoE when the model has experts
+        b = f"mtp.{k}."
+        shapes.update({b + "enorm.weight": (m.d_model,), b + "hnorm.weight": (m.d_model,)})
+        shapes[b + "proj.weight"] = (m.d_model, 2 * m.d_model)
+        shapes.update(block_shapes(m, b + "block.", moe=m.n_experts > 0))
+        shapes[b + "norm.weight"] = (m.d_model,)
+    return shapes
+
+
+def block_shapes(m: ModelConfig, b: str, *, moe: bool) -> dict[str, tuple[int, ...]]:
+    """The parameters of one transformer block named from the prefix ``b`` (``layers.<i>.``)."""
+    kv, D = m.n_kv_heads * m.head_size, m.d_model
+    shapes = {b + "attn_norm.weight": (D,)}
+    shapes.update({f"{b}attn.{w}.weight": shape for w, shape in attention_matrices(m).items()})
+    if m.mla:
+        if m.q_lora_rank is not None:
+            shapes[b + "attn.q_a_norm.weight"] = (m.q_lora_rank,)
+        shapes[b + "attn.kv_a_norm.weight"] = (m.kv_lora_rank,)
+    shapes[b + "mlp_norm.weight"] = (D,)
+    if m.attn_bias:
+        shapes.update({b + "attn.wq.bias.weight": (m.attn_width,), b + "attn.wk.bias.weight": (kv,)})
+        shapes[b + "attn.wv.bias.weight"] = (kv,)
+    if m.qk_norm:
+        shapes.update({b + "attn.q_norm.weight": (m.head_size,), b + "attn.k_norm.weight": (m.head_size,)})
+    if not moe:
+        F = m.ffn_hidden
+        shapes.update({b + "mlp.w_gate.weight": (F, D), b + "mlp.w_up.weight": (F, D), b + "mlp.w_down.weight": (D, F)})
+        return shapes
+    X, F = m.n_experts, m.expert_width
+    shapes[b + "mlp.router.weight"] = (X, D)
+    shapes.update({b + "mlp.experts.w_gate": (X, F, D), b + "mlp.experts.w_up": (X, F, D)})
+    shapes[b + "mlp.experts.w_down"] = (X, D, F)
+    if m.moe_shared_experts:
+        S = F * m.moe_shared_experts
+        shapes.update({b + f"mlp.shared.{w}.weight": (S, D) for w in ("w_gate", "w_up")})
+        shapes[b + "mlp.shared.w_down.weight"] = (D, S)
     return shapes
 
 
 def buffer_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
     """The model's state that is not trained by gradient but saved and loaded with the weights: DeepSeek-V3's
     choice biases (``moe_score_bias``), one (X,) per MoE block."""
-    if not m.moe_score_bias:
+    if not (m.moe_score_bias and m.n_experts):
         return {}
-    return {f"layers.{i}.mlp.score_bias": (m.n_experts,) for i in range(m.n_layers) if m.is_moe_layer(i)}
+    blocks = [f"layers.{i}." for i in range(m.n_layers) if m.is_moe_layer(i)]
+    return {f"{b}mlp.score_bias": (m.n_experts,) for b in blocks + [f"mtp.{k}.block." for k in range(m.mtp_layers)]}
 
 
 def param_groups(m: ModelConfig) -> dict[str, dict[str, tuple[int, ...]]]:
@@ -108,14 +105,16 @@ def _groups(fields: tuple) -> dict[str, dict[str, tuple[int, ...]]]:
 
 def matmul_params(cfg: ModelConfig) -> int:
     """Weights that take part in a matmul per token: every block matrix plus the output head (used even when
-    tied). The input embedding is a gather, not a matmul, and norm weights are elementwise: both excluded."""
+    tied), and each multi-token-prediction module's (its projection, block and the head again). The input embedding is a gather, not a matmul, and norm weights are elementwise: both excluded."""
     attn = sum(o * i for o, i in attention_matrices(cfg).values())
     mlp = 3 * cfg.d_model * cfg.ffn_hidden
     # An MoE block: the router, and the k experts a token is routed to plus the shared ones (active weights;
     # dispatch to empty capacity slots is not model FLOPs)
     moe = cfg.n_experts * cfg.d_model + 3 * cfg.d_model * cfg.expert_width * (cfg.moe_top_k + cfg.moe_shared_experts)
     blocks = sum(attn + (moe if cfg.is_moe_layer(i) else mlp) for i in range(cfg.n_layers))
-    return blocks + cfg.vocab_size * cfg.d_model
+    # each MTP module: its projection, its block, and the shared head once more (core.model.mtp)
+    mtp = cfg.mtp_layers * (2 * cfg.d_model**2 + attn + (moe if cfg.n_experts else mlp) + cfg.vocab_size * cfg.d_model)
+    return blocks + cfg.vocab_size * cfg.d_model + mtp
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
@@ -129,7 +128,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     and p v H E_v, so the term is 6 L S H (E_qk + E_v).
     """
     heads = cfg.n_heads * (cfg.qk_head_size + cfg.v_head_size)  # 2 H E without MLA
-    return 6.0 * matmul_params(cfg) + 6.0 * cfg.n_layers * seq_len * heads
+    return 6.0 * matmul_params(cfg) + 6.0 * (cfg.n_layers + cfg.mtp_layers) * seq_len * heads
 
 
 def moe_capacity(tokens: int, top_k: int, n_experts: int, factor: float | None) -> int:

@@ -17,6 +17,8 @@ Parameter names (optimizer patterns and checkpoints rely on them; MindSpore deri
                                  layers.{i}.mlp.shared.{w_gate,w_up,w_down}.weight (with shared experts)
     norm.weight
     lm_head.weight               (only when cfg.tie_embeddings is false)
+    mtp.{k}.{enorm,hnorm,norm}.weight, mtp.{k}.proj.weight, mtp.{k}.block.*   (with mtp_layers: module k, its block
+                                 named as a layer's)
 """
 
 import zlib
@@ -28,6 +30,7 @@ from mindspore import Tensor, nn, ops
 from core.config import ModelConfig
 from core.model.block import Block
 from core.model.layers import Embedding, Linear, RMSNorm, linear, rope_tables
+from core.model.mtp import MTPLayer
 
 
 class GPT(nn.Cell):
@@ -48,6 +51,9 @@ class GPT(nn.Cell):
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps, dtype)
         if not cfg.tie_embeddings:
             self.lm_head = Linear(cfg.d_model, cfg.vocab_size, init_std=cfg.init_std, dtype=dtype)
+        self.mtp_depth = cfg.mtp_layers
+        if cfg.mtp_layers:
+            self.mtp = nn.CellList([MTPLayer(cfg, dtype) for _ in range(cfg.mtp_layers)])
 
         # Constants, not Parameters: built once for max_seq_len and read at the batch's token positions.
         cos, sin = rope_tables(cfg)
@@ -79,6 +85,13 @@ class GPT(nn.Cell):
             h = block(h, cos, sin, positions)
         return self.norm(h)  # (B, S, D)
 
+    def mtp_hidden(self, k: int, hidden, tokens, positions):
+        """Multi-token prediction module ``k`` (``core.model.mtp``): the previous depth's hidden (B, S, D) and the
+        tokens k + 1 places after each position (B, S) -> this depth's hidden (B, S, D)."""
+        cos = ops.gather(self.rope_cos, positions, 0)
+        sin = ops.gather(self.rope_sin, positions, 0)
+        return self.mtp[k](hidden, self.embed(tokens), cos, sin, positions)
+
     def logits(self, tokens):
         """hidden @ head_weight^T, (B, S, V). For tests and sampling; training uses the fused loss instead."""
         # self.construct, not self(...): graph mode cannot call a Cell on itself.
@@ -89,3 +102,10 @@ def count_params(model: nn.Cell) -> int:
     """Number of distinct trainable scalars (a tied embedding counts once; an MoE block's dropped-pair counter is
     a metric, not a parameter)."""
     return sum(int(np.prod(p.shape)) for p in model.trainable_params())
+
+
+def transformer_blocks(model: nn.Cell) -> list:
+    """Every transformer block of a GPT or a pipeline stage: its layers, then its MTP modules' blocks (the cells
+    that tensor and context parallelism treat alike)."""
+    mtp = getattr(model, "mtp", None)
+    return list(model.layers) + ([m.block for m in mtp] if mtp is not None else [])

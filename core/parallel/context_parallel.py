@@ -23,6 +23,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
+from core.model.gpt import transformer_blocks
 from core.model.layers import CausalAttention
 from core.parallel import comm
 
@@ -56,5 +57,5 @@ class ContextParallelSDPA(nn.Cell):
 
 
 def apply_context_parallel(model: nn.Cell, group: comm.Group) -> None:
-    for block in model.layers:
+    for block in transformer_blocks(model):
         block.attn.sdpa = ContextParallelSDPA(block.attn.sdpa.scale, group)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from mindspore import Parameter, Tensor, nn, ops
 
+from core.model.gpt import transformer_blocks
 from core.model.layers import MLP, Linear
 from core.model.mla import MLAttention
 from core.parallel import comm
@@ -93,7 +94,7 @@ def apply_tensor_parallel(
     """Split ``model``'s weights and wrap their ops for tensor (and sequence) parallelism over ``group``, recording
     each split weight's placement; returns the vocab-parallel (train, eval) loss ops."""
     sp = sequence_parallel
-    for block in model.layers:
+    for block in transformer_blocks(model):
         # an MoE block's experts split in core.parallel.expert_parallel; its shared experts are an MLP like this
         mlp = block.mlp if isinstance(block.mlp, MLP) else block.mlp.shared
         mlp_linears = (mlp.w_gate, mlp.w_up, mlp.w_down) if mlp is not None else ()

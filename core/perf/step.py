@@ -139,6 +139,12 @@ def _stage_passes(cfg: TrainConfig, dev: Device) -> list[tuple[Pass, Pass]]:
             f, b = block_passes(cfg, dev, i, mode if i in redo else "none")
             fwd.add(f)
             bwd.add(b)
+        for _ in range(cfg.model.mtp_layers if s == len(ranges) - 1 else 0):
+            # an MTP module (core.model.mtp): a block like the model's last (MoE in an MoE model), then the final
+            # norm, head and loss again; its 2 D x D projection is left out (under 1% of a block)
+            for f, b in (block_passes(cfg, dev, n - 1, "none"), edge_passes(cfg, dev, first=False, last=True)):
+                fwd.add(f)
+                bwd.add(b)
         if par.pp > 1 and cfg.cluster.stage_recompute and s < len(ranges) - 1:
             bwd.add(Pass(recompute=fwd.compute, launch=fwd.launch, comm=dict(fwd.comm)))  # the forward again, all of it
         out.append((fwd, bwd))

@@ -17,6 +17,7 @@ import numpy as np
 from mindspore import Tensor, ops
 
 from core.config import TrainConfig
+from core.model.flops import buffer_shapes
 from core.model.moe import moe_layers
 from core.training.ranks import Ranks
 
@@ -28,9 +29,7 @@ class ExpertBalance:
         self.ranks, self.n_experts = ranks, cfg.model.n_experts
         self.blocks = {layer.score_bias.name: layer for layer in moe_layers(model) if layer.has_bias}
         # every rank reduces the same (blocks, experts) table, a pipeline stage's rows for the blocks it holds
-        self.names = sorted(
-            {f"layers.{i}.mlp.score_bias" for i in range(cfg.model.n_layers) if cfg.model.is_moe_layer(i)}
-        )
+        self.names = sorted(buffer_shapes(cfg.model))
 
     @property
     def active(self) -> bool:

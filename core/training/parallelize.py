@@ -24,6 +24,7 @@ from core.memory.plan import RecomputePlan, recompute_plan
 from core.memory.recompute import apply_selective, mark_full
 from core.model.loss import LinearCrossEntropyLoss
 from core.model.moe import moe_layers
+from core.model.mtp import MTPLoss, mtp_targets
 from core.parallel import comm
 from core.parallel.context_parallel import apply_context_parallel, chunk_positions
 from core.parallel.dims import ParallelDims
@@ -50,14 +51,29 @@ class Parallelized:
     tied: tuple[str, ...] = ()  # parameters whose gradient is summed with a copy on another stage
     mirrors: tuple[str, ...] = ()  # those copies held here (another rank saves them)
 
-    def local_tokens(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """This rank's (inputs, targets), each (b, S / cp), from its batch rows (b, S + 1)."""
+    mtp_depth: int = 0  # multi-token prediction modules (core.model.mtp): training windows are this much longer
+    mtp_loss: nn.Cell | None = None
+
+    def local_tokens(self, rows: np.ndarray, *, training: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """This rank's (inputs, targets), each (b, S / cp), from its batch rows (b, S + 1); for training with MTP
+        from rows (b, S + 1 + D), its targets (b, S / cp, 1 + D) (``core.model.mtp.mtp_targets``)."""
+        if training and self.mtp_depth:
+            S = rows.shape[1] - 1 - self.mtp_depth
+            return rows[:, :S][:, self.positions], mtp_targets(rows, self.mtp_depth)[:, self.positions]
         return rows[:, :-1][:, self.positions], rows[:, 1:][:, self.positions]
 
     def train_loss(self, inputs, targets, positions):
-        """The training loss of a micro-batch (what the step differentiates): the model, then the fused loss."""
+        """The training loss of a micro-batch (what the step differentiates): the model, then the fused loss; with
+        MTP, the main loss whose backward adds the modules' (``core.model.mtp``)."""
         hidden = self.model(inputs, positions)  # (B, S, D)
-        return self.loss(hidden, self.model.head_weight(), targets)
+        if not self.mtp_depth:
+            return self.loss(hidden, self.model.head_weight(), targets)
+        head = self.model.head_weight()
+        main, extra = self.loss(hidden, head, targets[:, :, 0]), 0.0
+        for k in range(self.mtp_depth):
+            hidden = self.model.mtp_hidden(k, hidden, targets[:, :, k], positions)
+            extra = extra + self.loss(hidden, head, targets[:, :, k + 1])
+        return self.mtp_loss(main, extra)
 
     def validation_loss(self, inputs, targets, positions):
         hidden = self.model(inputs, positions)
@@ -95,7 +111,9 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
         recompute=plan,
     )
     if dims.pp == 1:
-        return Parallelized(model=model, **common)
+        depth = cfg.model.mtp_layers
+        mtp_loss = MTPLoss(cfg.model.mtp_loss_weight, depth) if depth else None
+        return Parallelized(model=model, mtp_depth=depth, mtp_loss=mtp_loss, **common)
     mirrors = tuple(name for part in parts.values() for name in part.mirrors)
     tied = mirrors + (("embed.weight",) if 0 in parts and model.tie_embeddings else ())
     held = nn.CellList(list(parts.values()), auto_prefix=False)

@@ -171,10 +171,11 @@ class Trainer:
 
     def _train_step(self, step: int) -> tuple[float, float, float]:
         cfg, t, dims = self.cfg, self.cfg.training, self.dims
+        window = t.seq_len + cfg.model.mtp_layers  # MTP's targets reach D tokens further (core.model.mtp)
         rows = self.train_data.batch(
-            step, t.global_batch_size, t.seq_len, cfg.seed, rank=dims.index("batch"), world_size=dims.size("batch")
-        )  # (G / batch ranks, S + 1)
-        loss_value, grads = self.step.run(*self.par.local_tokens(rows), self.positions)
+            step, t.global_batch_size, window, cfg.seed, rank=dims.index("batch"), world_size=dims.size("batch")
+        )  # (G / batch ranks, S + 1 + D)
+        loss_value, grads = self.step.run(*self.par.local_tokens(rows, training=True), self.positions)
         grads, norm, scale = self.sync(grads)
         loss_value = self.ranks.mean(loss_value)  # every rank must take the same decision on NaN
         norm_value = float(norm.asnumpy())

@@ -256,3 +256,84 @@ def test_transformers_5_fused_expert_names_load_too(tmp_path):
     assert "model.layers.0.mlp.experts.gate_up_proj" in state
     save_file(state, str(tmp_path / hf.WEIGHTS), metadata={"format": "pt"})
     assert close(core_model(tmp_path).logits(Tensor(TOKENS)).asnumpy(), hf_logits(model)) <= 1e-5
+
+
+def _mtp_logits_hf(main, mtp, tokens: np.ndarray) -> np.ndarray:
+    """transformers' MTP depth 1 over the whole window: the main model's output at positions 0..S-1 and the tokens
+    1..S (MtpModel takes the tokens, and their positions, one place on; RoPE is relative, so the core's positions
+    0..S-1 give the same scores)."""
+    S = tokens.shape[1] - 1
+    ids = torch.from_numpy(tokens.astype(np.int64))
+    with torch.no_grad():
+        last = main.model(ids[:, :S]).last_hidden_state
+        h = mtp.forward_layer(0, last, torch.arange(1, S + 1)[None], None, input_ids=ids[:, 1:])
+        return mtp._project_to_logits(h).numpy()
+
+
+def _mtp_logits_core(core, tokens: np.ndarray) -> np.ndarray:
+    S = tokens.shape[1] - 1
+    hidden = core(Tensor(tokens[:, :S]))
+    positions = Tensor(np.arange(S, dtype=np.int32))
+    h = core.mtp_hidden(0, hidden, Tensor(tokens[:, 1:]), positions)
+    return (h.asnumpy() @ core.head_weight().asnumpy().T).astype(np.float32)
+
+
+def test_deepseek_mtp_module_loads_and_saves_as_transformers_runs_it(tmp_path):
+    """DeepSeek-V3 with one multi-token-prediction module, in the Hub's layout (layer n_layers: enorm, hnorm,
+    eh_proj, the block, shared_head.norm, and copies of the embedding and head): the core's module gives
+    transformers' MtpModel logits, and the core's export loads back into MtpModel with the same logits."""
+    from safetensors.torch import load_file, save_file
+    from transformers.modeling_layers import MtpModel
+
+    config_cls, model_cls, extra = ARCHITECTURES["deepseek-v3"]
+    config = getattr(transformers, config_cls)(**(SHAPES | extra | {"num_nextn_predict_layers": 1}))
+    torch.manual_seed(1)
+    main = getattr(transformers, model_cls)(config).float().eval()
+    mtp = MtpModel(main, 1).float().eval()
+    with torch.no_grad():
+        for module in (main, mtp):
+            for name, p in module.named_parameters():
+                p.copy_(torch.randn_like(p) * (0.1 if "norm" in name else 0.3) + (1.0 if "norm" in name else 0.0))
+    main.save_pretrained(tmp_path / "hf")
+    L, tensors = config.num_hidden_layers, load_file(tmp_path / "hf" / hf.WEIGHTS)
+    for name, p in mtp.state_dict().items():  # MtpModel's names -> the Hub's (transformers' conversion, reversed)
+        if name.startswith(("embed_tokens.", "shared_head.")):
+            continue
+        rest = name.removeprefix("layers.0.").replace("mtp_block.", "").replace("post_norm.", "shared_head.norm.")
+        tensors[f"model.layers.{L}.{rest}"] = p.detach().clone()
+    tensors[f"model.layers.{L}.embed_tokens.weight"] = main.model.embed_tokens.weight.detach().clone()
+    tensors[f"model.layers.{L}.shared_head.head.weight"] = main.lm_head.weight.detach().clone()
+    save_file(tensors, tmp_path / "hf" / hf.WEIGHTS, metadata={"format": "pt"})
+    tokens = np.random.default_rng(3).integers(0, SHAPES["vocab_size"], (2, 25)).astype(np.int32)
+    expected = _mtp_logits_hf(main, mtp, tokens)
+
+    core = core_model(tmp_path / "hf")
+    assert core.cfg.mtp_layers == 1
+    assert close(_mtp_logits_core(core, tokens), expected) <= 1e-5
+
+    # saved from the core: transformers' main model loads it, and its MTP layer is the Hub's layout (read here by
+    # name: MtpModel.from_pretrained looks for DeepSeek-V3's layer 61 only)
+    biases = [m.score_bias for m in moe_layers(core) if m.has_bias]
+    hf.save(tmp_path / "out", {p.name: p.asnumpy() for p in [*core.trainable_params(), *biases]}, core.cfg)
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").float().eval()
+    saved, mtp_back = load_file(tmp_path / "out" / hf.WEIGHTS), MtpModel(back, 1).float().eval()
+    hub = {n: t for n, t in saved.items() if n.startswith(f"model.layers.{L}.")}
+    assert torch.equal(hub.pop(f"model.layers.{L}.embed_tokens.weight"), back.model.embed_tokens.weight)
+    assert torch.equal(hub.pop(f"model.layers.{L}.shared_head.head.weight"), back.lm_head.weight)
+    state = {}
+    for name, t in hub.items():
+        rest = name.removeprefix(f"model.layers.{L}.").replace("shared_head.norm.", "post_norm.")
+        own = rest.startswith(("enorm.", "hnorm.", "eh_proj.", "post_norm."))
+        state[f"layers.0.{rest}" if own else f"layers.0.mtp_block.{rest}"] = t
+    experts = [n for n in state if ".mlp.experts." in n]  # the Hub's experts one by one -> transformers' fused
+    for n in experts:
+        state.pop(n)
+    w = {(int(n.split(".")[5]), n.split(".")[6]): hub[f"model.layers.{L}.{n.split('mtp_block.')[1]}"] for n in experts}
+    X = 1 + max(x for x, _ in w)
+    state["layers.0.mtp_block.mlp.experts.gate_up_proj"] = torch.stack(
+        [torch.cat([w[(x, "gate_proj")], w[(x, "up_proj")]]) for x in range(X)]
+    )
+    state["layers.0.mtp_block.mlp.experts.down_proj"] = torch.stack([w[(x, "down_proj")] for x in range(X)])
+    missing, unexpected = mtp_back.load_state_dict(state, strict=False)
+    assert not unexpected and all(n.startswith(("embed_tokens.", "shared_head.")) for n in missing), missing
+    assert close(_mtp_logits_hf(back, mtp_back, tokens), expected) <= 1e-5

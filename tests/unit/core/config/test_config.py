@@ -89,6 +89,7 @@ def test_swap_settings_compose():
         (["model=deepseek-tiny", "model.moe_groups=3"], "model.moe_groups", "divide model.n_experts=8"),
         (["model=deepseek-tiny", "model.moe_topk_groups=5"], "model.moe_topk_groups", "between 1 and"),
         (["model=deepseek-tiny", "model.moe_score_bias=false"], "model.moe_bias_update_rate", "moe_score_bias=true"),
+        (["model.mtp_layers=-1"], "model.mtp_layers", ">= 0"),
     ],
 )
 def test_rejections_name_the_field_and_the_fix(overrides, field, fix):

@@ -233,21 +233,20 @@ DEEPSEEK_V3 = {
 
 
 def test_deepseek_v3_reads_as_its_preset_and_what_is_not_built_is_refused(tmp_path):
-    """The Hub's DeepSeek-V3 config: MTP and the FP8 weights refused by name; without them, the model of the
-    deepseek-v3 preset (671.0B parameters, the published total) with the config's 128K YaRN context."""
+    """The Hub's DeepSeek-V3 config: its FP8 weights refused by name; without them, the model of the deepseek-v3
+    preset (671.0B parameters in the main model, the published total, and one MTP module) with the config's 128K
+    YaRN context."""
     import math
 
     from core.model.flops import param_shapes
 
-    with pytest.raises(ConfigError, match="num_nextn_predict_layers=1 is not built: multi-token prediction"):
-        load_config([f"model=hf:{_write(tmp_path, DEEPSEEK_V3, 'a')}"])
-    bf16 = {**DEEPSEEK_V3, "num_nextn_predict_layers": 0}
     with pytest.raises(ConfigError, match="quantization_config=.* FP8"):
-        load_config([f"model=hf:{_write(tmp_path, bf16, 'b')}"])
-    bf16.pop("quantization_config")
+        load_config([f"model=hf:{_write(tmp_path, DEEPSEEK_V3, 'b')}"])
+    bf16 = {k: v for k, v in DEEPSEEK_V3.items() if k != "quantization_config"}
     m = load_config([f"model=hf:{_write(tmp_path, bf16, 'c')}"]).model
     preset = load_config(["model=deepseek-v3"]).model
-    assert sum(math.prod(s) for s in param_shapes(m).values()) == 671_026_404_352
+    main = {n: s for n, s in param_shapes(m).items() if not n.startswith("mtp.")}
+    assert sum(math.prod(s) for s in main.values()) == 671_026_404_352 and m.mtp_layers == 1
     assert param_shapes(m) == param_shapes(preset)
     for key in ("moe_groups", "moe_topk_groups", "moe_routed_scale", "moe_score_bias", "moe_router", "q_lora_rank"):
         assert getattr(m, key) == getattr(preset, key), key
@@ -267,7 +266,7 @@ def test_deepseek_v3_reads_as_its_preset_and_what_is_not_built_is_refused(tmp_pa
     ],
 )
 def test_deepseek_v3_routing_the_core_does_not_build_is_refused(tmp_path, change, named):
-    config = {**DEEPSEEK_V3, "num_nextn_predict_layers": 0, **change}
+    config = {**DEEPSEEK_V3, **change}
     config.pop("quantization_config")
     with pytest.raises(ConfigError, match=named):
         load_config([f"model=hf:{_write(tmp_path, config)}"])
