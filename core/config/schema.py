@@ -293,6 +293,12 @@ class TrainingConfig:
     health_interval: int = 0
     """Steps between the L2 norms of each block's gradients and parameters (embedding, every transformer block,
     final norm, head) in ``metrics.jsonl``, to see where a divergence starts; 0: never."""
+    max_attention_logit: float | None = None
+    """Stop the trial as ``nan`` (exit 12) when a step's largest attention logit (q k^T times the softmax scale,
+    over every layer, head, micro-batch and rank) exceeds this: logits that grow without bound come before loss
+    spikes and divergence (Dehghani et al. 2023; Kimi K2's MuonClip; MindFormers' MaxLogits check), so the trial
+    stops paying before its loss does. Tracked whenever set, and recorded in each line of ``metrics.jsonl`` and the
+    summary's ``metrics.max_attention_logit``; null: not tracked (no cost)."""
     eval_batches: int = 2
     """Global batches of fixed validation windows per validation pass."""
     profile: bool = False
@@ -312,6 +318,11 @@ class TrainingConfig:
         require(self.mode in ("jit", "pynative"), "training.mode", f"must be jit or pynative (got {self.mode!r})")
         require(self.eval_interval >= 0, "training.eval_interval", "must be >= 0")
         require(self.health_interval >= 0, "training.health_interval", "must be >= 0")
+        require(
+            self.max_attention_logit is None or self.max_attention_logit > 0,
+            "training.max_attention_logit",
+            "must be > 0, or null for no check",
+        )
         require(
             self.precision in PRECISIONS,
             "training.precision",

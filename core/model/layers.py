@@ -185,9 +185,19 @@ class CausalAttention(nn.Cell):
     k (B, K, Sk, E) and v (B, K, Sk, Ev) with their positions, K dividing H (GQA: each KV head serves H / K query
     heads); by hand, as the fused kernels are Ascend-only."""
 
+    _count = 0  # gives each cell's max_logit a name of its own (it is added after the cell tree is named)
+
     def __init__(self, scale: float):
         super().__init__()
         self.scale = scale  # 1 / sqrt(E) (ModelConfig.softmax_scale)
+        self.track_max = False  # a plain bool: graph mode reads it as a constant
+
+    def track(self) -> None:
+        """Keep the largest scaled logit q k^T a query attends to in ``max_logit`` (-inf: none since it was reset),
+        for ``training.max_attention_logit``; called before anything compiles."""
+        CausalAttention._count += 1
+        self.max_logit = Parameter(Tensor(-np.inf, ms.float32), name=f"max_logit_{self._count}", requires_grad=False)
+        self.track_max = True
 
     def construct(self, q, k, v, q_positions, k_positions):
         B, H, Sq, E = q.shape
@@ -204,6 +214,9 @@ class CausalAttention(nn.Cell):
         # The mask written out to the scores' shape (one tensor the graph shares across layers): a broadcasting Add
         # takes MindSpore's per-element slow path on CPU, several times an Add of equal shapes.
         scores = scores + ops.broadcast_to(mask, scores.shape)
+        if self.track_max:  # over the logits a query attends to (the masked ones are -inf)
+            largest = ops.stop_gradient(scores.reshape(-1).max()).astype(ms.float32)
+            ops.assign(self.max_logit, ops.maximum(self.max_logit, largest))
         # Softmax in float32 (exp of low-precision logits loses the small probabilities), over 2-D rows: MindSpore's
         # CPU reductions (softmax's backward) run several times slower over a 4-D tensor's last axis than a 2-D one's.
         probs = mint.softmax(scores.reshape(-1, Sk).astype(ms.float32), dim=-1).astype(v.dtype)

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 from mindspore import Tensor, ops
+from mindspore.communication import get_rank
 
 
 class Ranks:
@@ -27,6 +28,15 @@ class Ranks:
         if self.world_size == 1:
             return values
         return [float(v) for v in ops.AllReduce()(Tensor(np.asarray(values, np.float32))).asnumpy()]
+
+    def max(self, value: float) -> float:
+        """The largest ``value`` of the ranks: each writes its own slot of a vector that a sum then gathers
+        (MindSpore's CPU AllReduce sums only)."""
+        if self.world_size == 1:
+            return value
+        slots = [0.0] * self.world_size
+        slots[get_rank()] = value
+        return max(self.sum(slots))
 
     def barrier(self) -> None:
         self.sum([0.0])

@@ -3,16 +3,24 @@
 comm_time_share       with ``training.profile``: the share of step time in collectives (MindSpore's profiler)
 pipeline_bubble       with a pipeline: the share of step time a rank spent blocked in receives (rank mean)
 moe_dropped_fraction  MoE: (token, choice) pairs over capacity / routed, in each step's last micro-batch
+max_attention_logit   with ``training.max_attention_logit``: the largest attention logit of the run (each step's
+                      in its ``metrics.jsonl`` line), and the check that stops a trial whose logits pass it
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
+from mindspore import Tensor, ops
+
 from core.config import TrainConfig
+from core.model.layers import CausalAttention
 from core.model.moe import moe_layers
 from core.runtime.profiling import StepProfiler, comm_time_share
 from core.training.ranks import Ranks
+from core.trial.contract import NonFinite
 from core.trial.recorder import TrialRecorder
 
 
@@ -24,6 +32,28 @@ class StepStats:
         self.waits: list[tuple[float, float]] = []  # (seconds blocked in pipeline receives, step seconds)
         self.profiler: StepProfiler | None = None
         self.profiled_sec = 0.0
+        self.logit_limit = cfg.training.max_attention_logit
+        self.cores = [c for _, c in model.cells_and_names() if isinstance(c, CausalAttention) and c.track_max]
+        self.max_logit: float | None = None  # the run's largest (every rank's)
+
+    def attention_logit(self, step: int, ranks: Ranks) -> float | None:
+        """The step's largest attention logit over every rank (each joins), the cells' maxima reset; raises
+        NonFinite past ``training.max_attention_logit``. None when not tracked."""
+        if self.logit_limit is None:
+            return None
+        mine = -math.inf
+        for core in self.cores:
+            mine = max(mine, float(core.max_logit.asnumpy()))
+            ops.assign(core.max_logit, Tensor(-np.inf, core.max_logit.dtype))
+        value = ranks.max(mine)
+        self.max_logit = value if self.max_logit is None else max(self.max_logit, value)
+        if not value <= self.logit_limit:  # NaN too
+            raise NonFinite(
+                f"nan: the largest attention logit reached {value:.4g} at step {step + 1}, past "
+                f"training.max_attention_logit={self.logit_limit:g} (logits growing without bound come before "
+                f"divergence); lower optim.lr (now {self.cfg.optim.lr:g}) or raise optim.warmup_steps"
+            )
+        return value
 
     def before_step(self, steps_run: int) -> None:
         """Start the profiler after compilation and warm-up (the steps after the first two)."""
@@ -48,6 +78,7 @@ class StepStats:
         if self.cfg.model.n_experts:
             dropped, routed = ranks.sum(self.moe_pairs)
             rec.moe_dropped_fraction = dropped / routed if routed else None
+        rec.max_attention_logit = self.max_logit
         if self.waits:
             share = sum(w for w, _ in self.waits) / sum(dt for _, dt in self.waits)
             rec.pipeline_bubble = ranks.mean(share, holders=ranks.world_size)

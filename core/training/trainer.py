@@ -111,6 +111,7 @@ class Trainer:
             pipeline=self.par.stages is not None,
         )
         self.metrics = open(self.trial_dir / "metrics.jsonl", "a") if self.dist.rank == 0 else None
+        self.attention_logit: float | None = None  # the last step's, with training.max_attention_logit
         rec.flops_per_token = flops_per_token(cfg.model, cfg.training.seq_len)
         rec.estimated_memory_bytes = estimate_memory_bytes(cfg)
         rec.state_bytes = self._state_bytes()
@@ -184,6 +185,7 @@ class Trainer:
                 f"nan: loss {loss_value} / grad norm {norm_value} at step {step + 1}; lower optim.lr "
                 f"(now {cfg.optim.lr:g}), raise optim.warmup_steps or keep optim.grad_clip on"
             )
+        self.attention_logit = self.stats.attention_logit(step, self.ranks)  # every rank; may stop the trial
         lr = lr_at(step, cfg.optim, cfg.trial.max_steps)
         health = self.block_norms is not None and (step + 1) % t.health_interval == 0
         grad_blocks = self.block_norms(grads, self.sync.scale) if health else None
@@ -242,6 +244,7 @@ class Trainer:
                     "elapsed_sec": time.time() - self.rec.started,
                     "peak_memory_bytes": peak_rss_bytes(),
                 }
+                | ({"max_attention_logit": self.attention_logit} if self.attention_logit is not None else {})
             )
 
     def _write(self, row: dict) -> None:

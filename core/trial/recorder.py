@@ -81,6 +81,7 @@ class TrialRecorder:
     comm_time_share: float | None = None  # with training.profile: share of step time in collectives
     pipeline_bubble: float | None = None  # with a pipeline: share of step time blocked in receives (rank mean)
     moe_dropped_fraction: float | None = None  # MoE: pairs over capacity / routed (ranks' last micro-batches)
+    max_attention_logit: float | None = None  # with training.max_attention_logit: the run's largest
     compile_cache: str | None = None  # "loaded" / "compiled" (core.runtime.compile_cache; rank 0's); None: off
     started_at: str = field(default_factory=utc_now)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -138,6 +139,7 @@ class TrialRecorder:
             "comm_time_share": self.comm_time_share,
             "pipeline_bubble": self.pipeline_bubble,
             "moe_dropped_fraction": self.moe_dropped_fraction,
+            "max_attention_logit": _finite_or_none(self.max_attention_logit),
         }
 
     def summary(self, code: Exit, reason: str, error: dict | None = None) -> dict:

@@ -115,3 +115,13 @@ def test_resume_continues_exactly(trial):
     assert resumed.code == 0, resumed.output
     assert resumed.metrics() == straight.metrics()[5:]
     assert resumed.summary["steps"] == 10
+
+
+def test_attention_logits_past_the_limit_stop_the_trial_as_nan(trial):
+    """training.max_attention_logit: the tiny model's logits start near 0.3 (each step's is in metrics.jsonl), so a
+    limit of 0.05 stops the first step, and the summary says which check stopped it."""
+    run = trial("model=tiny", "training.max_attention_logit=0.05", "trial.max_steps=5")
+    assert run.code == 12, run.output
+    s = run.summary
+    assert_summary_schema(s)
+    assert s["status"] == "nan" and s["steps"] == 0 and "training.max_attention_logit=0.05" in s["reason"]

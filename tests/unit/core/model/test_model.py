@@ -343,3 +343,35 @@ def test_rmsnorm_backward_matches_float64_finite_differences(jit):
     gx, gw = (ms.jit(grad) if jit else grad)(ms.Tensor(x, ms.float32), ms.Tensor(w, ms.float32))
     np.testing.assert_allclose(gx.asnumpy(), central(x, lambda a: f(a, w)), atol=2e-5)
     np.testing.assert_allclose(gw.asnumpy(), central(w, lambda a: f(x, a)), atol=2e-5)
+
+
+def np_max_logit(W, cfg, tok) -> float:
+    """The largest scaled q k^T of a 1-block model over heads and causal pairs, in float64."""
+    E, H, K = cfg.head_size, cfg.n_heads, cfg.n_kv_heads
+    h = np_rmsnorm(W["embed.weight"][tok], W["layers.0.attn_norm.weight"], cfg.norm_eps)
+    q, k = (h @ W[f"layers.0.attn.{n}.weight"].T for n in ("wq", "wk"))
+    allowed = ~np.triu(np.ones((tok.shape[1],) * 2, bool), k=1)
+    best = -np.inf
+    for b in range(tok.shape[0]):
+        for j in range(H):
+            qh = np_rope(q[b, :, j * E : (j + 1) * E], cfg.rope_theta)
+            kh = np_rope(k[b, :, (j // (H // K)) * E : (j // (H // K) + 1) * E], cfg.rope_theta)
+            best = max(best, float((qh @ kh.T / math.sqrt(E))[allowed].max()))
+    return best
+
+
+def test_the_tracked_attention_logit_is_the_largest_a_query_attends_to():
+    """training.max_attention_logit's measure: the largest scaled q k^T over heads and causal pairs, kept as the
+    maximum over calls (micro-batches) until read."""
+    from core.model.layers import CausalAttention
+
+    cfg = tiny_cfg(False, n_layers=1)
+    model = GPT(cfg, seed=4)
+    (core,) = [c for _, c in model.cells_and_names() if isinstance(c, CausalAttention)]
+    core.track()
+    W, first, second = weights_of(model), tokens_of(cfg, 0), tokens_of(cfg, 1)
+    model(ms.Tensor(first))
+    assert float(core.max_logit.asnumpy()) == pytest.approx(np_max_logit(W, cfg, first), rel=1e-5)
+    model(ms.Tensor(second))
+    want = max(np_max_logit(W, cfg, first), np_max_logit(W, cfg, second))
+    assert float(core.max_logit.asnumpy()) == pytest.approx(want, rel=1e-5)
