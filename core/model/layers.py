@@ -192,9 +192,11 @@ class CausalAttention(nn.Cell):
         self.scale = scale  # 1 / sqrt(E) (ModelConfig.softmax_scale)
         self.track_max = False  # a plain bool: graph mode reads it as a constant
 
-    def track(self) -> None:
+    def track(self, label: str) -> None:
         """Keep the largest scaled logit q k^T a query attends to in ``max_logit`` (-inf: none since it was reset),
-        for ``training.max_attention_logit``; called before anything compiles."""
+        for ``training.max_attention_logit``; ``label`` names the block (``layers.3``). Called before anything
+        compiles."""
+        self.label = label
         CausalAttention._count += 1
         self.max_logit = Parameter(Tensor(-np.inf, ms.float32), name=f"max_logit_{self._count}", requires_grad=False)
         self.track_max = True

@@ -22,6 +22,7 @@ from mindspore import nn
 from core.config import TrainConfig
 from core.memory.plan import RecomputePlan, recompute_plan
 from core.memory.recompute import apply_selective, mark_full
+from core.model.gpt import transformer_blocks
 from core.model.layers import CausalAttention
 from core.model.loss import LinearCrossEntropyLoss
 from core.model.moe import moe_layers
@@ -102,9 +103,11 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
             loss, eval_loss = losses
     if cfg.training.max_attention_logit is not None:  # before anything compiles: graph mode reads it as a constant
         for part in parts.values():
-            for _, cell in part.cells_and_names():
-                if isinstance(cell, CausalAttention):
-                    cell.track()
+            for block in transformer_blocks(part):
+                label = block.attn_norm.weight.name.rsplit(".attn_norm.", 1)[0]  # the 1-process name: layers.3
+                for _, cell in block.attn.cells_and_names():
+                    if isinstance(cell, CausalAttention):
+                        cell.track(label)
     S = cfg.training.seq_len
     positions = chunk_positions(S, dims.cp, dims.index("cp")) if dims.cp > 1 else np.arange(S, dtype=np.int32)
     common = dict(

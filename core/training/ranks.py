@@ -29,14 +29,14 @@ class Ranks:
             return values
         return [float(v) for v in ops.AllReduce()(Tensor(np.asarray(values, np.float32))).asnumpy()]
 
-    def max(self, value: float) -> float:
-        """The largest ``value`` of the ranks: each writes its own slot of a vector that a sum then gathers
-        (MindSpore's CPU AllReduce sums only)."""
+    def max_each(self, values: list[float]) -> list[float]:
+        """Each position's largest value over the ranks: every rank writes its own row of a table that a sum then
+        gathers (MindSpore's CPU AllReduce sums only; -inf stays -inf, NaN stays NaN)."""
         if self.world_size == 1:
-            return value
-        slots = [0.0] * self.world_size
-        slots[get_rank()] = value
-        return max(self.sum(slots))
+            return values
+        table = np.zeros((self.world_size, len(values)), np.float32)
+        table[get_rank()] = values
+        return np.asarray(self.sum(table.reshape(-1).tolist())).reshape(table.shape).max(axis=0).tolist()
 
     def barrier(self) -> None:
         self.sum([0.0])

@@ -34,26 +34,31 @@ class StepStats:
         self.profiled_sec = 0.0
         self.logit_limit = cfg.training.max_attention_logit
         self.cores = [c for _, c in model.cells_and_names() if isinstance(c, CausalAttention) and c.track_max]
+        m = cfg.model  # every block's label, the same list on every rank (a pipeline rank holds some of them)
+        self.labels = [f"layers.{i}" for i in range(m.n_layers)] + [f"mtp.{k}.block" for k in range(m.mtp_layers)]
         self.max_logit: float | None = None  # the run's largest (every rank's)
 
-    def attention_logit(self, step: int, ranks: Ranks) -> float | None:
-        """The step's largest attention logit over every rank (each joins), the cells' maxima reset; raises
-        NonFinite past ``training.max_attention_logit``. None when not tracked."""
+    def attention_logit(self, step: int, ranks: Ranks) -> tuple[float, str] | None:
+        """(the step's largest attention logit over every rank, the block it is in); every rank joins, the cells'
+        maxima reset. Raises NonFinite past ``training.max_attention_logit``, naming the block. None when not
+        tracked."""
         if self.logit_limit is None:
             return None
-        mine = -math.inf
+        mine = dict.fromkeys(self.labels, -math.inf)
         for core in self.cores:
-            mine = max(mine, float(core.max_logit.asnumpy()))
+            mine[core.label] = max(mine[core.label], float(core.max_logit.asnumpy()))
             ops.assign(core.max_logit, Tensor(-np.inf, core.max_logit.dtype))
-        value = ranks.max(mine)
+        each = ranks.max_each(list(mine.values()))
+        worst = max(range(len(each)), key=lambda i: each[i] if not math.isnan(each[i]) else math.inf)
+        value, label = each[worst], self.labels[worst]
         self.max_logit = value if self.max_logit is None else max(self.max_logit, value)
         if not value <= self.logit_limit:  # NaN too
             raise NonFinite(
-                f"nan: the largest attention logit reached {value:.4g} at step {step + 1}, past "
+                f"nan: the largest attention logit reached {value:.4g} in {label} at step {step + 1}, past "
                 f"training.max_attention_logit={self.logit_limit:g} (logits growing without bound come before "
                 f"divergence); lower optim.lr (now {self.cfg.optim.lr:g}) or raise optim.warmup_steps"
             )
-        return value
+        return value, label
 
     def before_step(self, steps_run: int) -> None:
         """Start the profiler after compilation and warm-up (the steps after the first two)."""

@@ -111,7 +111,7 @@ class Trainer:
             pipeline=self.par.stages is not None,
         )
         self.metrics = open(self.trial_dir / "metrics.jsonl", "a") if self.dist.rank == 0 else None
-        self.attention_logit: float | None = None  # the last step's, with training.max_attention_logit
+        self.attention_logit: tuple[float, str] | None = None  # the last step's and its block (max_attention_logit)
         rec.flops_per_token = flops_per_token(cfg.model, cfg.training.seq_len)
         rec.estimated_memory_bytes = estimate_memory_bytes(cfg)
         rec.state_bytes = self._state_bytes()
@@ -244,7 +244,11 @@ class Trainer:
                     "elapsed_sec": time.time() - self.rec.started,
                     "peak_memory_bytes": peak_rss_bytes(),
                 }
-                | ({"max_attention_logit": self.attention_logit} if self.attention_logit is not None else {})
+                | (
+                    dict(zip(("max_attention_logit", "max_attention_logit_block"), self.attention_logit, strict=True))
+                    if self.attention_logit is not None
+                    else {}
+                )
             )
 
     def _write(self, row: dict) -> None:

@@ -1,5 +1,6 @@
 """One real trial per exit code of DESIGN §3.3, through the CLI as the agent runs it."""
 
+import re
 import time
 
 import pytest
@@ -125,3 +126,4 @@ def test_attention_logits_past_the_limit_stop_the_trial_as_nan(trial):
     s = run.summary
     assert_summary_schema(s)
     assert s["status"] == "nan" and s["steps"] == 0 and "training.max_attention_logit=0.05" in s["reason"]
+    assert re.search(r"reached [0-9.]+ in layers\.[0-2] at step 1", s["reason"]), s["reason"]

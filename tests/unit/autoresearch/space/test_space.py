@@ -513,6 +513,7 @@ def test_describe_mentions_objective_params_constraints_and_budget(space):
         ("moe", ("val_loss", "minimize"), 2),
         ("hparams", ("val_loss", "minimize"), 1),
         ("hf-qwen3", ("val_loss", "minimize"), 2),
+        ("hf-deepseek", ("val_loss", "minimize"), 2),
     ],
 )
 def test_shipped_spaces_load_with_their_objective_and_budget(name, objective, world_size):

@@ -368,7 +368,7 @@ def test_the_tracked_attention_logit_is_the_largest_a_query_attends_to():
     cfg = tiny_cfg(False, n_layers=1)
     model = GPT(cfg, seed=4)
     (core,) = [c for _, c in model.cells_and_names() if isinstance(c, CausalAttention)]
-    core.track()
+    core.track("layers.0")
     W, first, second = weights_of(model), tokens_of(cfg, 0), tokens_of(cfg, 1)
     model(ms.Tensor(first))
     assert float(core.max_logit.asnumpy()) == pytest.approx(np_max_logit(W, cfg, first), rel=1e-5)
