@@ -440,5 +440,7 @@ MINDFORMERS = Target(
         "training.profile": TRIAL_ONLY,
         "training.health_interval": "per-block norms in the trial's metrics.jsonl; the run monitors itself "
         "(MindFormers' monitor_config, local_norm)",
+        "training.max_attention_logit": "the trial's early stop on exploding attention logits; the run sets its own "
+        "check (MindFormers' MaxLogits monitoring)",
     },
 )

@@ -358,5 +358,7 @@ TORCHTITAN = Target(
         "training.eval_batches": TRIAL_ONLY,
         "training.profile": TRIAL_ONLY,
         "training.health_interval": "per-block norms in the trial's metrics.jsonl; the run logs its own metrics",
+        "training.max_attention_logit": "the trial's early stop on exploding attention logits; no torchtitan "
+        "counterpart",
     },
 )
