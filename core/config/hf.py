@@ -15,11 +15,10 @@ and Qwen3-MoE, the fields of ``transformers``' configuration classes of the same
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-from core.config.model import ModelConfig
+from core.config.model import ModelConfig, yarn_mscale
 from core.config.overrides import override
 from core.config.rules import ConfigError, require
 
@@ -82,6 +81,11 @@ _REQUIRED_VALUES = {
     "sliding_window": (None, _SLIDING),
     "use_sliding_window": (False, _SLIDING),
     "router_jitter_noise": (0.0, "the core's router adds no jitter"),
+    "quantization_config": (None, "FP8 block-quantised weights are not read; dequantize the checkpoint to bf16"),
+    # DeepSeek-V3's
+    "scoring_func": ("sigmoid", "DeepSeek-V3's router scores are sigmoids"),
+    "topk_method": ("noaux_tc", "the core routes DeepSeek-V3 by biased, group-limited top-k (noaux_tc)"),
+    "moe_layer_freq": (1, "every block after the dense ones is MoE"),
 }
 
 
@@ -177,13 +181,6 @@ _DEEPSEEK_KEYS = {
     "num_nextn_predict_layers": "mtp_layers",
     "num_mtp_layers": "mtp_layers",  # transformers 5's name for it
 }
-# DeepSeek-V3 keys read only at the value the core builds
-_DEEPSEEK_REQUIRED = {
-    "scoring_func": ("sigmoid", "DeepSeek-V3's router scores are sigmoids"),
-    "topk_method": ("noaux_tc", "the core routes DeepSeek-V3 by biased, group-limited top-k (noaux_tc)"),
-    "moe_layer_freq": (1, "every block after the dense ones is MoE"),
-    "quantization_config": (None, "FP8 block-quantised weights are not read; dequantize the checkpoint to bf16"),
-}
 
 
 # What a DeepSeek-V3 config's MoE keys mean when first_k_dense_replace makes every block dense: nothing to build.
@@ -215,10 +212,6 @@ def _deepseek(hf: dict, spec: str) -> tuple[dict, bool]:
     for key, value in hf.items():
         if key in _DEEPSEEK_KEYS:
             out[f"_model.{_DEEPSEEK_KEYS[key]}"] = value
-        elif key in _DEEPSEEK_REQUIRED:
-            built, why = _DEEPSEEK_REQUIRED[key]
-            if value != built and not (built == 0 and value is None):
-                raise ConfigError("model", f"{spec}: {key}={value!r} is not built: {why}")
         elif key in ("head_dim", "qk_head_dim", "ep_size", "auto_map"):
             continue  # derived from the MLA widths; a deployment's expert parallelism; custom code's location
         else:
@@ -275,12 +268,8 @@ def _rope(params: dict | None, spec: str, max_positions: int | None) -> dict[str
         fields["rope_factor"] = max_positions / fields["rope_original_max_len"]  # transformers' default
     if mscale and mscale_all and "rope_attention_factor" not in fields:  # DeepSeek's form of the temperature
         factor = fields.get("rope_factor", 1.0)
-        fields["rope_attention_factor"] = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all)
+        fields["rope_attention_factor"] = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all)
     return fields
-
-
-def _yarn_mscale(factor: float, mscale: float) -> float:
-    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
 def to_hf_config(cfg: ModelConfig, *, dtype: str = "float32") -> dict[str, Any]:

@@ -11,6 +11,12 @@ from dataclasses import dataclass
 from core.config.rules import positive, require
 
 
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's temperature term 0.1 mscale ln(factor) + 1 (Peng et al. 2023, section 3.4; DeepSeek's mscale form),
+    1 without scaling (factor <= 1)."""
+    return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+
 @dataclass
 class ModelConfig:
     """A GPT (Llama-style block: RMSNorm, RoPE, GQA attention, SwiGLU MLP), optionally with mixture-of-experts
@@ -302,8 +308,8 @@ class ModelConfig:
     def softmax_scale(self) -> float:
         """The scale on q k^T: 1 / sqrt(E_qk), times YaRN's mscale squared when ``rope_mscale_all_dim`` says."""
         scale = self.qk_head_size**-0.5
-        if self.mla and self.rope_scaling == "yarn" and self.rope_mscale_all_dim and self.rope_factor > 1:
-            scale *= (0.1 * self.rope_mscale_all_dim * math.log(self.rope_factor) + 1.0) ** 2
+        if self.mla and self.rope_scaling == "yarn" and self.rope_mscale_all_dim:
+            scale *= yarn_mscale(self.rope_factor, self.rope_mscale_all_dim) ** 2
         return scale
 
     @property

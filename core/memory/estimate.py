@@ -190,22 +190,22 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
             state_floats += 2 * size  # AdamW: m and v
         gathered = max(gathered, p.local_numel) if p.fsdp_size > 1 else gathered
 
+    def block_bytes(moe: bool, selective: bool = False) -> int:
+        return activation_bytes_per_layer(
+            m,
+            t.micro_batch_size,
+            t.seq_len,
+            tp=par.tp,
+            cp=par.cp,
+            sp=par.sp,
+            moe=moe,
+            selective=selective,
+            element_bytes=act_bytes,
+            accelerator=accelerator,
+        )
+
     def per_layer(selective: bool) -> list[int]:
-        kinds = {
-            moe: activation_bytes_per_layer(
-                m,
-                t.micro_batch_size,
-                t.seq_len,
-                tp=par.tp,
-                cp=par.cp,
-                sp=par.sp,
-                moe=moe,
-                selective=selective,
-                element_bytes=act_bytes,
-                accelerator=accelerator,
-            )
-            for moe in {m.is_moe_layer(i) for i in range(m.n_layers)}
-        }
+        kinds = {moe: block_bytes(moe, selective) for moe in {m.is_moe_layer(i) for i in range(m.n_layers)}}
         return [kinds[m.is_moe_layer(i)] for i in range(m.n_layers)]
 
     act, act_selective = per_layer(False), per_layer(True)
@@ -220,18 +220,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     activations, scores = sum(act[i] for i in largest), sum(sc[i] for i in largest)
     if has_loss and m.mtp_layers:  # MTP modules (core.model.mtp), never recomputed: a block each, its norms and
         # projection's inputs (4 D a token), and its S x S scores
-        module = activation_bytes_per_layer(
-            m,
-            t.micro_batch_size,
-            t.seq_len,
-            tp=par.tp,
-            cp=par.cp,
-            sp=par.sp,
-            moe=m.n_experts > 0,
-            element_bytes=act_bytes,
-            accelerator=accelerator,
-        )
-        activations += m.mtp_layers * (module + 4 * block_input)
+        activations += m.mtp_layers * (block_bytes(m.n_experts > 0) + 4 * block_input)
         scores += m.mtp_layers * scores_each
 
     # the segmented step (core.memory.segmented) never recomputes its last segment's blocks, and its graphs hold

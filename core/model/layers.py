@@ -22,6 +22,8 @@ import numpy as np
 from mindspore import Parameter, Tensor, mint, nn, ops
 from mindspore.common.initializer import initializer
 
+from core.config.model import yarn_mscale
+
 
 def parameter(shape, dtype) -> Parameter:
     # Placeholder storage; GPT.init_weights fills it (names are only known once the cell tree is assembled).
@@ -269,7 +271,7 @@ def rope_frequencies(cfg) -> tuple[np.ndarray, float]:
         ramp = np.clip((np.arange(E // 2) - lo) / ((hi - lo) or 0.001), 0.0, 1.0)  # 0: keep f, 1: f / factor
         attention = cfg.rope_attention_factor
         if attention is None:
-            attention = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+            attention = yarn_mscale(factor)
         return inv_freq * (1 - ramp) + inv_freq / factor * ramp, attention
     return inv_freq, 1.0
 

@@ -106,8 +106,8 @@ def block_work(cfg: TrainConfig, i: int) -> BlockWork:
     T, D, tp, S = sh.tokens, m.d_model, par.tp, cfg.training.seq_len
     matmuls = []
     for name, (rows, cols) in attention_matrices(m).items():  # split by heads over tp, or (MLA's down) replicated
-        split = tp if tp_split_dim(f"attn.{name}.weight") is not None else 1
-        out, inner = (rows / split, cols) if name != "wo" else (rows, cols / split)
+        dim = tp_split_dim(f"attn.{name}.weight")  # 0: heads' rows (column-parallel), 1: wo's columns
+        out, inner = rows / (tp if dim == 0 else 1), cols / (tp if dim == 1 else 1)
         matmuls.append((2 * T * out * inner, min(T, out, inner)))
     # causal attention: q k^T and p v over half the S x S pairs. Flash attention tiles it into large blocks of
     # queries and keys (its rate is a large matmul's); without it, per-head (S x hd) matmuls.
