@@ -90,6 +90,11 @@ def test_swap_settings_compose():
         (["model=deepseek-tiny", "model.moe_topk_groups=5"], "model.moe_topk_groups", "between 1 and"),
         (["model=deepseek-tiny", "model.moe_score_bias=false"], "model.moe_bias_update_rate", "moe_score_bias=true"),
         (["model.mtp_layers=-1"], "model.mtp_layers", ">= 0"),
+        (["model.mtp_loss_weight=-0.1"], "model.mtp_loss_weight", ">= 0"),
+        (["model=deepseek-tiny", "model.q_lora_rank=0"], "model.q_lora_rank", "> 0 or null"),
+        (["model=deepseek-tiny", "model.kv_lora_rank=0"], "model.kv_lora_rank", "> 0"),
+        (["model=deepseek-tiny", "model.moe_routed_scale=0"], "model.moe_routed_scale", "> 0"),
+        (["training.max_attention_logit=0"], "training.max_attention_logit", "> 0, or null"),
     ],
 )
 def test_rejections_name_the_field_and_the_fix(overrides, field, fix):
