@@ -9,7 +9,8 @@ The packages, in import order (a package imports only those before it; tests/uni
     space/           search spaces: the file, its params, its constraints, checked against the core
     study/           the Optuna study: telling outcomes, reaping, confirmation, the cost ledger
     search/          choosing the next trial and deciding whether it runs: proposers, gate, feasibility memory
-    run/             a session: trials side by side in their slots, one trial process
+    execute/         where trials run: processes on this machine (local) or Slurm jobs, waited for alike
+    run/             a session: trials side by side in their slots, one local trial without a study
     report/          tables, plots, HTML, the terminal
     plan.py          ``python -m autoresearch.plan``: a space ranked by the step-time model before any trial
     export/          the winner as the config of another stack (MindFormers, torchtitan, the core's overrides)

@@ -91,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> AgentOptions:
     ap = build_parser()
     values = vars(ap.parse_args(argv))
-    if values["command"] is not None:
-        values["command"] = shlex.split(values["command"])
+    for f in dataclasses.fields(AgentOptions):
+        if f.metadata.get("shell") and values[f.name] is not None:
+            values[f.name] = shlex.split(values[f.name])
     if (values["estimator"] or "").lower() == "none":
         values["estimator"] = None
     opts = AgentOptions(**values)
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         session = Session(opts, name, listener=console)
         console.metric = session.space.objective_metric
         check_trial_command(session.space, session.command)
-        with warm_starts(opts.warm and tuple(session.command) == DEFAULT_COMMAND):
+        with warm_starts(opts.warm and opts.executor == "local" and tuple(session.command) == DEFAULT_COMMAND):
             outcome = session.run()
         print_outcome(session, outcome)
         return outcome.code

@@ -35,6 +35,9 @@ class Status(str, enum.Enum):
     REJECTED = "rejected"  # outside the space or its constraints
     REAPED = "reaped"  # its agent died while it ran
     INTERRUPTED = "interrupted"  # its agent was stopped (Ctrl-C, SIGTERM) while it ran
+    NODE_FAIL = "node_fail"  # a node it ran on failed (its executor said so: Slurm's NODE_FAIL)
+    PREEMPTED = "preempted"  # its executor ended it for other work (Slurm's PREEMPTED)
+    CANCELLED = "cancelled"  # a person cancelled it (scancel), not the agent
 
     def __str__(self) -> str:
         return self.value
@@ -55,8 +58,9 @@ SPACE_CONSTRAINT = "space"  # the constraint of a point that breaks the space's 
 CONSTRAINT_KEYS = (*FAILURE_KINDS, SPACE_CONSTRAINT)
 # Proposals that never ran.
 SKIPPED = (Status.PRUNED, Status.DUPLICATE, Status.REJECTED)
-# FAILed by the agent, not by the trial: the config runs again.
-ABANDONED = (Status.REAPED, Status.INTERRUPTED)
+# FAILed by the agent, not by the trial: the config says nothing by them, and runs again (but once, and not after
+# a person's cancel).
+ABANDONED = (Status.REAPED, Status.INTERRUPTED, Status.NODE_FAIL, Status.PREEMPTED, Status.CANCELLED)
 
 
 class Attr:

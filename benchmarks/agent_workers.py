@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/agent_workers.py [--space hparams.yaml] [--trials 8] [--workers 2] [--repeats 2]
 
 Both runs are the same study: the grid proposer walks the same configs in the same order, so they do the same
-work; only how many trials run at once differs (each slot pinned to its own cores, autoresearch.run.slots). Runs
+work; only how many trials run at once differs (each slot pinned to its own cores, autoresearch.execute.slots). Runs
 alternate between the variants so that load on a shared machine hits both alike. Prints a markdown table with
 date and commit for benchmarks/RESULTS.md: median study wall time, and the median trial's own wall time (a
 trial on fewer cores is slower; the study is faster when trials overlap enough to make up for it).

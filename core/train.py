@@ -26,7 +26,7 @@ from core.config.rules import check_runnable
 from core.memory.probe import apply_device_memory_limit
 from core.runtime import native_env
 from core.runtime.cache_dirs import compile_cache_root
-from core.runtime.cluster import CONFIG_ENV, START_ENV, is_worker_process, rank_from_env
+from core.runtime.cluster import CONFIG_ENV, START_ENV, is_worker_process, nodes, rank_from_env
 from core.runtime.compile_cache import CompileCache, graph_key
 from core.trial.contract import Exit, classify, codes_text
 from core.trial.recorder import TrialRecorder, write_invalid_summary
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     handed = os.environ.get(CONFIG_ENV) if worker else None  # the supervisor's config, validated already
     try:
         cfg = from_dict(json.loads(handed)) if handed else load_config(overrides)
-        check_runnable(cfg)
+        check_runnable(cfg, nodes=nodes()[1])
     except ConfigError as e:
         write_invalid_summary(trial_dir, overrides, f"invalid config: {e}", e.field)
         print(f"invalid config: {e}", file=sys.stderr)

@@ -71,6 +71,17 @@ class AgentOptions:
     --storage."""
     progress: bool = field(default=True, metadata={"flag": "--no-progress"})
     """A progress bar (on a terminal); --no-progress: none."""
+    executor: str = field(default="local", metadata={"choices": ("local", "slurm")})
+    """Where trials run. local: processes on this machine, --workers of them side by side (autoresearch.execute.local);
+    slurm: each trial one Slurm job submitted with sbatch, --workers jobs in flight, sized by the space's resources
+    (nodes, devices_per_node) (autoresearch.execute.slurm)."""
+    slurm_partition: str | None = field(default=None, metadata={"metavar": "NAME"})
+    """--executor slurm: the partition to submit to; default: the space's slurm.partition, else Slurm's default."""
+    slurm_account: str | None = field(default=None, metadata={"metavar": "NAME"})
+    """--executor slurm: the account to charge; default: the space's slurm.account, else yours."""
+    sbatch: list[str] | None = field(default=None, metadata={"shell": True, "metavar": "OPTIONS"})
+    """--executor slurm: further sbatch options, split like a shell line (e.g. '--qos=high --exclusive'); added
+    after the space's slurm.options."""
     warm: bool = field(default=True, metadata={"flag": "--cold"})
     """Fork every trial's processes from a warm server that imported MindSpore once (core.trial.fork_server: each
     trial skips the imports; benchmarks/RESULTS.md, "Fused optimizer kernels and warm starts"); --cold starts each

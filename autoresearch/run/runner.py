@@ -1,4 +1,5 @@
-"""Run one trial as a subprocess and classify its end.
+"""Run one trial on this machine and classify its end: ``run_trial``, the local executor
+(``autoresearch.execute.local``) without a study around it, for tools and tests that run one trial.
 
 A trial is ``<command> <fixed overrides> <params> trial.dir=<dir>`` (``python -m core.train`` by default), built as
 an argument list (never a shell string: parameter values can come from an LLM). It runs in its own process group
@@ -12,22 +13,17 @@ code (or signal) and the tail of stderr, so that a crash without a summary is st
 
 from __future__ import annotations
 
-import subprocess
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from autoresearch.core_adapter import DEFAULT_COMMAND, read_result, watchdog_seconds
-from autoresearch.records import Status, TrialResult
-from core.trial import fork_server
-from core.trial.processes import kill_group
+from autoresearch.core_adapter import DEFAULT_COMMAND, watchdog_seconds
+from autoresearch.execute.base import Interrupted, Resources, TrialSpec, wait
+from autoresearch.execute.local import LocalExecutor
+from autoresearch.execute.slots import Slot
+from autoresearch.records import TrialResult
 
-STOP_POLL_SEC = 0.2  # how soon a trial in a worker thread notices that the agent is stopping
-
-
-class Interrupted(Exception):
-    """The agent is stopping (``stop`` was set): the trial was ended, its outcome says nothing of its config."""
+__all__ = ["Interrupted", "run_trial"]
 
 
 def run_trial(
@@ -46,53 +42,26 @@ def run_trial(
 ) -> TrialResult:
     """Run ``[*command, *overrides, trial.dir=<trial_dir>]`` and classify its end.
 
-    ``timeout`` defaults to ``watchdog_seconds(overrides)``. ``on_start(pid)`` is called once the process exists
-    (the agent records the pid so that a restarted agent can end an orphan); ``on_poll()`` every ``poll_sec``
-    while it runs (the agent's heartbeat). Once ``stop`` is set (the agent was interrupted while this runs in a
-    worker thread) the trial is ended and ``Interrupted`` raised.
+    ``timeout`` defaults to ``watchdog_seconds(overrides)``. ``on_start(pid)`` is called once the process exists;
+    ``on_poll()`` every ``poll_sec`` while it runs. Once ``stop`` is set (the caller is stopping while this runs in
+    a worker thread) the trial is ended and ``Interrupted`` raised.
     """
     trial_dir = Path(trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
-    argv = [*command, *overrides, f"trial.dir={trial_dir}"]
-    limit = watchdog_seconds(overrides) if timeout is None else timeout
-    start = polled = time.monotonic()
-    killed = False
-    with open(trial_dir / "stdout.log", "wb") as out, open(trial_dir / "stderr.log", "wb") as err:
-        # A new session = a new process group: the watchdog can end the trial and every worker it started.
-        # fork_server.popen: forked from the agent's warm server (MindSpore already imported) when one runs.
-        proc = fork_server.popen(
-            argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True, env=env, cwd=cwd
-        )
+    spec = TrialSpec(
+        argv=(*command, *overrides, f"trial.dir={trial_dir}"),
+        trial_dir=trial_dir,
+        name=trial_dir.name,
+        resources=Resources(),
+        limit=watchdog_seconds(overrides) if timeout is None else timeout,
+        env=env,
+        cwd=None if cwd is None else Path(cwd),
+    )
+    job = LocalExecutor().start(spec, Slot(0, ""))
+    if on_start is not None:
         try:
-            if on_start is not None:
-                on_start(proc.pid)
-            while True:
-                remaining = limit - (time.monotonic() - start)
-                if remaining <= 0:
-                    kill_group(proc.pid, proc)
-                    killed = True
-                    break
-                if stop is not None and stop.is_set():
-                    raise Interrupted(f"trial in {trial_dir} ended: the agent is stopping")
-                try:
-                    proc.wait(timeout=min(poll_sec, remaining, STOP_POLL_SEC if stop is not None else poll_sec))
-                    break
-                except subprocess.TimeoutExpired:
-                    if on_poll is not None and time.monotonic() - polled >= poll_sec:
-                        polled = time.monotonic()
-                        on_poll()
+            on_start(job.proc.pid)
         except BaseException:
-            # The agent itself is being stopped (Ctrl-C, ``stop``): do not leave the trial running behind it.
-            kill_group(proc.pid, proc)
+            job.cancel()
             raise
-    wall = time.monotonic() - start
-    result = read_result(trial_dir, proc.returncode, objective_metric, wall)
-    if killed:
-        result.status, result.reason = (
-            Status.TIMEOUT,
-            (
-                f"killed by the agent's watchdog after {wall:.0f}s (budget + grace + margin = {limit:.0f}s); "
-                + result.reason
-            ),
-        )
-    return result
+    return wait(job, spec, objective_metric=objective_metric, stop=stop, on_poll=on_poll, poll_sec=poll_sec)

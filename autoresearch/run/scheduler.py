@@ -1,5 +1,5 @@
 """How trials run side by side: the main thread chooses, checks and tells; worker threads (``--workers``, one by
-default) only wait for their trial's process, each in a slot of its own (``autoresearch.run.slots``).
+default) only wait for their trial's process, each in a slot of its own (``autoresearch.execute.slots``).
 
 ``drive(work, slots)`` fills every free slot with the next trial that should run, waits for one to end, hands its
 result back, and repeats until the work says stop or has nothing left. It knows nothing of studies: the session
@@ -12,9 +12,9 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol
 
+from autoresearch.execute.base import Interrupted
+from autoresearch.execute.slots import Slot
 from autoresearch.records import Status
-from autoresearch.run.runner import Interrupted
-from autoresearch.run.slots import Slot
 
 
 class Exhausted(Exception):

@@ -22,19 +22,19 @@ from typing import Protocol
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autoresearch.core_adapter import DEFAULT_COMMAND, cluster_device
-from autoresearch.records import RAN, Attr, Status, TrialResult
+from autoresearch.core_adapter import DEFAULT_COMMAND, cluster_device, watchdog_seconds
+from autoresearch.execute import Executor, Job, LocalExecutor, Resources, SlurmExecutor, TrialSpec, wait
+from autoresearch.execute.slots import Slot
+from autoresearch.records import ABANDONED, RAN, Attr, Status, TrialResult
 from autoresearch.run import scheduler
 from autoresearch.run.options import AgentOptions
-from autoresearch.run.runner import run_trial
 from autoresearch.run.scheduler import SKIPPED, Exhausted
-from autoresearch.run.slots import Slot, make_slots
 from autoresearch.search import Chooser, Gate, SearchExhausted, build_proposer, make_sampler, sampler_for
 from autoresearch.search.prior import StepPrior
 from autoresearch.space import load_space
 from autoresearch.study import confirm, ledger
 from autoresearch.study import storage as st
-from autoresearch.study.reaper import abandon, identity, mark_running, reap_stale
+from autoresearch.study.reaper import abandon, mark_running, reap_stale
 from core.perf.device import calibration
 
 
@@ -46,6 +46,7 @@ class Launch:
     params: dict
     trial_dir: Path
     extra: tuple[str, ...] = ()  # overrides after the params' (a confirmation run's seed)
+    job: Job | None = None  # adopted: the job a dead agent started, still running or ended since
 
 
 @dataclass
@@ -137,6 +138,13 @@ class Session:
         self.chooser = Chooser(self.space, self.gate, proposer=proposer, sampler_name=self.sampler_name, seed=opts.seed)
         self.errors_in_a_row = 0
         self.storage: optuna.storages.BaseStorage | None = None
+        self.executor = make_executor(opts, self.space)
+        self.resources = Resources(
+            nodes=self.space.resources.nodes,
+            devices_per_node=self.space.devices_per_node,
+            cores_per_node=self.space.resources.cores_per_node,
+        )
+        self.adopted: list[Launch] = []  # jobs of a dead agent this session waits for before anything new
 
     # --- set-up ---
 
@@ -183,12 +191,32 @@ class Session:
         )
         self.storage = st.open_storage(url)
         study = st.open_study(self.space, self.study_name, self.storage, sampler)
-        for note in reap_stale(study, self.storage):
+        for note in reap_stale(study, self.storage, adopt=lambda t: self._adopt(study, t)):
             self.listener.note(note)
         for t in study.get_trials(deepcopy=False):  # what earlier sessions learned
             if t.state.is_finished() and st.status_of(t) in RAN:
                 self.gate.learn(t.number, t.params, st.status_of(t), t.user_attrs.get(Attr.METRICS) or {})
         return study
+
+    def _adopt(self, study: optuna.Study, t: FrozenTrial) -> str | None:
+        """Take over the job of a trial whose agent died, when the executor still knows it."""
+        job = self.executor.adopt(t.user_attrs.get(Attr.TRIAL_PID) or {})
+        if job is None:
+            return None
+        trial = optuna.trial.Trial(study, t._trial_id)
+        self.adopted.append(Launch(trial, dict(t.params), Path(t.user_attrs[Attr.TRIAL_DIR]), job=job))
+        return f"trial {t.number}: its agent died; adopted its job {job.record}"
+
+    def spec(self, item: Launch, slot: Slot) -> TrialSpec:
+        overrides = [*self.space.overrides(item.params), *item.extra]
+        return TrialSpec(
+            argv=(*self.command, *overrides, f"trial.dir={item.trial_dir}"),
+            trial_dir=item.trial_dir,
+            name=f"msar.{self.study_name}.{item.trial.number}",
+            resources=self.resources,
+            limit=watchdog_seconds(overrides),
+            env={**os.environ, **slot.env} if slot.env else None,
+        )
 
     # --- the session ---
 
@@ -200,7 +228,7 @@ class Session:
         self.measure_reference_rate(device)
         if self.prior is not None:
             self.prepare_plan()
-        slots = make_slots(self.opts.workers, device, self.space.world_size)
+        slots = self.executor.slots(self.opts.workers, device, self.space.world_size)
         start = time.monotonic()
         search = _Search(self, study, start)
         why, code = self._phase(search, slots, Phase(self.study_name, self.trials, lambda: st.finished_count(study)))
@@ -255,22 +283,43 @@ class _Work:
         self.session, self.study, self.start = session, study, start
 
     def run(self, item: Launch, slot: Slot, stop: threading.Event) -> TrialResult:
-        """Run one trial in its slot (a worker thread); raises ``Interrupted`` once ``stop`` is set."""
+        """Run one trial in its slot (a worker thread), or wait for the adopted job it already is; raises
+        ``Interrupted`` once ``stop`` is set."""
         s, trial = self.session, item.trial
-        return run_trial(
-            [*s.space.overrides(item.params), *item.extra],
-            item.trial_dir,
-            command=[*slot.prefix, *s.command],
-            env={**os.environ, **slot.env} if slot.env else None,
+        spec = s.spec(item, slot)
+        job = item.job
+        if job is None:
+            spec.trial_dir.mkdir(parents=True, exist_ok=True)
+            # The name first: an agent killed between the submission and the next line still finds the job.
+            trial.set_user_attr(Attr.TRIAL_PID, {"executor": s.executor.name, "name": spec.name})
+            job = s.executor.start(spec, slot)
+            trial.set_user_attr(Attr.TRIAL_PID, job.record)
+        return wait(
+            job,
+            spec,
             objective_metric=s.space.objective_metric,
-            on_start=lambda pid: trial.set_user_attr(Attr.TRIAL_PID, identity(pid)),
             on_poll=lambda: trial.set_user_attr(Attr.HEARTBEAT, time.time()),
             stop=stop,
         )
 
     def done(self, item: Launch, result: TrialResult, slot: Slot) -> None:
-        """Tell the study how a trial ended, learn from it, and report it."""
+        """Tell the study how a trial ended, learn from it, and report it; a trial its executor lost (a node
+        failed, it was preempted or cancelled by a person) says nothing of its config and is abandoned."""
         s, trial = self.session, item.trial
+        if result.status in ABANDONED:
+            frozen = self.study.get_trials(deepcopy=False)[trial.number]
+            then = abandon(self.study, s.storage, frozen, result.status, result.reason)
+            self.report(
+                TrialEvent(
+                    number=trial.number,
+                    status=result.status,
+                    params=item.params,
+                    reason=result.reason + then,
+                    wall_time=result.wall_time,
+                    slot=slot.label,
+                )
+            )
+            return
         state = st.tell_result(self.study, trial, result)
         s.gate.learn(trial.number, item.params, result.status, result.metrics)
         s.errors_in_a_row = s.errors_in_a_row + 1 if state == TrialState.FAIL else 0
@@ -309,10 +358,25 @@ class _Work:
             )
 
 
+def make_executor(opts: AgentOptions, space) -> Executor:
+    """The executor ``--executor`` names, with the site settings of the flags and the space."""
+    if opts.executor == SlurmExecutor.name:
+        site = space.slurm
+        return SlurmExecutor(
+            partition=opts.slurm_partition or site.partition,
+            account=opts.slurm_account or site.account,
+            gres=site.gres,
+            options=(*site.options, *(opts.sbatch or ())),
+        )
+    return LocalExecutor()
+
+
 class _Search(_Work):
     def stop_reason(self, running: int = 0) -> str:
         """Why no further search trial should start ("" to go on); ``running`` trials will count once they end."""
         s, study = self.session, self.study
+        if s.adopted:  # a dead agent's jobs are waited for whatever the budgets say: they are paid for already
+            return ""
         if s.stop_when is not None and (why := s.stop_when(study)):
             return why
         done = st.finished_count(study)
@@ -336,8 +400,11 @@ class _Search(_Work):
         return why
 
     def next(self):
-        """Choose and check one trial: a Launch to run, or SKIPPED after recording a proposal that won't."""
+        """Choose and check one trial: a Launch to run, or SKIPPED after recording a proposal that won't; the jobs
+        adopted from a dead agent come first."""
         s, study = self.session, self.study
+        if s.adopted:
+            return s.adopted.pop(0)
         try:
             trial = s.chooser.ask(study)
         except SearchExhausted as exc:

@@ -19,6 +19,8 @@ params:                             # what varies; each is choice | int | float 
 constraints:                        # each must hold; names: params, fixed keys and world_size
   - "training.global_batch_size % training.micro_batch_size == 0"
 budget: {trials: 12, hours: 0.5, dollars: 1.0}     # defaults for the agent; each optional
+resources: {nodes: 1, devices_per_node: 8, cores_per_node: 32}   # what a trial asks its executor for; optional
+slurm: {partition: gpu, account: llm, gres: npu, options: ["--qos=high"]}  # --executor slurm's site; optional
 ```
 
 Param keys: ``type`` (required); ``values`` (choice: a non-empty list of distinct scalars); ``low``/``high``
@@ -121,6 +123,26 @@ class Budget(StrictModel):
     dollars: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
 
 
+class Resources(StrictModel):
+    """What one trial asks its executor for: ``nodes`` hosts with ``devices_per_node`` ranks each (default: the
+    space's world_size over the nodes), ``cores_per_node`` CPU cores each (default: the executor's)."""
+
+    nodes: Annotated[int, Field(gt=0)] = 1
+    devices_per_node: Annotated[int, Field(gt=0)] | None = None
+    cores_per_node: Annotated[int, Field(gt=0)] | None = None
+
+
+class Slurm(StrictModel):
+    """The site's Slurm settings for ``--executor slurm`` (the agent's ``--slurm-*`` flags win): partition,
+    account, the devices' generic resource name (``gres``: ``npu`` on most Ascend clusters) and further ``sbatch``
+    options, passed as given."""
+
+    partition: str | None = None
+    account: str | None = None
+    gres: str | None = None
+    options: Annotated[list[str], _none_as([])] = []
+
+
 def _without_union_tag(loc: list) -> list:
     """pydantic puts the chosen param model's tag into the location (params, lr, float, low); the file has no
     such level."""
@@ -142,6 +164,8 @@ class SearchSpace(StrictModel):
     params: Annotated[dict[DottedName, Param], AfterValidator(_some_params)]
     constraints: Annotated[list[str], _none_as([])] = []
     budget: Annotated[Budget, _none_as({})] = Budget()
+    resources: Annotated[Resources, _none_as({})] = Resources()
+    slurm: Annotated[Slurm, _none_as({})] = Slurm()
     _exprs: list[Expr] = PrivateAttr(default_factory=list)  # the parsed constraints, in order
     _path: str | None = PrivateAttr(default=None)
     _lines: Lines | None = PrivateAttr(default=None)
@@ -186,6 +210,19 @@ class SearchSpace(StrictModel):
             self._exprs.append(expr)
         for name, param in self.params.items():
             param._name = name
+        res = self.resources
+        if res.devices_per_node is None and self.world_size % res.nodes:
+            raise FieldError(
+                "resources.nodes",
+                f"world_size {self.world_size} does not split evenly over {res.nodes} nodes; give "
+                "resources.devices_per_node or change the node count",
+            )
+        if res.devices_per_node is not None and res.nodes * res.devices_per_node != self.world_size:
+            raise FieldError(
+                "resources.devices_per_node",
+                f"{res.nodes} nodes x {res.devices_per_node} devices is not the space's world_size "
+                f"{self.world_size}; make them agree",
+            )
         return self
 
     # ---- what it is -----------------------------------------------------------------------------------------
@@ -218,6 +255,11 @@ class SearchSpace(StrictModel):
     @property
     def maximize(self) -> bool:
         return self.direction == "maximize"
+
+    @property
+    def devices_per_node(self) -> int:
+        """Ranks on each of a trial's nodes (``resources``)."""
+        return self.resources.devices_per_node or self.world_size // self.resources.nodes
 
     def error(self, key: str, reason: str) -> SpaceError:
         """A SpaceError at ``key``, with its line when the space came from a file."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import optuna
@@ -75,13 +76,23 @@ def _is_stale(t: FrozenTrial, now: float) -> bool:
     return now - float(t.user_attrs.get(Attr.HEARTBEAT) or 0.0) > HEARTBEAT_GRACE_SEC
 
 
-def reap_stale(study: optuna.Study, storage: optuna.storages.BaseStorage, now: float | None = None) -> list[str]:
+def reap_stale(
+    study: optuna.Study,
+    storage: optuna.storages.BaseStorage,
+    now: float | None = None,
+    adopt: Callable[[FrozenTrial], str | None] | None = None,
+) -> list[str]:
     """FAIL the RUNNING trials whose agent is gone, end their orphaned processes, and enqueue them again; returns
-    a line on each RUNNING trial for the agent to show."""
+    a line on each RUNNING trial for the agent to show. ``adopt(trial)`` is asked first: a trial whose job still
+    runs (or ended unseen) under a scheduler is taken over by this agent instead (it returns the line to show)."""
     notes, now = [], time.time() if now is None else now
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if not _is_stale(t, now):
             notes.append(f"trial {t.number} is running under a live agent {t.user_attrs.get(Attr.AGENT)}; left alone")
+            continue
+        if adopt is not None and (note := adopt(t)):
+            set_trial_attrs(study, storage, t.number, **{Attr.AGENT: identity(), Attr.HEARTBEAT: time.time()})
+            notes.append(note)
             continue
         orphan = t.user_attrs.get(Attr.TRIAL_PID) or {}
         if orphan.get("host") == socket.gethostname() and alive(orphan.get("pid"), orphan.get("start")):
@@ -93,10 +104,13 @@ def reap_stale(study: optuna.Study, storage: optuna.storages.BaseStorage, now: f
 def abandon(
     study: optuna.Study, storage: optuna.storages.BaseStorage, t: FrozenTrial, status: Status, reason: str
 ) -> str:
-    """FAIL a trial that did not end on its own (the agent died or was stopped) and queue its config again,
-    once: a config that keeps killing its agent is not retried forever. Returns what happens to the config."""
+    """FAIL a trial that did not end on its own (its agent died or was stopped, its node failed, it was preempted
+    or a person cancelled it) and queue its config again, once: a config that keeps killing its agent is not
+    retried forever, and one a person cancelled is not retried. Returns what happens to the config."""
     set_trial_attrs(study, storage, t.number, **{Attr.STATUS: status, Attr.REASON: reason})
     study.tell(t.number, state=TrialState.FAIL)
+    if status == Status.CANCELLED:
+        return "; a person cancelled it, so its config is not queued again"
     if not t.params or Attr.RETRY_OF in t.user_attrs:
         return ""
     if is_confirmation(t):  # the confirmation phase counts what is missing and runs it again by itself

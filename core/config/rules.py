@@ -278,6 +278,17 @@ def mtp_runs_where_built(cfg: TrainConfig) -> None:
     )
 
 
+def ranks_split_over_the_nodes(cfg: TrainConfig, n: int) -> None:
+    """A trial over ``n`` nodes (``core.runtime.cluster.nodes``: the agent's Slurm job says) gives each the same
+    share of the ranks."""
+    require(
+        cfg.parallel.world_size % n == 0 and cfg.parallel.world_size >= n,
+        "parallel",
+        f"the degrees' product ({cfg.parallel.world_size} ranks) must split evenly over the trial's {n} nodes; "
+        "change the degrees or the space's resources.nodes",
+    )
+
+
 # In order: a rule may rely on the ones before it (the micro-batch rules on the data-parallel split).
 CROSS_SECTION_RULES = (
     fused_kernels_run_on_the_host,
@@ -302,7 +313,8 @@ CROSS_SECTION_RULES = (
 RUN_RULES = (bf16_training_is_built, mtp_runs_where_built)
 
 
-def check_runnable(cfg: TrainConfig) -> None:
-    """Raise ConfigError if this build cannot train ``cfg`` (``RUN_RULES``)."""
+def check_runnable(cfg: TrainConfig, *, nodes: int = 1) -> None:
+    """Raise ConfigError if this build cannot train ``cfg`` (``RUN_RULES``) over ``nodes`` nodes."""
     for rule in RUN_RULES:
         rule(cfg)
+    ranks_split_over_the_nodes(cfg, nodes)

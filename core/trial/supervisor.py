@@ -108,7 +108,8 @@ class Supervisor:
     def start(self) -> None:
         logs = self.trial_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        host = os.environ.get("MSAR_SCHED_HOST", "127.0.0.1")
+        # A scheduler (Slurm) names node 0 by host name; MindSpore's MS_SCHED_HOST wants its address.
+        host = socket.gethostbyname(os.environ.get("MSAR_SCHED_HOST", "127.0.0.1"))
         port = int(os.environ.get("MSAR_SCHED_PORT") or _free_port())
         first, count = node_ranks(self.world_size)
         env = self._env(host, port)

@@ -32,12 +32,8 @@ def dead(pid: int) -> bool:
     return state == "Z"
 
 
-def held_space(
-    tmp_path: Path, name: str, params: dict[str, list], fixed: dict | None = None
-) -> tuple[Path, Path, Path]:
-    """A space of ``choice`` params (name -> values) whose fake trials wait while ``hold`` exists and append a
-    line to ``marker`` as they start. Returns (space, hold, marker)."""
-    hold, marker = tmp_path / "hold", tmp_path / "started"
+def space_file(tmp_path: Path, name: str, params: dict[str, list], fixed: dict | None = None) -> Path:
+    """A space of ``choice`` params (name -> values) over the fake trial, maximizing tokens/s."""
     space = tmp_path / f"{name}.yaml"
     space.write_text(
         yaml.safe_dump(
@@ -45,17 +41,22 @@ def held_space(
                 "name": name,
                 "trial_command": "other",
                 "objective": {"metric": "tokens_per_sec", "direction": "maximize"},
-                "fixed": {
-                    "fake.hold": str(hold),
-                    "fake.marker": str(marker),
-                    "trial.max_wall_time_sec": 120,
-                    **(fixed or {}),
-                },
+                "fixed": {"trial.max_wall_time_sec": 120, **(fixed or {})},
                 "params": {k: {"type": "choice", "values": v} for k, v in params.items()},
             }
         )
     )
-    return space, hold, marker
+    return space
+
+
+def held_space(
+    tmp_path: Path, name: str, params: dict[str, list], fixed: dict | None = None
+) -> tuple[Path, Path, Path]:
+    """A space of ``choice`` params (name -> values) whose fake trials wait while ``hold`` exists and append a
+    line to ``marker`` as they start. Returns (space, hold, marker)."""
+    hold, marker = tmp_path / "hold", tmp_path / "started"
+    fixed = {"fake.hold": str(hold), "fake.marker": str(marker), **(fixed or {})}
+    return space_file(tmp_path, name, params, fixed), hold, marker
 
 
 def start_agent(tmp_path: Path, space: Path, *args: str) -> subprocess.Popen:

@@ -40,6 +40,7 @@ LAYERS = {
         "space",
         "study",
         "search",
+        "execute",
         "run",
         "report",
         "plan",

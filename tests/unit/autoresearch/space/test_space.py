@@ -249,7 +249,30 @@ MALFORMED = [
     ("budget-unknown-key", replace("dollars: 1.0}", "euros: 1.0}"), "budget.euros", "unknown key", 16),
     ("budget-negative", replace("trials: 12", "trials: -1"), "budget.trials", "must be > 0", 16),
     ("bad-name", replace("name: demo", "name: my space!"), "name", "letters, digits", 1),
+    (
+        "nodes-do-not-split-the-world",
+        GOOD + "resources: {nodes: 3}\n",
+        "resources.nodes",
+        "does not split evenly over 3 nodes",
+        None,
+    ),
+    (
+        "nodes-times-devices-not-the-world",
+        GOOD + "resources: {nodes: 2, devices_per_node: 2}\n",
+        "resources.devices_per_node",
+        "is not the space's world_size 2",
+        None,
+    ),
+    ("slurm-unknown-key", GOOD + "slurm: {queue: gpu}\n", "slurm.queue", "unknown key", 17),
 ]
+
+
+def test_resources_default_to_one_node_with_the_whole_world(tmp_path):
+    space = load_space(str(write(tmp_path, GOOD)))
+    assert (space.resources.nodes, space.devices_per_node, space.resources.cores_per_node) == (1, 2, None)
+    space = load_space(str(write(tmp_path, GOOD + "resources: {nodes: 2, cores_per_node: 8}\nslurm: {gres: npu}\n")))
+    assert (space.resources.nodes, space.devices_per_node, space.resources.cores_per_node) == (2, 1, 8)
+    assert (space.slurm.gres, space.slurm.partition, space.slurm.options) == ("npu", None, [])
 
 
 @pytest.mark.parametrize("text, key, reason, line", [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])

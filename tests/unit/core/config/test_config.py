@@ -205,6 +205,20 @@ def test_node_ranks_single_host_and_multi_node(monkeypatch):
     assert node_ranks(4) == (0, 4)
     monkeypatch.setenv("MSAR_NODE_RANKS", "2:2")  # the second node of a 2 x 2 run
     assert node_ranks(4) == (2, 2)
+    monkeypatch.delenv("MSAR_NODE_RANKS")
+    monkeypatch.setenv("MSAR_NNODES", "4")  # what the Slurm job sets: node 3 of 4, 8 ranks
+    monkeypatch.setenv("MSAR_NODE_RANK", "3")
+    assert node_ranks(8) == (6, 2)
+
+
+def test_a_world_the_nodes_do_not_split_is_refused_before_any_rank_starts():
+    from core.config.rules import check_runnable
+
+    check_runnable(load_config(["parallel.dp_replicate=4"]), nodes=2)
+    for overrides in (["parallel.dp_replicate=3", "training.global_batch_size=6"], []):  # 3 ranks; 1 rank
+        with pytest.raises(ConfigError, match="split evenly over the trial's 2 nodes") as info:
+            check_runnable(load_config(overrides), nodes=2)
+        assert info.value.field == "parallel"
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,8 @@
 
 import pytest
 
-from autoresearch.run import slots
-from autoresearch.run.slots import Slot, make_slots
+from autoresearch.execute import slots
+from autoresearch.execute.slots import Slot, make_slots
 
 
 def test_one_worker_gets_the_whole_machine():
