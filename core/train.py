@@ -30,7 +30,7 @@ from core.runtime.cluster import CONFIG_ENV, START_ENV, is_worker_process, nodes
 from core.runtime.compile_cache import CompileCache, graph_key
 from core.trial.contract import Exit, classify, codes_text
 from core.trial.recorder import TrialRecorder, write_invalid_summary
-from core.trial.supervisor import supervise
+from core.trial.supervisor import SUPERVISOR_ENV, supervise
 from core.trial.watchdog import Watchdog
 
 log = logging.getLogger("core.train")
@@ -98,7 +98,13 @@ def run_rank(cfg: TrainConfig, *, overrides: list[str], trial_dir: Path, started
         limit = int(cfg.memory.limit_gb * 2**30)
     wall = cfg.trial.max_wall_time_sec
     deadline = None if wall is None else started + wall + cfg.trial.grace_sec
-    watchdog = Watchdog(lambda code, reason: rec.finish(code, reason), limit_bytes=limit, hard_deadline=deadline)
+    supervisor = int(os.environ.get(SUPERVISOR_ENV) or 0) or None
+    watchdog = Watchdog(
+        lambda code, reason: rec.finish(code, reason),
+        limit_bytes=limit,
+        hard_deadline=deadline,
+        supervisor_pid=supervisor,
+    )
     watchdog.start()
     exc: BaseException | None = None
     rec.mark("launch", at=PROCESS_START)

@@ -6,9 +6,15 @@ failure into rc=1, and only after a long wait: docs/mindspore-cpu.md, "Launching
 samples each rank's peak memory from /proc (so that a rank killed by a signal still has a measured peak), enforces
 the wall budget with a hard kill after a grace period, and merges the per-rank results.
 
-Multi-node: run one supervisor per node with ``MSAR_SCHED_HOST``/``MSAR_SCHED_PORT`` pointing at node 0 and
-``MSAR_NODE_RANKS=first:count`` naming this node's ranks (``core.runtime.cluster``); node 0 also starts the
-scheduler.
+Multi-node: one supervisor per node, told node 0's address (``MSAR_SCHED_HOST``/``MSAR_SCHED_PORT``) and its
+own place (``MSAR_NODE_RANK``/``MSAR_NNODES``, or ``MSAR_NODE_RANKS``: ``core.runtime.cluster``), as the agent's
+Slurm job does. Node 0 also starts MindSpore's scheduler, follows the other supervisors (``core.trial.nodes``: a
+failure anywhere ends the trial everywhere after the failure grace; a node that never joins, or is lost, ends it
+with a reason naming it) and writes the one summary from every node's rank ends; node k writes its own view to
+``nodes/node_<k>.json``.
+
+A rank that is stopped (SIGSTOP: /proc state T) when its peers' collectives give up is the trial's cause: the
+trial is a timeout naming it, not an error of the peers.
 """
 
 from __future__ import annotations
@@ -24,17 +30,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.config import TrainConfig, to_dict
-from core.runtime.cluster import CONFIG_ENV, START_ENV, node_ranks
+from core.runtime.cluster import CONFIG_ENV, START_ENV, node_ranks, nodes
 from core.trial import fork_server
 from core.trial.contract import CLASSIFIED, STATUS, Exit
+from core.trial.nodes import Hub, Link
 from core.trial.processes import kill_group
 from core.trial.recorder import TrialRecorder, write_json_atomic
 
 POLL_SEC = 0.1
+SUPERVISOR_ENV = "MSAR_SUPERVISOR_PID"  # a rank ends itself when its supervisor is gone (core.trial.watchdog)
 # After the first rank fails, how long the others get to end by themselves (and so report a classified cause,
 # say OOM, rather than the communication error it causes) before they are killed.
 FAILURE_GRACE_SEC = 5.0
 _SCHEDULER = "from mindspore.communication import init; init()"
+# How long node 0 waits for every other node's supervisor to join, and node k for node 0 (seconds; the cluster's
+# own start-up, e.g. Slurm starting the job's steps, is well within it).
+JOIN_TIMEOUT_ENV, JOIN_TIMEOUT_SEC = "MSAR_JOIN_TIMEOUT_SEC", 300.0
 
 
 def _free_port() -> int:
@@ -54,6 +65,15 @@ def _vm_hwm(pid: int) -> int | None:
     return None
 
 
+def _stopped(pid: int) -> bool:
+    """Stopped by a signal (SIGSTOP, SIGTSTP) or a tracer: /proc state T or t."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
 @dataclass
 class Rank:
     rank: int
@@ -61,14 +81,34 @@ class Rank:
     peak: int | None = None
     ended_at: float | None = None
     killed_by_us: bool = False
+    stopped: bool = False  # stopped (state T) when last seen running
 
     def poll(self) -> int | None:
         rc = self.proc.poll()
         if rc is None:
             self.peak = max(self.peak or 0, _vm_hwm(self.proc.pid) or 0) or self.peak
+            self.stopped = _stopped(self.proc.pid)
         elif self.ended_at is None:
             self.ended_at = time.time()
         return rc
+
+    def end(self, trial_dir: Path, node: int) -> dict:
+        """How this rank ended, as every node's supervisor reports it (JSON: it may travel to node 0)."""
+        path = trial_dir / "ranks" / f"rank_{self.rank}.json"
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError):
+            report = None
+        return {
+            "rank": self.rank,
+            "node": node,
+            "exit_code": self.proc.returncode,
+            "ended_at": self.ended_at,
+            "killed_by_supervisor": self.killed_by_us,
+            "stopped": self.stopped,
+            "peak_memory_bytes": self.peak,
+            "report": report,
+        }
 
 
 @dataclass(kw_only=True)
@@ -83,6 +123,11 @@ class Supervisor:
     ranks: list[Rank] = field(default_factory=list)
     scheduler: subprocess.Popen | fork_server.WarmProcess | None = None
     timed_out: bool = False
+    node: int = 0
+    nnodes: int = 1
+    hub: Hub | None = None  # node 0 of a multi-node trial: the other nodes' supervisors
+    link: Link | None = None  # node k > 0: its line to node 0
+    never_joined: str = ""
 
     def _env(self, host: str, port: int) -> dict:
         env = dict(os.environ)
@@ -94,6 +139,7 @@ class Supervisor:
                 START_ENV: repr(self.started),
                 CONFIG_ENV: json.dumps(self.config),
                 "PYTHONUNBUFFERED": "1",
+                SUPERVISOR_ENV: str(os.getpid()),
             }
         )
         env.setdefault("GLOG_v", "3")  # MindSpore's INFO/WARNING lines would drown the rank logs
@@ -111,7 +157,14 @@ class Supervisor:
         # A scheduler (Slurm) names node 0 by host name; MindSpore's MS_SCHED_HOST wants its address.
         host = socket.gethostbyname(os.environ.get("MSAR_SCHED_HOST", "127.0.0.1"))
         port = int(os.environ.get("MSAR_SCHED_PORT") or _free_port())
+        self.node, self.nnodes = nodes()
         first, count = node_ranks(self.world_size)
+        join_timeout = float(os.environ.get(JOIN_TIMEOUT_ENV) or JOIN_TIMEOUT_SEC)
+        if self.nnodes > 1 and self.node == 0:
+            self.hub = Hub(host, port + 1, self.nnodes)
+        elif self.nnodes > 1:
+            self.link = Link(host, port + 1, self.node, join_timeout)
+        self.join_deadline = time.time() + join_timeout
         env = self._env(host, port)
         if first == 0:  # fork_server.popen: forked from the warm server when an agent runs one, else a new process
             self.scheduler = fork_server.popen(
@@ -143,19 +196,40 @@ class Supervisor:
             "scheduler": self.scheduler.pid if self.scheduler else None,
             "ranks": {r.rank: r.proc.pid for r in self.ranks},
         }
-        (logs / "pids.json").write_text(json.dumps(pids))
+        name = "pids.json" if self.nnodes == 1 else f"pids_node_{self.node}.json"
+        (logs / name).write_text(json.dumps(pids))
+
+    def _failure_at(self) -> float | None:
+        """When the trial first failed, anywhere: a rank of this node, another node (node 0), or node 0's word
+        (node k: an abort ends this node's ranks at once, node 0 having waited the grace already)."""
+        times = [r.ended_at for r in self.ranks if r.proc.returncode not in (None, 0)]
+        if self.hub is not None:
+            times.append(self.hub.failure_at())
+        if self.link is not None and self.link.trouble_at is not None:
+            times.append(self.link.trouble_at - FAILURE_GRACE_SEC)
+        return min((t for t in times if t is not None), default=None)
 
     def wait(self) -> None:
-        first_failure: float | None = None
+        told = False  # node k: node 0 was told of this node's first failure
         hard_deadline = None if self.wall_budget is None else self.started + self.wall_budget + self.grace
         while True:
             codes = [r.poll() for r in self.ranks]
-            if all(c is not None for c in codes):
-                return
-            if first_failure is None and any(c not in (None, 0) for c in codes):
-                first_failure = time.time()
             now = time.time()
-            if first_failure is not None and now > first_failure + FAILURE_GRACE_SEC:
+            if self.hub is not None:
+                self.hub.check_silence(now)
+                if self.hub.missing() and now > self.join_deadline and not self.never_joined:
+                    late = ", ".join(map(str, self.hub.missing()))
+                    self.never_joined = f"node(s) {late} never joined within {self.join_deadline - self.started:.0f} s"
+                    self.kill()
+            if all(c is not None for c in codes):
+                if self.hub is None or self.hub.settled() or self.never_joined:
+                    return
+                self.hub.abort("node 0's ranks ended")  # the others end theirs, report, and settle
+            failed_at = self._failure_at()
+            if self.link is not None and failed_at is not None and not told and self.link.trouble_at is None:
+                told = True
+                self.link.failed(failed_at, "a rank of this node failed")
+            if failed_at is not None and now > failed_at + FAILURE_GRACE_SEC:
                 self.kill()
             elif hard_deadline is not None and now > hard_deadline:
                 self.timed_out = True
@@ -170,20 +244,29 @@ class Supervisor:
         for r in self.ranks:
             r.proc.wait()
             r.poll()
+        if self.hub is not None:
+            self.hub.abort(self.never_joined or "node 0 ended its ranks")
 
     def stop_scheduler(self) -> None:
         if self.scheduler is not None and self.scheduler.poll() is None:
             kill_group(self.scheduler.pid, term_wait=0)
             self.scheduler.wait()
+        if self.hub is not None:
+            self.hub.close()
+
+    def ends(self) -> list[dict]:
+        """Every rank's end this supervisor knows: its own, and (node 0) those the other nodes reported."""
+        ends = [r.end(self.trial_dir, self.node) for r in self.ranks]
+        if self.hub is not None:
+            for peer in self.hub.peers.values():
+                ends += peer.report or []
+        return sorted(ends, key=lambda e: e["rank"])
 
     def merge(self) -> dict:
-        """One summary from the ranks' own summaries, their exit codes and what the supervisor saw."""
-        reports = {}
-        for r in self.ranks:
-            path = self.trial_dir / "ranks" / f"rank_{r.rank}.json"
-            if path.exists():
-                reports[r.rank] = json.loads(path.read_text())
-        code, reason, culprit = self._verdict(reports)
+        """One summary from the ranks' own summaries, their exit codes and what the supervisors saw."""
+        ends = self.ends()
+        reports = {e["rank"]: e["report"] for e in ends if e["report"] is not None}
+        code, reason, culprit = self._verdict(ends)
         base = reports.get(0) or next(iter(reports.values()), None)
         if base is None:
             rec = TrialRecorder(
@@ -196,7 +279,9 @@ class Supervisor:
             _recover_progress(rec, self.trial_dir / "metrics.jsonl")
             base = rec.summary(code, reason)
         summary = dict(base)
-        peaks = [(reports.get(r.rank, {}).get("metrics") or {}).get("peak_memory_bytes") or r.peak for r in self.ranks]
+        peaks = [
+            ((e["report"] or {}).get("metrics") or {}).get("peak_memory_bytes") or e["peak_memory_bytes"] for e in ends
+        ]
         summary["metrics"] = dict(
             summary["metrics"],
             peak_memory_bytes=max((p for p in peaks if p), default=None),
@@ -207,47 +292,54 @@ class Supervisor:
             exit_code=int(code),
             reason=reason,
             wall_time_sec=round(time.time() - self.started, 3),
-            ranks=self._rank_table(reports),
+            ranks=[_rank_row(e) for e in ends],
         )
         summary["error"] = (
             None
             if code == Exit.OK
-            else (
-                (reports.get(culprit) or {}).get("error") or {"type": STATUS[code], "message": reason, "rank": culprit}
-            )
+            else (reports.get(culprit) or {}).get("error") or {"type": STATUS[code], "message": reason, "rank": culprit}
         )
         return summary
 
-    def _verdict(self, reports: dict) -> tuple[Exit, str, int | None]:
+    def _lost_nodes(self) -> list[tuple[Exit, float, int | None, str]]:
+        """Failures that are no rank's: a node that never joined, was lost, or (node k) lost node 0."""
+        lost = []
+        if self.hub is not None:
+            for peer in self.hub.peers.values():
+                if peer.lost:
+                    lost.append((Exit.ERROR, peer.failed_at or 0.0, None, peer.lost))
+        if self.link is not None and self.link.trouble_at is not None and "lost" in self.link.trouble:
+            lost.append((Exit.ERROR, self.link.trouble_at, None, self.link.trouble))
+        return lost
+
+    def _verdict(self, ends: list[dict]) -> tuple[Exit, str, int | None]:
+        if self.never_joined:
+            return Exit.TIMEOUT, f"timeout: {self.never_joined}; killed", None
         own = []  # (code, ended_at, rank, reason) for ranks that ended by themselves
-        for r in self.ranks:
-            if r.killed_by_us:
+        for e in ends:
+            if e["killed_by_supervisor"]:
                 continue
-            rc = r.proc.returncode
-            report = reports.get(r.rank)
+            rank, rc, report, at = e["rank"], e["exit_code"], e["report"], e["ended_at"] or 0.0
             if report is not None:
-                own.append((Exit(report["exit_code"]), r.ended_at or 0, r.rank, report["reason"]))
-            elif rc < 0:
+                own.append((Exit(report["exit_code"]), at, rank, report["reason"]))
+            elif rc is not None and rc < 0:
                 name = signal.Signals(-rc).name
-                own.append(
-                    (
-                        Exit.ERROR,
-                        r.ended_at or 0,
-                        r.rank,
-                        f"rank {r.rank} was killed by {name} (see logs/rank_{r.rank}.log)",
-                    )
-                )
+                own.append((Exit.ERROR, at, rank, f"rank {rank} was killed by {name} (see logs/rank_{rank}.log)"))
             else:
                 code = Exit(rc) if rc in Exit._value2member_map_ else Exit.ERROR
                 own.append(
-                    (
-                        code,
-                        r.ended_at or 0,
-                        r.rank,
-                        f"rank {r.rank} exited with code {rc} without a report (see logs/rank_{r.rank}.log)",
-                    )
+                    (code, at, rank, f"rank {rank} exited with code {rc} without a report (see logs/rank_{rank}.log)")
                 )
-        failures = [o for o in own if o[0] != Exit.OK]
+        failures = [o for o in own if o[0] != Exit.OK] + self._lost_nodes()
+        stopped = [e["rank"] for e in ends if e["stopped"]]
+        if stopped and not any(f[0] in CLASSIFIED for f in failures):
+            # its peers' collectives gave up waiting for it: the stopped rank is the cause, and it is a hang
+            ranks = ", ".join(map(str, stopped))
+            return (
+                Exit.TIMEOUT,
+                f"timeout: rank {ranks} stopped (SIGSTOP or a tracer: state T) and its peers' collectives gave up",
+                stopped[0],
+            )
         if self.timed_out:
             classified = [f for f in failures if f[0] in CLASSIFIED]
             if not classified:
@@ -267,21 +359,23 @@ class Supervisor:
         # The first classified failure wins over the communication errors it causes; then the earliest.
         failures.sort(key=lambda f: (f[0] not in CLASSIFIED, f[1]))
         code, _, rank, reason = failures[0]
-        return code, reason if f"rank {rank}" in reason else f"rank {rank}: {reason}", rank
+        if rank is None or f"rank {rank}" in reason:
+            return code, reason, rank
+        return code, f"rank {rank}: {reason}", rank
 
-    def _rank_table(self, reports: dict) -> list[dict]:
-        return [
-            {
-                "rank": r.rank,
-                "exit_code": r.proc.returncode,
-                "killed_by_supervisor": r.killed_by_us,
-                "status": (reports.get(r.rank) or {}).get("status"),
-                "peak_memory_bytes": r.peak,
-                "state_bytes": ((reports.get(r.rank) or {}).get("metrics") or {}).get("state_bytes"),
-                "log": f"logs/rank_{r.rank}.log",
-            }
-            for r in self.ranks
-        ]
+
+def _rank_row(e: dict) -> dict:
+    report = e["report"] or {}
+    return {
+        "rank": e["rank"],
+        "node": e["node"],
+        "exit_code": e["exit_code"],
+        "killed_by_supervisor": e["killed_by_supervisor"],
+        "status": report.get("status"),
+        "peak_memory_bytes": e["peak_memory_bytes"],
+        "state_bytes": (report.get("metrics") or {}).get("state_bytes"),
+        "log": f"logs/rank_{e['rank']}.log",
+    }
 
 
 def _wait_listening(host: str, port: int, scheduler, timeout: float = 30.0) -> None:
@@ -333,7 +427,7 @@ def supervise(cfg: TrainConfig, *, overrides: list[str], trial_dir: Path, starte
             exit_code=int(Exit.ERROR),
             reason=f"supervisor received {signal.Signals(signum).name}",
         )
-        write_json_atomic(trial_dir / "trial_summary.json", summary)
+        _write(sup, summary)
         os._exit(1)
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -345,5 +439,16 @@ def supervise(cfg: TrainConfig, *, overrides: list[str], trial_dir: Path, starte
         sup.kill()
         sup.stop_scheduler()
     summary = sup.merge()
-    write_json_atomic(trial_dir / "trial_summary.json", summary)
+    _write(sup, summary)
     return summary["exit_code"]
+
+
+def _write(sup: Supervisor, summary: dict) -> None:
+    """Node 0 (or a one-node trial) writes the trial's summary; node k reports its ranks' ends to node 0, which
+    writes the summary from them, and keeps its own view in nodes/node_<k>.json."""
+    if sup.link is None:
+        write_json_atomic(sup.trial_dir / "trial_summary.json", summary)
+        return
+    sup.link.report(sup.ends())
+    (sup.trial_dir / "nodes").mkdir(exist_ok=True)
+    write_json_atomic(sup.trial_dir / "nodes" / f"node_{sup.node}.json", summary)
