@@ -142,7 +142,7 @@ class Hub:
 class Link:
     """Node k's side: joins node 0, beats, reports; learns when to abort or that node 0 is gone."""
 
-    def __init__(self, host: str, port: int, node: int, join_timeout: float):
+    def __init__(self, host: str, port: int, *, node: int, join_timeout: float):
         self.node, self.address, self.join_timeout = node, (host, port), join_timeout
         self.sock: socket.socket | None = None
         self.trouble_at: float | None = None  # when node 0 said abort, or was lost

@@ -163,7 +163,7 @@ class Supervisor:
         if self.nnodes > 1 and self.node == 0:
             self.hub = Hub(host, port + 1, self.nnodes)
         elif self.nnodes > 1:
-            self.link = Link(host, port + 1, self.node, join_timeout)
+            self.link = Link(host, port + 1, node=self.node, join_timeout=join_timeout)
         self.join_deadline = time.time() + join_timeout
         env = self._env(host, port)
         if first == 0:  # fork_server.popen: forked from the warm server when an agent runs one, else a new process
