@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import netns
 from tests.integration.agent_helpers import dead, wait_for
 from tests.integration.conftest import ROOT, TrialRun, assert_same_run, run_trial
 
@@ -23,61 +23,23 @@ STEPS = 10
 BASE = ("model=tiny", "seed=5", f"trial.max_steps={STEPS}", "checkpoint.interval=5")
 
 
-def _why_not() -> str:
-    if os.geteuid() != 0:
-        return "network namespaces need root"
-    if shutil.which("ip") is None:
-        return "ip (iproute2) not found"
-    return ""
-
-
-pytestmark = [pytest.mark.timeout(900), pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "ok")]
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.skipif(bool(netns.missing()), reason=netns.missing() or "ok")]
 
 
 @pytest.fixture(scope="module")
 def hosts():
     """Two network namespaces with a veth pair between them: [(namespace, address), ...]; node 0 first."""
-    tag = f"{os.getpid() % 10000}"
-    subnet = f"10.{200 + os.getpid() % 50}.{os.getpid() % 250}"
-    names = [f"msar{tag}n0", f"msar{tag}n1"]
-    links = [f"ve{tag}a", f"ve{tag}b"]
     try:
-        for ns in names:
-            _ip("netns", "add", ns)
-        _ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
-        out = []
-        for i, (ns, link) in enumerate(zip(names, links, strict=True)):
-            address = f"{subnet}.{i + 1}"
-            _ip("link", "set", link, "netns", ns)
-            _ip("-n", ns, "addr", "add", f"{address}/24", "dev", link)
-            _ip("-n", ns, "link", "set", link, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-            out.append((ns, address))
+        with netns.hosts() as made:
+            yield made
     except subprocess.CalledProcessError as exc:
-        for ns in names:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         pytest.skip(f"network namespaces unavailable here: {exc.stderr.decode().strip()}")
-    yield out
-    for ns in names:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
 def _start_node(hosts, node: int, trial_dir: Path, *overrides: str, env: dict | None = None) -> subprocess.Popen:
-    ns, _ = hosts[node]
-    variables = {
-        "MSAR_NNODES": str(len(hosts)),
-        "MSAR_NODE_RANK": str(node),
-        "MSAR_SCHED_HOST": hosts[0][1],
-        "MSAR_SCHED_PORT": "29500",  # each namespace has its own ports
-        **(env or {}),
-    }
+    argv = [sys.executable, "-m", "core.train", *overrides, f"trial.dir={trial_dir}"]
     return subprocess.Popen(
-        ["ip", "netns", "exec", ns, "env", *(f"{k}={v}" for k, v in variables.items()),
-         sys.executable, "-m", "core.train", *overrides, f"trial.dir={trial_dir}"],
+        netns.node_command(hosts, node, argv, env),
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
 

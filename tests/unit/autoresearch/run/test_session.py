@@ -13,6 +13,7 @@ from optuna.trial import TrialState
 
 from autoresearch import cli as agent
 from autoresearch import records as outcomes
+from autoresearch.execute import Ended, LocalExecutor
 from autoresearch.run.options import AgentOptions
 from autoresearch.run.session import Session
 from autoresearch.study import reaper, storage
@@ -351,3 +352,44 @@ def test_resume_rebuilds_the_feasibility_memory(tmp_path):
     assert run_agent(tmp_path, space, "--proposer", "grid") == 0  # a new session, a new process's memory
     later = [t for t in load(tmp_path).trials if t.number > first[-1].number and in_region(t.params, first[-1].params)]
     assert later and all(f"dominated by OOM in trial {first[-1].number}" in t.user_attrs["reason"] for t in later)
+
+
+class _LosingExecutor(LocalExecutor):
+    """Runs trials here, but says that trial 0's node failed or that a person cancelled it (``verdict``), as the
+    Slurm executor does when Slurm says so."""
+
+    def __init__(self, verdict: outcomes.Status):
+        self.verdict = verdict
+
+    def start(self, spec, slot):
+        job = super().start(spec, slot)
+        if spec.name.endswith(".0"):
+            poll = job.poll
+            job.poll = lambda timeout: (e := poll(timeout)) and Ended(e.exit_code, self.verdict, "slurm said so")
+        return job
+
+
+@pytest.mark.parametrize("verdict, rerun", [(outcomes.Status.NODE_FAIL, True), (outcomes.Status.CANCELLED, False)])
+def test_a_trial_its_executor_lost_says_nothing_of_its_config(tmp_path, verdict, rerun):
+    opts = AgentOptions(
+        space=str(space_file(tmp_path)),
+        proposer="grid",
+        trials=2,
+        trials_dir=str(tmp_path / "trials"),
+        command=shlex.split(FAKE),
+        estimator=None,
+        progress=False,
+        confirm=0,
+    )
+    loop = Session(opts, "grid")
+    loop.executor = _LosingExecutor(verdict)
+    assert loop.run().code == 0
+    study = load(tmp_path)
+    t0 = study.trials[0]
+    assert t0.state == TrialState.FAIL and t0.user_attrs["status"] == verdict
+    assert "slurm said so" in t0.user_attrs["reason"]
+    retries = [t for t in study.trials if t.user_attrs.get("retry_of") == 0]
+    assert len(retries) == int(rerun)
+    if rerun:
+        assert retries[0].params == t0.params and retries[0].user_attrs["status"] == "ok"
+    assert storage.finished_count(study) == 2  # the lost trial does not count toward --trials
