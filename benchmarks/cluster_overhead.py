@@ -4,8 +4,8 @@
    each, interleaved (a real Slurm started for the run: tests/slurm_cluster.py; both start the trial cold, as a
    Slurm job always does; the local executor's warm start, the agent's default, is shown too).
 2. A 2-node data-parallel trial against the same 2 ranks on one node: the step time's median, the two nodes being
-   network namespaces joined by a veth pair (tests/netns.py), so the difference is what crossing that link costs
-   next to loopback, on the same two cores.
+   network namespaces joined through a bridge (tests/netns.py), so the difference is what crossing those links
+   costs next to loopback, on the same two cores.
 
     .venv/bin/python benchmarks/cluster_overhead.py [--rounds 10] [--model small] [--steps 20]
 
@@ -101,10 +101,12 @@ def main() -> None:
     print(f"\nsubmission to first step, model=tiny, 1 rank, median of {args.rounds} (min-max), seconds")
     for name, xs in times.items():
         print(f"  {name:12s} {statistics.median(xs):6.2f}  ({min(xs):.2f}-{max(xs):.2f})")
-    print(f"  slurm - local, cold: {statistics.median(times['slurm']) - statistics.median(times['local, cold']):+.2f} s")
+    print(
+        f"  slurm - local, cold: {statistics.median(times['slurm']) - statistics.median(times['local, cold']):+.2f} s"
+    )
 
     train = [f"model={args.model}", "parallel.dp_replicate=2", f"trial.max_steps={args.steps}"]
-    steps: dict[str, list[float]] = {"1 node, 2 ranks": [], "2 nodes (veth), 1 rank each": []}
+    steps: dict[str, list[float]] = {"1 node, 2 ranks": [], "2 nodes (namespaces), 1 rank each": []}
     with netns.hosts() as hosts:
         for i in range(3):
             d = root / f"one{i}"
@@ -113,13 +115,13 @@ def main() -> None:
             )
             d = root / f"two{i}"
             argv = [sys.executable, "-m", "core.train", *train, f"trial.dir={d}"]
-            steps["2 nodes (veth), 1 rank each"].append(
+            steps["2 nodes (namespaces), 1 rank each"].append(
                 step_time([netns.node_command(hosts, k, argv) for k in range(2)], d)
             )
     print(f"\nstep time, model={args.model}, dp_replicate=2, {args.steps} steps, median of 3 trials' medians, ms")
     for name, xs in steps.items():
         print(f"  {name:28s} {statistics.median(xs):8.1f}  ({min(xs):.1f}-{max(xs):.1f})")
-    ratio = statistics.median(steps["2 nodes (veth), 1 rank each"]) / statistics.median(steps["1 node, 2 ranks"])
+    ratio = statistics.median(steps["2 nodes (namespaces), 1 rank each"]) / statistics.median(steps["1 node, 2 ranks"])
     print(f"  2 nodes / 1 node: {ratio:.3f}")
 
 

@@ -1,5 +1,6 @@
 """A real Slurm cluster for the tests: munged, slurmctld and slurmd from Debian's packages (slurm-wlm, munge),
-started in a temporary directory with a configuration of their own, one node (this host), talking over loopback.
+started in a temporary directory with a configuration of their own: one node (this host, over loopback), or one
+node per network namespace of ``tests.netns.hosts`` (a slurmd in each, slurmctld on their bridge).
 
 Clients (sbatch, squeue, scontrol, scancel) find it through ``SLURM_CONF``, which ``SlurmCluster.env`` sets; the
 machine's own Slurm configuration, if any, is never touched. The daemons run as root (slurmd must, to start jobs
@@ -16,6 +17,8 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from tests import netns
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 COMMANDS = ("sbatch", "squeue", "scontrol", "scancel")
@@ -49,14 +52,16 @@ def _binary(name: str) -> str:
 
 
 class SlurmCluster:
-    """One node: this host as ``NodeName=<hostname>`` at 127.0.0.1. ``start()``, ``stop()``; ``stop_slurmd()`` and
-    ``start_slurmd()`` for a node failure."""
+    """One node, this host as ``NodeName=<hostname>`` at 127.0.0.1; or, given ``hosts`` (``tests.netns.Hosts``),
+    nodes ``n0``, ``n1``, ... at their addresses, one CPU each. ``start()``, ``stop()``; ``stop_slurmd()`` and
+    ``start_slurmd()`` for a node failure (one node)."""
 
-    def __init__(self, cpus: int | None = None, slurmd_timeout: int = 10):
+    def __init__(self, cpus: int | None = None, slurmd_timeout: int = 10, hosts=None):
         self.home = Path(tempfile.mkdtemp(prefix="msar-slurm-"))
         self.node = socket.gethostname()
         self.cpus = cpus or os.cpu_count() or 1
         self.slurmd_timeout = slurmd_timeout
+        self.hosts = hosts
         self.conf = self.home / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
 
@@ -65,11 +70,22 @@ class SlurmCluster:
         ctld, slurmd = _free_ports(2)
         for d in ("state", "spool", "log", "munge"):
             (h / d).mkdir(exist_ok=True)
+        if self.hosts:
+            controller = self.hosts.gateway
+            nodes = [
+                f"NodeName=n{i} NodeAddr={address} CPUs=1 State=UNKNOWN" for i, (_, address) in enumerate(self.hosts)
+            ]
+            for i in range(len(self.hosts)):
+                (h / f"spool-n{i}").mkdir(exist_ok=True)
+        else:
+            controller = "127.0.0.1"
+            nodes = [f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} State=UNKNOWN"]
+        node = "-%n" if self.hosts else ""  # slurmd's files, one set per node on this one machine
         self.conf.write_text(
             "\n".join(
                 [
                     "ClusterName=msartest",
-                    f"SlurmctldHost={self.node}(127.0.0.1)",
+                    f"SlurmctldHost={self.node}({controller})",
                     f"SlurmctldPort={ctld}",
                     f"SlurmdPort={slurmd}",
                     "AuthType=auth/munge",
@@ -77,11 +93,11 @@ class SlurmCluster:
                     f"AuthInfo=socket={h}/munge/sock",
                     "SlurmUser=root",
                     f"StateSaveLocation={h}/state",
-                    f"SlurmdSpoolDir={h}/spool",
+                    f"SlurmdSpoolDir={h}/spool{node}",
                     f"SlurmctldPidFile={h}/slurmctld.pid",
-                    f"SlurmdPidFile={h}/slurmd.pid",
+                    f"SlurmdPidFile={h}/slurmd{node}.pid",
                     f"SlurmctldLogFile={h}/log/slurmctld.log",
-                    f"SlurmdLogFile={h}/log/slurmd.log",
+                    f"SlurmdLogFile={h}/log/slurmd{node}.log",
                     # No cgroups in a container: follow a job's processes through /proc (new sessions included).
                     "ProctrackType=proctrack/linuxproc",
                     "TaskPlugin=task/none",
@@ -96,7 +112,7 @@ class SlurmCluster:
                     "KillWait=5",
                     "InactiveLimit=0",
                     f"SlurmdTimeout={self.slurmd_timeout}",
-                    f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} State=UNKNOWN",
+                    *nodes,
                     "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
                     "",
                 ]
@@ -126,15 +142,19 @@ class SlurmCluster:
         return self
 
     def start_slurmd(self) -> None:
-        self._run(_binary("slurmd"))
-        self._run("scontrol", "update", f"nodename={self.node}", "state=resume", check=False)
+        if self.hosts:
+            for i, (ns, _) in enumerate(self.hosts):
+                self._run(*netns.enter(ns, [_binary("slurmd"), "-N", f"n{i}"]))
+        else:
+            self._run(_binary("slurmd"))
+            self._run("scontrol", "update", f"nodename={self.node}", "state=resume", check=False)
         self.wait_idle()
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             out = self._run("sinfo", "--noheader", "--format=%T", check=False).stdout.strip()
-            if out in ("idle", "mixed", "allocated"):
+            if out and set(out.split()) <= {"idle", "mixed", "allocated"}:
                 return
             time.sleep(0.5)
         raise RuntimeError(f"slurm node not idle after {timeout}s: {out!r}; see {self.home}/log")
@@ -181,7 +201,8 @@ class SlurmCluster:
     def stop(self) -> None:
         self._run("scancel", "--full", "--user=root", check=False)
         time.sleep(1)
-        self._kill_pidfile(self.home / "slurmd.pid")
+        for pidfile in self.home.glob("slurmd*.pid"):
+            self._kill_pidfile(pidfile)
         self._kill_pidfile(self.home / "slurmctld.pid")
         self._kill_pidfile(self.home / "munge" / "pid")
         shutil.rmtree(self.home, ignore_errors=True)

@@ -4,7 +4,7 @@ host (a login node), its states mapped to the project's statuses.
 The job (``trial_dir/job.sh``, kept beside the trial for a person to read or resubmit): ``srun`` starts one
 ``core.train`` per node (``--ntasks-per-node=1``); each is that node's supervisor (``core.trial.supervisor``),
 told its node rank and the node count (``MSAR_NODE_RANK``, ``MSAR_NNODES``) and where node 0's MindSpore
-scheduler listens (``MSAR_SCHED_HOST``: the job's first node; ``MSAR_SCHED_PORT``: from the job id, so that jobs
+scheduler listens (``MSAR_SCHED_HOST``: the job's first node's address; ``MSAR_SCHED_PORT``: from the job id, so that jobs
 sharing a node do not collide). The trial's arguments reach ``srun`` as the script's own arguments, never through
 a shell line: values can come from an LLM. The trial directory must be on a filesystem every node sees (the
 trial's summary, logs and checkpoints are written there), as on any cluster that runs Megatron or MindFormers.
@@ -69,7 +69,10 @@ VERDICTS = {
 _SCRIPT = """#!/bin/bash
 # One trial, submitted by the agent (autoresearch.execute.slurm): {name}
 # srun starts the trial's command (this script's arguments) once per node; each is that node's supervisor.
-export MSAR_SCHED_HOST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+first="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+# node 0's address as Slurm knows it (NodeAddr; the node's name where none is set)
+MSAR_SCHED_HOST="$(scontrol show node --oneliner "$first" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')"
+export MSAR_SCHED_HOST="${{MSAR_SCHED_HOST:-$first}}"
 export MSAR_SCHED_PORT="$((20000 + SLURM_JOB_ID % 20000))"
 export MSAR_NNODES="$SLURM_JOB_NUM_NODES"
 exec srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \\

@@ -10,7 +10,6 @@ back, so that it is this agent that runs it and the study's sampler still sees i
 
 from __future__ import annotations
 
-import os
 import subprocess
 import threading
 import time
@@ -203,11 +202,12 @@ class Session:
         job = self.executor.adopt(t.user_attrs.get(Attr.TRIAL_PID) or {})
         if job is None:
             return None
-        trial = optuna.trial.Trial(study, t._trial_id)
+        study_id = self.storage.get_study_id_from_name(study.study_name)
+        trial = optuna.trial.Trial(study, self.storage.get_trial_id_from_study_id_trial_number(study_id, t.number))
         self.adopted.append(Launch(trial, dict(t.params), Path(t.user_attrs[Attr.TRIAL_DIR]), job=job))
         return f"trial {t.number}: its agent died; adopted its job {job.record}"
 
-    def spec(self, item: Launch, slot: Slot) -> TrialSpec:
+    def spec(self, item: Launch) -> TrialSpec:
         overrides = [*self.space.overrides(item.params), *item.extra]
         return TrialSpec(
             argv=(*self.command, *overrides, f"trial.dir={item.trial_dir}"),
@@ -215,7 +215,6 @@ class Session:
             name=f"msar.{self.study_name}.{item.trial.number}",
             resources=self.resources,
             limit=watchdog_seconds(overrides),
-            env={**os.environ, **slot.env} if slot.env else None,
         )
 
     # --- the session ---
@@ -286,7 +285,7 @@ class _Work:
         """Run one trial in its slot (a worker thread), or wait for the adopted job it already is; raises
         ``Interrupted`` once ``stop`` is set."""
         s, trial = self.session, item.trial
-        spec = s.spec(item, slot)
+        spec = s.spec(item)
         job = item.job
         if job is None:
             spec.trial_dir.mkdir(parents=True, exist_ok=True)

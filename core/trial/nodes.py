@@ -35,6 +35,16 @@ def _send(sock: socket.socket, lock: threading.Lock, message: dict) -> bool:
         return False
 
 
+def _close(sock: socket.socket) -> None:
+    """Close a connection another thread may be reading: shutdown first, so that the peer sees its end now (a
+    plain close leaves it open while a recv is blocked on it)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
 def _lines(sock: socket.socket):
     """The JSON messages a connection sends until it closes (a torn last line ends it too)."""
     buf = b""
@@ -136,7 +146,7 @@ class Hub:
         self._server.close()
         for peer in self.peers.values():
             if peer.sock is not None:
-                peer.sock.close()
+                _close(peer.sock)
 
 
 class Link:
@@ -145,8 +155,8 @@ class Link:
     def __init__(self, host: str, port: int, *, node: int, join_timeout: float):
         self.node, self.address, self.join_timeout = node, (host, port), join_timeout
         self.sock: socket.socket | None = None
-        self.trouble_at: float | None = None  # when node 0 said abort, or was lost
-        self.trouble = ""
+        self.trouble_at: float | None = None  # when node 0 said abort, was lost, or could not be reached
+        self.trouble, self.trouble_kind = "", ""  # why; "abort" | "lost" | "unreachable"
         self._lock = threading.Lock()
         self._done = threading.Event()
         threading.Thread(target=self._run, name="nodes-link", daemon=True).start()
@@ -159,8 +169,9 @@ class Link:
             except OSError:
                 if time.time() > deadline:
                     self._trouble(
+                        "unreachable",
                         f"node {self.node} could not reach node 0's supervisor at {self.address[0]}:"
-                        f"{self.address[1]} within {self.join_timeout:g} s"
+                        f"{self.address[1]} within {self.join_timeout:g} s",
                     )
                     return
                 time.sleep(CONNECT_RETRY_SEC)
@@ -169,18 +180,18 @@ class Link:
         threading.Thread(target=self._beat, name="nodes-beat", daemon=True).start()
         for msg in _lines(self.sock):
             if "abort" in msg:
-                self._trouble(f"node 0 ended the trial: {msg['abort']}")
+                self._trouble("abort", f"node 0 ended the trial: {msg['abort']}")
         if not self._done.is_set():
-            self._trouble("node 0's supervisor was lost (its connection closed)")
+            self._trouble("lost", "node 0's supervisor was lost (its connection closed)")
 
     def _beat(self) -> None:
         while not self._done.wait(HEARTBEAT_SEC):
             if not _send(self.sock, self._lock, {"alive": self.node}):
                 return
 
-    def _trouble(self, why: str) -> None:
+    def _trouble(self, kind: str, why: str) -> None:
         if self.trouble_at is None:
-            self.trouble_at, self.trouble = time.time(), why
+            self.trouble_at, self.trouble, self.trouble_kind = time.time(), why, kind
 
     def failed(self, at: float, reason: str) -> None:
         if self.sock is not None:
@@ -190,4 +201,4 @@ class Link:
         self._done.set()
         if self.sock is not None:
             _send(self.sock, self._lock, {"report": ends})
-            self.sock.close()
+            _close(self.sock)

@@ -159,12 +159,12 @@ class Supervisor:
         port = int(os.environ.get("MSAR_SCHED_PORT") or _free_port())
         self.node, self.nnodes = nodes()
         first, count = node_ranks(self.world_size)
-        join_timeout = float(os.environ.get(JOIN_TIMEOUT_ENV) or JOIN_TIMEOUT_SEC)
+        self.join_timeout = float(os.environ.get(JOIN_TIMEOUT_ENV) or JOIN_TIMEOUT_SEC)
         if self.nnodes > 1 and self.node == 0:
             self.hub = Hub(host, port + 1, self.nnodes)
         elif self.nnodes > 1:
-            self.link = Link(host, port + 1, node=self.node, join_timeout=join_timeout)
-        self.join_deadline = time.time() + join_timeout
+            self.link = Link(host, port + 1, node=self.node, join_timeout=self.join_timeout)
+        self.join_deadline = time.time() + self.join_timeout
         env = self._env(host, port)
         if first == 0:  # fork_server.popen: forked from the warm server when an agent runs one, else a new process
             self.scheduler = fork_server.popen(
@@ -211,6 +211,7 @@ class Supervisor:
 
     def wait(self) -> None:
         told = False  # node k: node 0 was told of this node's first failure
+        ended_at = None  # when the last of this node's ranks ended
         hard_deadline = None if self.wall_budget is None else self.started + self.wall_budget + self.grace
         while True:
             codes = [r.poll() for r in self.ranks]
@@ -219,12 +220,16 @@ class Supervisor:
                 self.hub.check_silence(now)
                 if self.hub.missing() and now > self.join_deadline and not self.never_joined:
                     late = ", ".join(map(str, self.hub.missing()))
-                    self.never_joined = f"node(s) {late} never joined within {self.join_deadline - self.started:.0f} s"
+                    self.never_joined = f"node(s) {late} never joined within {self.join_timeout:g} s"
                     self.kill()
             if all(c is not None for c in codes):
                 if self.hub is None or self.hub.settled() or self.never_joined:
                     return
-                self.hub.abort("node 0's ranks ended")  # the others end theirs, report, and settle
+                # The other nodes' ranks end with these (they run the same steps): wait for their reports, and
+                # end what still runs there only after the grace (a rank still writing its checkpoint shard).
+                ended_at = ended_at or now
+                if now > ended_at + FAILURE_GRACE_SEC:
+                    self.hub.abort("node 0's ranks ended")
             failed_at = self._failure_at()
             if self.link is not None and failed_at is not None and not told and self.link.trouble_at is None:
                 told = True
@@ -308,13 +313,15 @@ class Supervisor:
             for peer in self.hub.peers.values():
                 if peer.lost:
                     lost.append((Exit.ERROR, peer.failed_at or 0.0, None, peer.lost))
-        if self.link is not None and self.link.trouble_at is not None and "lost" in self.link.trouble:
+        if self.link is not None and self.link.trouble_kind == "lost":
             lost.append((Exit.ERROR, self.link.trouble_at, None, self.link.trouble))
         return lost
 
     def _verdict(self, ends: list[dict]) -> tuple[Exit, str, int | None]:
         if self.never_joined:
             return Exit.TIMEOUT, f"timeout: {self.never_joined}; killed", None
+        if self.link is not None and self.link.trouble_kind == "unreachable":
+            return Exit.TIMEOUT, f"timeout: {self.link.trouble}; killed", None
         own = []  # (code, ended_at, rank, reason) for ranks that ended by themselves
         for e in ends:
             if e["killed_by_supervisor"]:

@@ -1,4 +1,4 @@
-"""Multi-node trials across real network hosts: two network namespaces made by the test, joined by a veth pair, each
+"""Multi-node trials across real network hosts: two network namespaces made by the test, joined through a bridge, each
 with its own address and ports, one supervisor per "node" (as the agent's Slurm job starts them). Layouts across the
 two nodes equal one process; a supervisor killed -9, a node that never joins and a stopped rank each end the trial
 with a status and a reason that names them, and leave nothing running."""
@@ -84,7 +84,7 @@ def test_a_node_whose_supervisor_is_killed_ends_the_trial_everywhere(tmp_path, h
     metrics = trial_dir / "metrics.jsonl"
     wait_for(lambda: metrics.exists() and metrics.read_text().count("\n") >= 2, 300, "two steps")
     pids = _pids(trial_dir)
-    # `ip netns exec` execs env, which execs python: the process is the supervisor itself
+    # nsenter execs env, which execs python: the process is the supervisor itself
     procs[1].send_signal(signal.SIGKILL)
     procs[1].wait()
     start = time.monotonic()

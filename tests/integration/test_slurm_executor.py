@@ -19,7 +19,9 @@ from autoresearch.execute.slots import Slot
 from autoresearch.execute.slurm import SlurmJob
 from autoresearch.records import Attr, Status
 from autoresearch.run.runner import run_trial
+from tests import netns
 from tests.integration.agent_helpers import FAKE, space_file, wait_for
+from tests.integration.conftest import TrialRun, assert_same_run
 from tests.slurm_cluster import SlurmCluster, missing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,3 +170,32 @@ def test_a_real_two_rank_trial_under_srun_equals_the_local_run(tmp_path, slurm):
     losses = [[row["loss"] for row in map(json.loads, (d / "metrics.jsonl").read_text().splitlines()) if "loss" in row]
               for d in (tmp_path / "local", trial_dir)]  # fmt: skip
     assert len(losses[1]) == 3 and losses[0] == pytest.approx(losses[1], rel=1e-6, abs=0)
+
+
+@pytest.mark.skipif(bool(netns.missing()), reason=netns.missing() or "ok")
+def test_a_two_node_job_equals_one_process(tmp_path, monkeypatch):
+    """Two Slurm nodes, a slurmd in each of two network namespaces: srun starts one supervisor per node, node 0's
+    writes the summary; data parallelism across them reproduces one process."""
+    base = ("model=tiny", "seed=5", "trial.max_steps=10", "checkpoint.interval=5")
+    reference = TrialRun(0, tmp_path / "one", "")
+    assert run_trial(list(base), reference.dir, timeout=600).status == Status.OK
+    trial_dir = tmp_path / "two"
+    trial_dir.mkdir()
+    spec = TrialSpec(
+        argv=(sys.executable, "-m", "core.train", *base, "parallel.dp_replicate=2", f"trial.dir={trial_dir}"),
+        trial_dir=trial_dir,
+        name="msar.nodes.0",
+        resources=Resources(nodes=2, devices_per_node=1),
+        limit=600,
+        cwd=ROOT,
+    )
+    with netns.hosts(2) as hosts:
+        cluster = SlurmCluster(hosts=hosts).start()
+        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+        try:
+            result = wait(SlurmExecutor().start(spec, Slot(0, "")), spec)
+        finally:
+            cluster.stop()
+    assert result.status == Status.OK, result.reason
+    assert [(r["rank"], r["node"]) for r in result.summary["ranks"]] == [(0, 0), (1, 1)]
+    assert_same_run(TrialRun(0, trial_dir, ""), reference, 10)
