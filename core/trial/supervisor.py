@@ -13,8 +13,8 @@ failure anywhere ends the trial everywhere after the failure grace; a node that 
 with a reason naming it) and writes the one summary from every node's rank ends; node k writes its own view to
 ``nodes/node_<k>.json``.
 
-A rank that is stopped (SIGSTOP: /proc state T) when its peers' collectives give up is the trial's cause: the
-trial is a timeout naming it, not an error of the peers.
+A rank that is stopped (SIGSTOP: /proc state T) or stuck in the kernel (state D for STUCK_SEC or more) when its
+peers' collectives give up is the trial's cause: the trial is a timeout naming it, not an error of the peers.
 """
 
 from __future__ import annotations
@@ -65,13 +65,16 @@ def _vm_hwm(pid: int) -> int | None:
     return None
 
 
-def _stopped(pid: int) -> bool:
-    """Stopped by a signal (SIGSTOP, SIGTSTP) or a tracer: /proc state T or t."""
+STUCK_SEC = 5.0  # uninterruptible sleep (state D) this long is a hang, not a disk read
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (/proc: R running, S sleeping, D in the kernel, T stopped, ...), "" if gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+            return f.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return False
+        return ""
 
 
 @dataclass
@@ -81,13 +84,24 @@ class Rank:
     peak: int | None = None
     ended_at: float | None = None
     killed_by_us: bool = False
-    stopped: bool = False  # stopped (state T) when last seen running
+    hung: str = ""  # how it hung when last seen running: stopped (state T) or stuck in the kernel (state D)
+    _d_since: float | None = None
 
     def poll(self) -> int | None:
         rc = self.proc.poll()
         if rc is None:
             self.peak = max(self.peak or 0, _vm_hwm(self.proc.pid) or 0) or self.peak
-            self.stopped = _stopped(self.proc.pid)
+            state, now = _state(self.proc.pid), time.time()
+            if state != "D":
+                self._d_since = None
+            elif self._d_since is None:
+                self._d_since = now
+            if state in ("T", "t"):
+                self.hung = "stopped (SIGSTOP or a tracer: state T)"
+            elif self._d_since is not None and now - self._d_since >= STUCK_SEC:
+                self.hung = f"stuck in the kernel (state D for {now - self._d_since:.0f} s)"
+            else:
+                self.hung = ""
         elif self.ended_at is None:
             self.ended_at = time.time()
         return rc
@@ -105,7 +119,7 @@ class Rank:
             "exit_code": self.proc.returncode,
             "ended_at": self.ended_at,
             "killed_by_supervisor": self.killed_by_us,
-            "stopped": self.stopped,
+            "hung": self.hung,
             "peak_memory_bytes": self.peak,
             "report": report,
         }
@@ -338,14 +352,14 @@ class Supervisor:
                     (code, at, rank, f"rank {rank} exited with code {rc} without a report (see logs/rank_{rank}.log)")
                 )
         failures = [o for o in own if o[0] != Exit.OK] + self._lost_nodes()
-        stopped = [e["rank"] for e in ends if e["stopped"]]
-        if stopped and not any(f[0] in CLASSIFIED for f in failures):
-            # its peers' collectives gave up waiting for it: the stopped rank is the cause, and it is a hang
-            ranks = ", ".join(map(str, stopped))
+        hung = [e for e in ends if e["hung"]]
+        if hung and not any(f[0] in CLASSIFIED for f in failures):
+            # its peers' collectives gave up waiting for it: the hung rank is the cause, and it is a hang
+            first = hung[0]
             return (
                 Exit.TIMEOUT,
-                f"timeout: rank {ranks} stopped (SIGSTOP or a tracer: state T) and its peers' collectives gave up",
-                stopped[0],
+                f"timeout: rank {first['rank']} {first['hung']} and its peers' collectives gave up",
+                first["rank"],
             )
         if self.timed_out:
             classified = [f for f in failures if f[0] in CLASSIFIED]

@@ -9,6 +9,7 @@ from pathlib import Path
 import optuna
 import pandas as pd
 import pytest
+import yaml
 from optuna.trial import TrialState
 
 from autoresearch import cli as agent
@@ -393,3 +394,14 @@ def test_a_trial_its_executor_lost_says_nothing_of_its_config(tmp_path, verdict,
     if rerun:
         assert retries[0].params == t0.params and retries[0].user_attrs["status"] == "ok"
     assert storage.finished_count(study) == 2  # the lost trial does not count toward --trials
+
+
+def test_a_multi_node_space_needs_an_executor_that_has_nodes(tmp_path):
+    doc = yaml.safe_load(space_file(tmp_path).read_text())
+    path = tmp_path / "nodes.yaml"
+    path.write_text(yaml.safe_dump({**doc, "world_size": 2, "resources": {"nodes": 2}}))
+    opts = AgentOptions(space=str(path), trials_dir=str(tmp_path / "trials"), command=shlex.split(FAKE))
+    with pytest.raises(SystemExit, match="resources.nodes.*use --executor slurm"):
+        Session(opts, "grid")
+    opts.executor = "slurm"
+    assert Session(opts, "grid").executor.name == "slurm"
