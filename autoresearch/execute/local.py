@@ -43,12 +43,17 @@ class LocalExecutor:
     def slots(self, workers: int, device: str, world_size: int) -> list[Slot]:
         return make_slots(workers, device, world_size)
 
-    def start(self, spec: TrialSpec, slot: Slot) -> LocalJob:
-        if spec.resources.nodes > 1:
+    @staticmethod
+    def check(nodes: int) -> None:
+        """This machine is one node: a SystemExit saying what to use for more."""
+        if nodes > 1:
             raise SystemExit(
-                f"trial {spec.name} asks for {spec.resources.nodes} nodes; --executor local runs on this machine "
+                f"a trial asks for {nodes} nodes (resources.nodes); --executor local runs trials on this machine "
                 "only: use --executor slurm, or resources.nodes: 1"
             )
+
+    def start(self, spec: TrialSpec, slot: Slot) -> LocalJob:
+        self.check(spec.resources.nodes)
         env = spec.env
         if slot.env:
             env = {**(env or os.environ), **slot.env}

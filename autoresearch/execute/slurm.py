@@ -239,5 +239,4 @@ class SlurmExecutor:
             job_id = ids[0]
         if job_fields(job_id) is None:
             return None
-        job = SlurmJob(job_id, record["name"], record.get("submitted") or time.time())
-        return job
+        return SlurmJob(job_id, record["name"], record.get("submitted") or time.time())

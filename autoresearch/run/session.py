@@ -359,11 +359,8 @@ class _Work:
 
 def make_executor(opts: AgentOptions, space) -> Executor:
     """The executor ``--executor`` names, with the site settings of the flags and the space."""
-    if opts.executor == LocalExecutor.name and space.resources.nodes > 1:
-        raise SystemExit(
-            f"the space asks for {space.resources.nodes} nodes per trial (resources.nodes); --executor local runs "
-            "trials on this machine only: use --executor slurm, or resources.nodes: 1"
-        )
+    if opts.executor == LocalExecutor.name:
+        LocalExecutor.check(space.resources.nodes)  # before any trial, not at the first one's start
     if opts.executor == SlurmExecutor.name:
         site = space.slurm
         return SlurmExecutor(

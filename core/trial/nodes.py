@@ -84,7 +84,7 @@ class Hub:
 
     def __init__(self, host: str, port: int, nnodes: int):
         self.nnodes, self.peers, self._mutex = nnodes, {}, threading.Lock()
-        self._server = socket.create_server((host, port), reuse_port=False)
+        self._server = socket.create_server((host, port))
         self._server.settimeout(0.5)
         self._closed = False
         threading.Thread(target=self._accept, name="nodes-accept", daemon=True).start()

@@ -281,9 +281,9 @@ class Supervisor:
                 ends += peer.report or []
         return sorted(ends, key=lambda e: e["rank"])
 
-    def merge(self) -> dict:
-        """One summary from the ranks' own summaries, their exit codes and what the supervisors saw."""
-        ends = self.ends()
+    def merge(self, ends: list[dict]) -> dict:
+        """One summary from the ranks' ends (``ends()``: their own summaries, exit codes and what the supervisors
+        saw)."""
         reports = {e["rank"]: e["report"] for e in ends if e["report"] is not None}
         code, reason, culprit = self._verdict(ends)
         base = reports.get(0) or next(iter(reports.values()), None)
@@ -442,13 +442,14 @@ def supervise(cfg: TrainConfig, *, overrides: list[str], trial_dir: Path, starte
     def on_signal(signum, _frame):  # an agent's watchdog or Ctrl-C: still leave a summary
         sup.kill()
         sup.stop_scheduler()
-        summary = sup.merge()
+        ends = sup.ends()
+        summary = sup.merge(ends)
         summary.update(
             status=Exit.ERROR.status,
             exit_code=int(Exit.ERROR),
             reason=f"supervisor received {signal.Signals(signum).name}",
         )
-        _write(sup, summary)
+        _write(sup, ends, summary)
         os._exit(1)
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -459,17 +460,18 @@ def supervise(cfg: TrainConfig, *, overrides: list[str], trial_dir: Path, starte
     finally:
         sup.kill()
         sup.stop_scheduler()
-    summary = sup.merge()
-    _write(sup, summary)
+    ends = sup.ends()  # each rank's report read once: for the summary, and for node 0 when this is node k
+    summary = sup.merge(ends)
+    _write(sup, ends, summary)
     return summary["exit_code"]
 
 
-def _write(sup: Supervisor, summary: dict) -> None:
+def _write(sup: Supervisor, ends: list[dict], summary: dict) -> None:
     """Node 0 (or a one-node trial) writes the trial's summary; node k reports its ranks' ends to node 0, which
     writes the summary from them, and keeps its own view in nodes/node_<k>.json."""
     if sup.link is None:
         write_json_atomic(sup.trial_dir / "trial_summary.json", summary)
         return
-    sup.link.report(sup.ends())
+    sup.link.report(ends)
     (sup.trial_dir / "nodes").mkdir(exist_ok=True)
     write_json_atomic(sup.trial_dir / "nodes" / f"node_{sup.node}.json", summary)
