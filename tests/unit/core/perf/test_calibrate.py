@@ -56,3 +56,49 @@ def test_a_cpu_profile_reads_the_calibration_or_names_the_key(tmp_path, monkeypa
     assert rates.pynative is None  # an entry without it: jit priced, pynative refused naming the key
     with pytest.raises(ConfigError, match="cluster.pynative_overhead_us"):
         estimate_step(planned_config(["cluster.peak_tflops_fp32=0.1", "training.mode=pynative"]))
+
+
+def _machine(tmp_path, monkeypatch, rate: float, remeasured: float, true_rate: float = 6e10):
+    """A machine whose cached reference rate is ``rate``, a second measurement finds ``remeasured``, and whose
+    calibration trials ran as the model predicts at efficiency 0.55 of ``true_rate``; MindSpore never runs."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    truth = {"memory_bandwidth_gbps": 20.0, "matmul_efficiency": 0.55, "intra_node_bandwidth_gbps": 0.3}
+    truth |= {"intra_node_latency_us": 800.0, "launch_overhead_us": 1500.0, "pynative_overhead_us": 9000.0}
+    reference = tmp_path / "reference_rate.json"
+
+    def cache(flops: float) -> None:
+        reference.write_text(json.dumps({machine_key("CPU"): {"flops_per_sec": flops}}))
+
+    cache(true_rate)
+    measured = {
+        name: estimate_step(planned_config([*BASE, *o, *(f"cluster.{k}={v}" for k, v in truth.items())])).step_time_sec
+        for name, o in LAYOUTS.items()
+    }
+    cache(rate)
+    calls = []
+
+    def measure_again(device, force=False, keep_higher=False):
+        calls.append(force)
+        if force:
+            cache(max(rate, remeasured) if keep_higher else remeasured)
+
+    monkeypatch.setattr(calibrate, "reference_flops_per_sec", measure_again)
+    monkeypatch.setattr(calibrate, "measure_bandwidth", lambda: truth["memory_bandwidth_gbps"])
+    monkeypatch.setattr(calibrate, "measure_layouts", lambda layouts, base, rounds: measured)
+    return calls
+
+
+def test_a_reference_rate_measured_under_load_is_measured_again(tmp_path, monkeypatch):
+    # The cached rate is a third of the machine's: the trial beats it at full efficiency, so it is measured again.
+    calls = _machine(tmp_path, monkeypatch, rate=2e10, remeasured=6e10)
+    entry = calibrate.calibrate(force=True)
+    assert calls == [False, True]
+    assert entry["matmul_efficiency"] == pytest.approx(0.55, rel=1e-3) and entry["not_reproduced"] == {}
+    assert json.loads(device.calibration_path().read_text())[machine_key("CPU")] == entry
+
+
+def test_a_fit_the_reference_rate_cannot_explain_is_not_cached(tmp_path, monkeypatch):
+    calls = _machine(tmp_path, monkeypatch, rate=2e10, remeasured=1e10)  # loaded again: the higher rate stays
+    with pytest.raises(SystemExit, match=r"matmul_efficiency stopped at its bound 1.*reference_rate --force"):
+        calibrate.calibrate(force=True)
+    assert calls == [False, True, True] and not device.calibration_path().exists()
