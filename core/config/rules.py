@@ -119,6 +119,19 @@ def stages_split_the_layers(cfg: TrainConfig) -> None:
     )
 
 
+def preprocess_fits_stage_0(cfg: TrainConfig) -> None:
+    p = cfg.parallel
+    if p.pp_schedule != "mpipe":
+        return
+    first = p.stage_split(cfg.model.n_layers)[0]
+    require(
+        p.pp_transpose_layers < first,
+        "parallel.pp_transpose_layers",
+        f"{p.pp_transpose_layers} blocks do not leave stage 0 a body of its own (it has {first}); lower it "
+        f"below {first}, or give stage 0 more layers (parallel.pp_layers or pp_offset)",
+    )
+
+
 def experts_fit_the_layout(cfg: TrainConfig) -> None:
     m, p = cfg.model, cfg.parallel
     require(
@@ -233,9 +246,10 @@ def batch_splits_into_micro_batches(cfg: TrainConfig) -> None:
 def interleaving_fills_every_rank(cfg: TrainConfig) -> None:
     p, m = cfg.parallel, cfg.grad_accum_steps
     require(
-        p.pp_schedule != "interleaved" or p.pp == 1 or m % p.pp == 0,
+        (p.pp_schedule != "interleaved" and p.pp_virtual == 1) or p.pp == 1 or m % p.pp == 0,
         "parallel.pp_schedule",
-        f"interleaved needs the micro-batches per step ({m} = global_batch_size / (micro_batch_size * dp)) to "
+        f"{p.pp_schedule} with {p.pp_virtual} stages per rank needs the micro-batches per step ({m} = "
+        "global_batch_size / (micro_batch_size * dp)) to "
         f"be a multiple of pp={p.pp}; change training.micro_batch_size or the batch, or use 1f1b",
     )
 
@@ -297,6 +311,7 @@ CROSS_SECTION_RULES = (
     cp_splits_the_sequence,
     sp_splits_the_local_sequence,
     stages_split_the_layers,
+    preprocess_fits_stage_0,
     experts_fit_the_layout,
     recompute_stages_match_the_pipeline,
     selective_recompute_saves_memory,

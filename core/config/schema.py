@@ -18,7 +18,8 @@ from core.config.cluster import ClusterConfig
 from core.config.model import ModelConfig
 from core.config.rules import CROSS_SECTION_RULES, positive, require
 
-PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "mpipe")
+PP_TRANSPOSE_OVERFLOWS = ("full", "min")
 RECOMPUTE = ("none", "selective", "full")
 SWAP_OPS = ("attention", "mlp", "norm")  # the parts of a block memory.swap_ops chooses from (core.memory.swap)
 DEVICES = ("CPU", "Ascend", "GPU")
@@ -99,9 +100,17 @@ class ParallelConfig:
     sp: bool = False
     """Sequence parallelism in the norm and residual regions (needs tp > 1)."""
     pp_schedule: str = "1f1b"
-    """Pipeline schedule: gpipe, 1f1b or interleaved."""
+    """Pipeline schedule: gpipe, 1f1b, interleaved, or mpipe ((interleaved) 1F1B with stage 0's preprocess block
+    run by the other ranks in their warm-up: MindSpore hyper-parallel's MPipe Transpose,
+    ``core.parallel.pipeline.mpipe``)."""
     pp_virtual: int = 1
-    """Stages per rank (the interleaved schedule)."""
+    """Stages per rank (the interleaved schedule, or mpipe's interleaved body)."""
+    pp_transpose_layers: int = 0
+    """mpipe: the blocks of stage 0 in its preprocess block with the embedding (T); 0 transposes the data loading
+    alone."""
+    pp_transpose_overflow: str = "full"
+    """mpipe: who preprocesses the micro-batches past the first pp: full (round-robin over the ranks) or min
+    (rank 0, inline)."""
     pp_layers: list[int] | None = None
     """Layers per stage, pp * pp_virtual of them (e.g. [1,3]); null: an even split, moved by ``pp_offset``."""
     pp_offset: int = 0
@@ -116,9 +125,30 @@ class ParallelConfig:
             f"must be {', '.join(PP_SCHEDULES[:-1])} or {PP_SCHEDULES[-1]} (got {self.pp_schedule!r})",
         )
         require(
-            self.pp_virtual == 1 or self.pp_schedule == "interleaved",
+            self.pp_virtual == 1 or self.pp_schedule in ("interleaved", "mpipe"),
             "parallel.pp_virtual",
-            f"{self.pp_virtual} stages per rank need parallel.pp_schedule=interleaved; or set pp_virtual=1",
+            f"{self.pp_virtual} stages per rank need parallel.pp_schedule=interleaved (or mpipe); or set pp_virtual=1",
+        )
+        require(
+            self.pp_schedule == "mpipe" or (self.pp_transpose_layers == 0 and self.pp_transpose_overflow == "full"),
+            "parallel.pp_transpose_layers",
+            "and pp_transpose_overflow shape the mpipe schedule; set parallel.pp_schedule=mpipe, or leave them at "
+            "0 and full",
+        )
+        require(
+            self.pp_transpose_layers >= 0,
+            "parallel.pp_transpose_layers",
+            f"must be >= 0 (got {self.pp_transpose_layers})",
+        )
+        require(
+            self.pp_transpose_overflow in PP_TRANSPOSE_OVERFLOWS,
+            "parallel.pp_transpose_overflow",
+            f"must be full or min (got {self.pp_transpose_overflow!r})",
+        )
+        require(
+            self.pp_schedule != "mpipe" or self.pp > 1,
+            "parallel.pp_schedule",
+            "mpipe transposes stage 0's preprocess to the other pipeline ranks; it needs parallel.pp > 1",
         )
         require(
             not self.sp or self.tp > 1,

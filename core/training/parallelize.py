@@ -32,7 +32,7 @@ from core.parallel.context_parallel import apply_context_parallel, chunk_positio
 from core.parallel.dims import ParallelDims
 from core.parallel.expert_parallel import apply_moe_parallel
 from core.parallel.fsdp import apply_fsdp
-from core.parallel.pipeline.stages import split_stages
+from core.parallel.pipeline.stages import preprocess, split_stages
 from core.parallel.placement import Placement, replicated
 from core.parallel.tensor_parallel import apply_tensor_parallel
 
@@ -50,6 +50,7 @@ class Parallelized:
     positions: np.ndarray  # (S / cp,) int32: the sequence positions of this rank's tokens
     recompute: RecomputePlan  # how each stage recomputes (applied here; the step factory reads it)
     stages: dict | None = None  # with a pipeline: {global stage: Stage} held by this rank (``model`` holds them)
+    preprocess: nn.Cell | None = None  # mpipe with T >= 1: the preprocess block (``model`` holds it on rank 0 only)
     tied: tuple[str, ...] = ()  # parameters whose gradient is summed with a copy on another stage
     mirrors: tuple[str, ...] = ()  # those copies held here (another rank saves them)
 
@@ -89,18 +90,28 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
     placements: dict[str, Placement] = {}
     plan = recompute_plan(cfg)
     p = cfg.parallel
+    transposed = p.pp_transpose_layers if p.pp_schedule == "mpipe" else 0
     parts = (
         {0: model}
         if dims.pp == 1
         else split_stages(
-            model, pp=dims.pp, virtual=p.pp_virtual, index=dims.index("pp"), split=p.stage_split(len(model.layers))
+            model,
+            pp=dims.pp,
+            virtual=p.pp_virtual,
+            index=dims.index("pp"),
+            split=p.stage_split(len(model.layers)),
+            transposed=transposed,
         )
     )
+    pre = preprocess(model, transposed) if transposed else None
     loss = eval_loss = None
     for s, part in parts.items():
         losses = _parallelize_part(part, dims=dims, groups=groups, placements=placements, cfg=cfg, plan=plan, stage=s)
         if s == max(parts) and part.head_weight() is not None:
             loss, eval_loss = losses
+    if pre is not None:  # rank 0's trains (placed, optimized, saved); another rank's copy takes rank 0's weights
+        mine = placements if 0 in parts else {}
+        _parallelize_part(pre, dims=dims, groups=groups, placements=mine, cfg=cfg, plan=plan, stage=0)
     if cfg.training.max_attention_logit is not None:  # before anything compiles: graph mode reads it as a constant
         for part in parts.values():
             for block in transformer_blocks(part):
@@ -125,8 +136,8 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
         return Parallelized(model=model, mtp_depth=depth, mtp_loss=mtp_loss, **common)
     mirrors = tuple(name for part in parts.values() for name in part.mirrors)
     tied = mirrors + (("embed.weight",) if 0 in parts and model.tie_embeddings else ())
-    held = nn.CellList(list(parts.values()), auto_prefix=False)
-    return Parallelized(model=held, stages=parts, tied=tied, mirrors=mirrors, **common)
+    held = nn.CellList(([pre] if pre is not None and 0 in parts else []) + list(parts.values()), auto_prefix=False)
+    return Parallelized(model=held, stages=parts, preprocess=pre, tied=tied, mirrors=mirrors, **common)
 
 
 def _parallelize_part(

@@ -70,7 +70,14 @@ def build_step(par: Parallelized, cfg: TrainConfig, params: list, *, swap_dir: P
     ``memory.swap``."""
     jit_mode, mbs = cfg.training.mode == "jit", cfg.training.micro_batch_size
     if par.stages is not None:
-        return PipelineStep(par.stages, losses=(par.loss, par.eval_loss), params=params, dims=par.dims, cfg=cfg)
+        return PipelineStep(
+            par.stages,
+            preprocess=par.preprocess,
+            losses=(par.loss, par.eval_loss),
+            params=params,
+            dims=par.dims,
+            cfg=cfg,
+        )
     blocks = par.recompute.blocks(len(par.model.layers))
     if par.recompute.segmented_full and min(len(blocks), len(par.model.layers) - 1) >= 1:
         return SegmentedStep(

@@ -8,6 +8,12 @@ keeps the input gradient for its B action, so it computes nothing twice.
 
 Messages: ``comm.send`` / ``comm.recv`` between global ranks (MindSpore's CPU send is buffered; messages between
 two ranks arrive in order, which ``schedules.simulate`` checks every schedule respects).
+
+mpipe (``mpipe.py``): every rank holds the preprocess block (``preprocess``: the embedding and stage 0's first T
+blocks; with T = 0 none, a micro-batch's tokens are what is preprocessed). W: rank 0 sends its block's weights, a
+rank that preprocesses loads them. P: the block's forward, detached (a forward only); its owner sends the output
+and the tokens to rank 0 (send_P). Stage 0's backward leaves the gradient of that output, and R runs the block
+again from the tokens and back-propagates it into rank 0's block weights, for every micro-batch.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import time
 
 import mindspore as ms
 import numpy as np
-from mindspore import Tensor, nn
+from mindspore import Tensor, nn, ops
 
 from core.config import TrainConfig
 from core.data import micro_batches
@@ -40,6 +46,7 @@ class PipelineStep:
         self,
         stages: dict[int, Stage],
         *,
+        preprocess: Stage | None = None,
         losses: tuple[nn.Cell, nn.Cell],
         params: list,
         dims: ParallelDims,
@@ -47,7 +54,8 @@ class PipelineStep:
     ):
         """``stages``: {global stage: Stage} this rank holds; ``losses``: the (train, eval) loss cells of the last
         stage; ``dims``: the mesh (this rank's pipeline group, and whether sequence parallelism splits the hidden
-        states between stages); ``cfg``: the schedule, micro-batches and modes."""
+        states between stages); ``cfg``: the schedule, micro-batches and modes; ``preprocess``: mpipe's block
+        (T >= 1)."""
         p, t = cfg.parallel, cfg.training
         pp_ranks = dims.group_ranks("pp")
         jit = t.mode == "jit"
@@ -60,11 +68,19 @@ class PipelineStep:
             for s, stage in stages.items()
         }
         self.last = max(stages) == p.stages - 1
-        self.actions = build(p.pp_schedule, self.pp, cfg.grad_accum_steps, p.pp_virtual)[self.index]
-        # one micro-batch's forwards, in the schedule's chunk order: evaluation repeats them per micro-batch
+        self.mpipe = p.pp_schedule == "mpipe"
+        schedule = dict(overflow=p.pp_transpose_overflow, trained=preprocess is not None)
+        self.actions = build(p.pp_schedule, self.pp, cfg.grad_accum_steps, p.pp_virtual, **schedule)[self.index]
+        # one micro-batch's forwards, in the schedule's chunk order: evaluation repeats them per micro-batch (rank
+        # 0 preprocessing inline under mpipe)
         self.forwards = [a for a in self.actions if a.op in ("recv_F", "F", "send_F") and a.mb == 0]
         position = {id(p): i for i, p in enumerate(params)}
         self.slots = {s: [position[id(p)] for p in f.params] for s, f in self.fns.items()}
+        self.pre = None
+        if preprocess is not None:
+            self.pre = StageFns(preprocess, loss=losses[0], eval_loss=losses[1], jit=jit, jit_eval=False)
+            if self.index == 0:
+                self.slots["pre"] = [position[id(p)] for p in self.pre.params]
         self.n_params = len(params)
         self.wait_sec = 0.0
         self._add = compiled_if(jit)(_sum)
@@ -94,7 +110,9 @@ class PipelineStep:
         shape = (b, positions.shape[0] // self.seq_split, self.d_model)  # what passes between stages
         for a in actions:
             fns = self.fns.get(a.stage)
-            if a.op == "recv_F" or a.op == "recv_B":
+            if a.op in ("send_W", "recv_W", "P", "send_P", "recv_P", "R"):
+                self._transposed(a, box, batches, positions, shape, grads)
+            elif a.op == "recv_F" or a.op == "recv_B":
                 # PyNative queues ops and returns: synchronize before (this rank's own work is done) and after
                 # (the message is here), so that the time between is waiting for the peer (the bubble)
                 ms.runtime.synchronize()
@@ -105,7 +123,12 @@ class PipelineStep:
             elif a.op == "send_F" or a.op == "send_B":
                 send(box.pop(("out" + a.op[-1], a.mb, a.stage)), self.ranks[a.peer])
             elif a.op == "F":
-                x = Tensor(batches[a.mb][0]) if fns.stage.first else box.pop(("F", a.mb, a.stage))
+                if a.stage == 0 and self.mpipe:
+                    if ("P", a.mb, 0) not in box:  # evaluation: rank 0 preprocesses inline
+                        self._preprocess(a.mb, box, batches, positions)
+                    x = box.pop(("P", a.mb, 0))
+                else:
+                    x = Tensor(batches[a.mb][0]) if fns.stage.first else box.pop(("F", a.mb, a.stage))
                 if not fns.stage.last:
                     box[("outF", a.mb, a.stage + 1)] = fns.forward(x, positions)
                     if grads is not None:
@@ -127,8 +150,45 @@ class PipelineStep:
                 else:
                     dx, g = out
                     self._accumulate(grads, a.stage, g)
-                    box[("outB", a.mb, a.stage - 1)] = dx
+                    box[("outB", a.mb, a.stage - 1)] = dx  # stage 0 of mpipe: the gradient R back-propagates
         return losses
+
+    def _preprocess(self, mb: int, box: dict, batches: list, positions: Tensor) -> None:
+        """P: micro-batch ``mb``'s tokens through the preprocess block (forward only), output and tokens boxed."""
+        tokens = Tensor(batches[mb][0])
+        box[("P", mb, 0)] = tokens if self.pre is None else self.pre.forward(tokens, positions)
+        if self.pre is not None:
+            box[("tokens", mb)] = tokens  # for R
+
+    def _transposed(self, a: Action, box: dict, batches: list, positions: Tensor, shape: tuple, grads) -> None:
+        """mpipe's steps (``mpipe.py``): the weights sent and loaded, a micro-batch preprocessed, shipped, and
+        back-propagated on rank 0."""
+        tokens_shape = (self.mbs, positions.shape[0])
+        if a.op == "send_W":  # every parameter of the block: a router's balancing bias moves each step too
+            for p in self.pre.stage.get_parameters():
+                send(p.value(), self.ranks[a.peer])
+        elif a.op == "recv_W":
+            for p in self.pre.stage.get_parameters():
+                ops.assign(p, recv(p.shape, p.dtype, self.ranks[a.peer]))  # in place: compiled graphs read it
+        elif a.op == "P":
+            self._preprocess(a.mb, box, batches, positions)
+        elif a.op == "send_P":  # the block's output (T = 0: the tokens), then the tokens for R
+            send(box.pop(("P", a.mb, 0)), self.ranks[a.peer])
+            if self.pre is not None:
+                send(box.pop(("tokens", a.mb)), self.ranks[a.peer])
+        elif a.op == "recv_P":
+            ms.runtime.synchronize()
+            t0 = time.perf_counter()
+            if self.pre is None:
+                box[("P", a.mb, 0)] = recv(tokens_shape, ms.int32, self.ranks[a.peer])
+            else:
+                box[("P", a.mb, 0)] = recv(shape, ms.float32, self.ranks[a.peer])
+                box[("tokens", a.mb)] = recv(tokens_shape, ms.int32, self.ranks[a.peer])
+            ms.runtime.synchronize()
+            self.wait_sec += time.perf_counter() - t0
+        else:  # R: the block again from the tokens, back-propagating the gradient stage 0 left for its output
+            tokens, dy = box.pop(("tokens", a.mb)), box.pop(("outB", a.mb, -1))
+            accumulate(grads, self.slots["pre"], self.pre.backward(tokens, positions, dy), self._add)
 
     def _accumulate(self, grads: list, stage: int, g) -> None:
         accumulate(grads, self.slots[stage], g, self._add)

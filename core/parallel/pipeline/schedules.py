@@ -10,6 +10,10 @@ its forwards (F) and backwards (B) run; the sends and receives between stages fo
                  2021): at most pp - r micro-batches in flight on rank r, the same bubble as GPipe
     interleaved  1F1B over ``virtual`` chunks per rank (Narayanan et al. 2021, section 2.2): the bubble divided by
                  ``virtual``, for ``virtual`` times the point-to-point traffic; needs m to be a multiple of pp
+    mpipe        (interleaved) 1F1B with stage 0's preprocess block run by the idle ranks in their warm-up
+                 (MindSpore hyper-parallel's MPipe Transpose; ``mpipe.py`` says how): adds the preprocess forward
+                 P, its recompute-and-backward R on rank 0, and two messages, the preprocess weights (W, rank 0
+                 to a rank that runs P) and a preprocessed micro-batch (P, its owner to rank 0)
 
 Pure Python, no MindSpore: ``simulate`` runs the lists with sends that never block (MindSpore's CPU send is
 buffered: benchmarks/RESULTS.md, "core/parallel/comm/p2p.py") and receives that wait for the next message from
@@ -25,23 +29,11 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+from core.parallel.pipeline.actions import Action
+from core.parallel.pipeline.mpipe import transpose
 
-
-@dataclass(frozen=True)
-class Action:
-    """``op`` is F or B (compute), or send_F / recv_F (an activation) or send_B / recv_B (its gradient);
-    ``stage`` is the virtual stage the computation belongs to (for a send: the stage that receives it)."""
-
-    op: str
-    mb: int
-    stage: int
-    peer: int = -1  # the other rank of a send or receive
-
-    def __repr__(self) -> str:
-        return f"{self.op}{self.mb}@{self.stage}" + (
-            f"->{self.peer}" if self.op.startswith("send") else f"<-{self.peer}" if self.op.startswith("recv") else ""
-        )
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "mpipe")
+OPS = "FBPR"  # forward, backward, preprocess forward, preprocess recompute-and-backward (mpipe)
 
 
 def stage_layers(n_layers: int, stages: int, split: list[int] | None = None) -> list[range]:
@@ -56,11 +48,19 @@ def stage_layers(n_layers: int, stages: int, split: list[int] | None = None) -> 
     return [range(a, a + n) for a, n in zip(starts, split, strict=True)]
 
 
+def body_of(schedule: str, virtual: int) -> str:
+    """mpipe's body, what is left when its preprocess steps are taken out: (interleaved) 1F1B."""
+    if schedule != "mpipe":
+        return schedule
+    return "interleaved" if virtual > 1 else "1f1b"
+
+
 def compute_order(schedule: str, pp: int, micro_batches: int, virtual: int, rank: int) -> list[tuple[str, int, int]]:
     """(op, micro-batch, stage) of rank ``rank``'s forwards and backwards, in the order it runs them."""
     m, p, v = micro_batches, pp, virtual
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown pipeline schedule {schedule!r}; one of {SCHEDULES}")
+    schedule = body_of(schedule, v)
     if schedule != "interleaved" and v != 1:
         raise ValueError(f"{schedule} runs one stage per rank; virtual stages need the interleaved schedule")
     if schedule == "gpipe":
@@ -82,9 +82,14 @@ def compute_order(schedule: str, pp: int, micro_batches: int, virtual: int, rank
     return order + [backward(k) for k in range(total - warmup, total)]
 
 
-def build(schedule: str, pp: int, micro_batches: int, virtual: int = 1) -> list[list[Action]]:
+def build(
+    schedule: str, pp: int, micro_batches: int, virtual: int = 1, *, overflow: str = "full", trained: bool = True
+) -> list[list[Action]]:
     """Every rank's actions: its compute order with each activation received before its forward and sent after
-    it, each gradient received before its backward and sent after it."""
+    it, each gradient received before its backward and sent after it. ``overflow`` and ``trained`` shape mpipe's
+    transposed steps (``mpipe.transpose``)."""
+    if schedule == "mpipe":
+        return transpose(build(body_of(schedule, virtual), pp, micro_batches, virtual), overflow, trained)
     if pp < 2:
         raise ValueError("a pipeline needs pp >= 2 stages")
     last = pp * virtual - 1
@@ -132,22 +137,25 @@ def simulate(
     t_backward: float = 1.0,
     *,
     durations: Callable[[str, int], float] | None = None,
-    transfer: float = 0.0,
+    transfer: float | dict[str, float] = 0.0,
     trace: list | None = None,
 ) -> Timing:
     """Run the ranks' lists and check them; see the module docstring. A forward of one stage takes ``t_forward /
     virtual``, a backward ``t_backward / virtual``, or ``durations(op, stage)`` when given (``core.perf``: uneven
-    stages, the first's embedding, the last's head); a message arrives ``transfer`` after it is sent. ``trace``,
+    stages, the first's embedding, the last's head; P and R take 0 without it); a message arrives ``transfer``
+    after it is sent (or ``transfer[kind]``). ``trace``,
     when given, receives (rank, action) in the order they ran (``compile_schedule``)."""
     pp = len(actions)
     stages = pp * virtual
     sent: dict[tuple[str, int, int], float] = {}  # (kind, mb, stage) -> time its message left
     done: dict[tuple[str, int, int], float] = {}  # (op, mb, stage) -> time it finished
     clock, pos = [0.0] * pp, [0] * pp
-    received: list[set] = [set() for _ in range(pp)]
+    received: list[set] = [set() for _ in range(pp)]  # messages received (and preprocessed micro-batches made here)
     queues: dict[tuple[int, int], list] = {}  # (src, dst) -> keys sent, not yet received, in order
     busy = [0.0] * pp
     live, in_flight = [0] * pp, [0] * pp
+    present = {a.op for acts in actions for a in acts}
+    weighted = {r for r, acts in enumerate(actions) if any(a.op == "recv_W" for a in acts)}
     while any(pos[r] < len(actions[r]) for r in range(pp)):
         progressed = False
         for r in range(pp):
@@ -160,27 +168,29 @@ def simulate(
                     if channel[0] != key:
                         raise ScheduleError(f"rank {r}: {a} would receive {channel[0]} (messages arrive in order)")
                     channel.pop(0)
-                    clock[r] = max(clock[r], sent[key] + transfer)
+                    clock[r] = max(clock[r], sent[key] + _transfer(transfer, key[0]))
                     received[r].add(key)
                 elif a.op.startswith("send"):
                     key = (a.op[-1], a.mb, a.stage)
                     if key in sent:
                         raise ScheduleError(f"rank {r}: {a} sent twice")
-                    src = a.stage - 1 if a.op == "send_F" else a.stage + 1
-                    if (a.op[-1], a.mb, src) not in done or a.peer != a.stage % pp:
+                    source = _source(a)
+                    if (source is not None and source not in done) or a.peer != a.stage % pp:
                         raise ScheduleError(f"rank {r}: {a} before its computation, or to the wrong rank")
                     sent[key] = clock[r]
                     queues.setdefault((r, a.peer), []).append(key)
                 else:
-                    _check_ready(a, r, pp, stages, done, received[r])
+                    _check_ready(a, r, pp, stages, done, received[r], weighted, transposed="P" in present)
                     if durations is not None:
                         cost = durations(a.op, a.stage)
                     else:
-                        cost = (t_forward if a.op == "F" else t_backward) / virtual
+                        cost = {"F": t_forward, "B": t_backward}.get(a.op, 0.0) / virtual
                     clock[r] += cost
                     busy[r] += cost
                     done[(a.op, a.mb, a.stage)] = clock[r]
-                    live[r] += 1 if a.op == "F" else -1
+                    if a.op == "P":
+                        received[r].add(("P", a.mb, 0))  # here now, as if received
+                    live[r] += {"F": 1, "B": -1}.get(a.op, 0)
                     in_flight[r] = max(in_flight[r], live[r])
                 if trace is not None:
                     trace.append((r, a))
@@ -190,6 +200,7 @@ def simulate(
             stuck = {r: actions[r][pos[r]] for r in range(pp) if pos[r] < len(actions[r])}
             raise ScheduleError(f"deadlock: every unfinished rank waits on a receive: {stuck}")
     want = {(op, mb, s) for op in "FB" for mb in range(micro_batches) for s in range(stages)}
+    want |= {(op, mb, 0) for op in "PR" if op in present for mb in range(micro_batches)}
     if set(done) != want:
         raise ScheduleError(f"missing {sorted(want - set(done))[:4]}, unexpected {sorted(set(done) - want)[:4]}")
     if sum(len(a) for a in actions) != len(done) + 2 * len(sent):
@@ -204,43 +215,73 @@ class Compiled:
 
     def __init__(self, trace: list[tuple[int, Action]], *, pp: int, stages: int, in_flight: list[int]):
         messages: dict[tuple[str, int, int], int] = {}
+        computations: dict[tuple[str, int], int] = {}
         self.events: list[tuple[int, int, int]] = []  # (0 receive | 1 send | 2 compute, rank, message or op-stage)
         for rank, a in trace:
-            if a.op in ("F", "B"):
-                self.events.append((2, rank, (a.op == "B") * stages + a.stage))
+            if a.op in OPS:
+                self.events.append((2, rank, computations.setdefault((a.op, a.stage), len(computations))))
             else:
                 message = messages.setdefault((a.op[-1], a.mb, a.stage), len(messages))
                 self.events.append((int(a.op.startswith("send")), rank, message))
-        self.pp, self.stages, self.messages, self.in_flight = pp, stages, len(messages), in_flight
+        self.pp, self.stages, self.in_flight = pp, stages, in_flight
+        self.computations, self.kinds = list(computations), [kind for kind, _, _ in messages]
 
-    def time(self, durations: Callable[[str, int], float], transfer: float = 0.0) -> Timing:
+    def time(self, durations: Callable[[str, int], float], transfer: float | dict[str, float] = 0.0) -> Timing:
         """What ``simulate`` returns for the same ``durations`` and ``transfer``, without checking again."""
-        cost = [durations(op, s) for op in "FB" for s in range(self.stages)]
-        clock, busy, sent = [0.0] * self.pp, [0.0] * self.pp, [0.0] * self.messages
+        cost = [durations(op, s) for op, s in self.computations]
+        arrive = [_transfer(transfer, kind) for kind in self.kinds]
+        clock, busy, sent = [0.0] * self.pp, [0.0] * self.pp, [0.0] * len(self.kinds)
         for kind, rank, x in self.events:
             if kind == 2:
                 clock[rank] += cost[x]
                 busy[rank] += cost[x]
             elif kind == 1:
                 sent[x] = clock[rank]
-            elif sent[x] + transfer > clock[rank]:
-                clock[rank] = sent[x] + transfer
+            elif sent[x] + arrive[x] > clock[rank]:
+                clock[rank] = sent[x] + arrive[x]
         return Timing(max(clock), busy, list(self.in_flight))
 
 
 @functools.lru_cache(maxsize=256)
-def compile_schedule(schedule: str, pp: int, micro_batches: int, virtual: int = 1) -> Compiled:
+def compile_schedule(
+    schedule: str, pp: int, micro_batches: int, virtual: int = 1, *, overflow: str = "full", trained: bool = True
+) -> Compiled:
     """``build`` checked by ``simulate`` once per shape, for timing many durations (``core.perf``, the plan)."""
     trace: list = []
-    timing = simulate(build(schedule, pp, micro_batches, virtual), micro_batches, virtual, trace=trace)
+    actions = build(schedule, pp, micro_batches, virtual, overflow=overflow, trained=trained)
+    timing = simulate(actions, micro_batches, virtual, trace=trace)
     return Compiled(trace, pp=pp, stages=pp * virtual, in_flight=timing.in_flight)
 
 
-def _check_ready(a: Action, rank: int, pp: int, stages: int, done: dict, received: set) -> None:
-    if a.stage % pp != rank:
-        raise ScheduleError(f"rank {rank} runs {a} of a stage it does not hold")
+def _source(a: Action) -> tuple[str, int, int] | None:
+    """The computation whose result a send carries (the weights: none, they are there from the start)."""
+    if a.op == "send_F":
+        return ("F", a.mb, a.stage - 1)
+    if a.op == "send_B":
+        return ("B", a.mb, a.stage + 1)
+    return ("P", a.mb, 0) if a.op == "send_P" else None
+
+
+def _transfer(transfer: float | dict[str, float], kind: str) -> float:
+    """A message's transfer time: one for every kind, or by kind (F, B, P, W)."""
+    return transfer.get(kind, 0.0) if isinstance(transfer, dict) else transfer
+
+
+def _check_ready(
+    a: Action, rank: int, pp: int, stages: int, done: dict, received: set, weighted: set, *, transposed: bool
+) -> None:
     if (a.op, a.mb, a.stage) in done:
         raise ScheduleError(f"rank {rank}: {a} runs twice")
+    if a.op == "P":  # any rank preprocesses, with the weights rank 0 sent it
+        if rank in weighted and ("W", -1, rank) not in received:
+            raise ScheduleError(f"rank {rank}: {a} before the preprocess weights arrived")
+        return
+    if a.stage % pp != rank:
+        raise ScheduleError(f"rank {rank} runs {a} of a stage it does not hold")
+    if transposed and a.op in "FR" and a.stage == 0 and ("P", a.mb, 0) not in received:
+        raise ScheduleError(f"rank {rank}: {a} before its micro-batch was preprocessed")
+    if a.op == "R" and ("B", a.mb, 0) not in done:
+        raise ScheduleError(f"rank {rank}: {a} before the backward that gives its gradient")
     if a.op == "F" and a.stage > 0 and ("F", a.mb, a.stage) not in received:
         raise ScheduleError(f"rank {rank}: {a} before its input arrived")
     if a.op == "B":

@@ -65,11 +65,23 @@ class Stage(nn.Cell):
         return self.norm(h) if self.last else h
 
 
-def split_stages(model: nn.Cell, *, pp: int, virtual: int, index: int, split: list[int] | None) -> dict[int, Stage]:
-    """{global stage: Stage} held by pipeline rank ``index``: stages index, index + pp, ... (interleaved)."""
+def split_stages(
+    model: nn.Cell, *, pp: int, virtual: int, index: int, split: list[int] | None, transposed: int = 0
+) -> dict[int, Stage]:
+    """{global stage: Stage} held by pipeline rank ``index``: stages index, index + pp, ... (interleaved).
+    ``transposed``: mpipe's preprocess block holds the embedding and stage 0's first this many blocks
+    (``preprocess``), stage 0 the rest."""
     n = pp * virtual
     ranges = stage_layers(len(model.layers), n, split)
-    return {s: Stage(model, ranges[s], first=s == 0, last=s == n - 1) for s in range(index, n, pp)}
+    ranges[0] = ranges[0][transposed:]
+    first = not transposed
+    return {s: Stage(model, ranges[s], first=s == 0 and first, last=s == n - 1) for s in range(index, n, pp)}
+
+
+def preprocess(model: nn.Cell, layers: int) -> Stage:
+    """mpipe's preprocess block: the embedding and the first ``layers`` blocks (``core.parallel.pipeline.mpipe``);
+    every pipeline rank holds one, rank 0's the one that trains."""
+    return Stage(model, range(layers), first=True, last=False)
 
 
 class StageFns:

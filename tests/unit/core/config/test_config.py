@@ -142,7 +142,24 @@ def test_rejections_name_the_field_and_the_fix(overrides, field, fix):
             "parallel.pp_schedule",
             "multiple of pp=2",
         ),
-        (["parallel.pp_schedule=zb"], "parallel.pp_schedule", "gpipe, 1f1b or interleaved"),
+        (["parallel.pp_schedule=zb"], "parallel.pp_schedule", "gpipe, 1f1b, interleaved or mpipe"),
+        (["parallel.pp_schedule=mpipe"], "parallel.pp_schedule", "needs parallel.pp > 1"),
+        (["parallel.pp=2", "parallel.pp_transpose_layers=1"], "parallel.pp_transpose_layers", "pp_schedule=mpipe"),
+        (
+            ["parallel.pp=2", "model.n_layers=4", "parallel.pp_schedule=mpipe", "parallel.pp_transpose_layers=2"],
+            "parallel.pp_transpose_layers",
+            "lower it below 2",
+        ),
+        (
+            ["parallel.pp=2", "parallel.pp_schedule=mpipe", "parallel.pp_transpose_overflow=all"],
+            "parallel.pp_transpose_overflow",
+            "full or min",
+        ),
+        (
+            ["parallel.pp_schedule=mpipe", "parallel.pp=2", "parallel.pp_transpose_layers=-1"],
+            "parallel.pp_transpose_layers",
+            ">= 0",
+        ),
         (
             ["parallel.pp=2", "model.n_layers=4", "memory.recompute_stages=[full]"],
             "memory.recompute_stages",
@@ -175,6 +192,14 @@ def test_valid_layouts_compose():
             "model.n_layers=4",
             "parallel.pp_virtual=2",
             "parallel.pp_schedule=interleaved",
+            "training.micro_batch_size=4",
+        ],
+        ["parallel.pp=2", "model.n_layers=4", "parallel.pp_schedule=mpipe", "parallel.pp_transpose_layers=1"],
+        [
+            "parallel.pp=2",
+            "model.n_layers=4",
+            "parallel.pp_schedule=mpipe",
+            "parallel.pp_virtual=2",
             "training.micro_batch_size=4",
         ],
     ):
