@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from core import ckpt as ck
+from tests.schema import assert_summary_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,6 +75,30 @@ def kill_rank_mid_run(trial_dir: Path, rank: int, *overrides: str) -> TrialRun:
     os.kill(json.loads((trial_dir / "logs" / "pids.json").read_text())["ranks"][str(rank)], signal.SIGKILL)
     out, _ = proc.communicate(timeout=180)
     return TrialRun(proc.returncode, trial_dir, out)
+
+
+def trial_cache(root: Path, base: tuple[str, ...], timeout: float = 900):
+    """``get(*overrides)``: the trial of ``base`` + overrides, run once under ``root`` and reused (a module's tests
+    compare many layouts with a few references)."""
+    runs: dict = {}
+
+    def get(*overrides: str) -> TrialRun:
+        if overrides not in runs:
+            runs[overrides] = run_trial(root / f"run{len(runs)}", *base, *overrides, timeout=timeout)
+        return runs[overrides]
+
+    return get
+
+
+def assert_layout_reproduces(run: TrialRun, ref: TrialRun, steps: int, pp: int) -> None:
+    """``run`` ended ok with a valid summary of ``pp`` stages, and equals ``ref`` (``assert_same_run``)."""
+    assert ref.code == 0, ref.output
+    assert run.code == 0, run.output + "".join(p.read_text()[-2000:] for p in (run.dir / "logs").glob("rank_*.log"))
+    s = run.summary
+    assert_summary_schema(s)
+    assert s["layout"]["pp"] == pp
+    assert s["layout"]["world_size"] == len(s["metrics"]["peak_memory_bytes_per_rank"])
+    assert_same_run(run, ref, steps)
 
 
 def losses(run: TrialRun) -> dict[int, float]:

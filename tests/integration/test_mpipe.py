@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.conftest import TrialRun, assert_same_run, run_trial
-from tests.schema import assert_summary_schema
+from tests.integration.conftest import assert_layout_reproduces, trial_cache
 
 pytestmark = pytest.mark.slow
 
@@ -47,28 +46,13 @@ LAYOUTS = {
     ),
 }
 REFERENCE = {"T=2 min, muon": ("optim=muon",)}
-_RUNS: dict = {}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mpipe")
-
-    def get(*overrides: str) -> TrialRun:
-        if overrides not in _RUNS:
-            _RUNS[overrides] = run_trial(root / f"run{len(_RUNS)}", *BASE, *overrides, timeout=900)
-        return _RUNS[overrides]
-
-    yield get
-    _RUNS.clear()
+    return trial_cache(tmp_path_factory.mktemp("mpipe"), BASE)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_mpipe_reproduces_the_single_process_run(runs, layout):
-    ref = runs(*REFERENCE.get(layout, ()))
-    run = runs(*LAYOUTS[layout])
-    assert ref.code == 0, ref.output
-    assert run.code == 0, run.output + "".join(p.read_text()[-2000:] for p in (run.dir / "logs").glob("rank_*.log"))
-    assert_summary_schema(run.summary)
-    assert run.summary["layout"]["pp"] == 2
-    assert_same_run(run, ref, STEPS)
+    assert_layout_reproduces(runs(*LAYOUTS[layout]), runs(*REFERENCE.get(layout, ())), STEPS, pp=2)

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.conftest import TrialRun, assert_same_run, final_params, run_trial
-from tests.schema import assert_summary_schema
+from tests.integration.conftest import assert_layout_reproduces, final_params, trial_cache
 
 pytestmark = pytest.mark.slow
 
@@ -35,33 +34,17 @@ LAYOUTS = {
     "pp=2 dp_shard=2 recompute stage 0": (*PP, "parallel.dp_shard=2", "memory.recompute_stages=[full,none]"),
 }
 REFERENCE = {"1f1b muon": ("optim=muon",), "uneven 1+3 untied": ("model.tie_embeddings=false",)}
-_RUNS: dict = {}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pipeline")
-
-    def get(*overrides: str) -> TrialRun:
-        if overrides not in _RUNS:
-            _RUNS[overrides] = run_trial(root / f"run{len(_RUNS)}", *BASE, *overrides, timeout=900)
-        return _RUNS[overrides]
-
-    yield get
-    _RUNS.clear()
+    return trial_cache(tmp_path_factory.mktemp("pipeline"), BASE)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_pipeline_reproduces_the_single_process_run(runs, layout):
-    ref = runs(*REFERENCE.get(layout, ()))
     run = runs(*LAYOUTS[layout])
-    assert ref.code == 0, ref.output
-    assert run.code == 0, run.output + "".join(p.read_text()[-2000:] for p in (run.dir / "logs").glob("rank_*.log"))
-    s = run.summary
-    assert_summary_schema(s)
-    assert s["layout"]["pp"] == 2
-    assert s["layout"]["world_size"] == len(s["metrics"]["peak_memory_bytes_per_rank"])
-    assert_same_run(run, ref, STEPS)
+    assert_layout_reproduces(run, runs(*REFERENCE.get(layout, ())), STEPS, pp=2)
     if "untied" in layout:
         assert "model.lm_head.weight" in final_params(run, STEPS)
 
