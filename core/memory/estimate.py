@@ -19,6 +19,7 @@ from core.config import SWAP_OPS, ModelConfig, TrainConfig
 from core.memory.plan import recompute_plan
 from core.model.flops import moe_capacity, param_groups, param_shapes
 from core.optim.param_rules import uses_muon
+from core.parallel.pipeline.mpipe import owner
 from core.parallel.pipeline.schedules import compile_schedule, stage_layers
 from core.parallel.placement import layout_placement
 
@@ -159,8 +160,29 @@ def pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple[
     chunks = [(ranges[s], cfg.memory.recompute_of(s)) for s in mine]
     in_flight = 1
     if par.pp > 1:  # the schedule simulated once per shape (compile_schedule caches it), not per rank
-        in_flight = compile_schedule(par.pp_schedule, par.pp, cfg.grad_accum_steps, par.pp_virtual).in_flight[pp_rank]
+        schedule = compile_schedule(
+            par.pp_schedule,
+            par.pp,
+            cfg.grad_accum_steps,
+            par.pp_virtual,
+            overflow=par.pp_transpose_overflow,
+            trained=par.pp_transpose_layers > 0,  # 0 but under mpipe
+        )
+        in_flight = schedule.in_flight[pp_rank]
     return held, chunks, last, in_flight
+
+
+def preprocess_copy(cfg: TrainConfig, pp_rank: int) -> set[str]:
+    """mpipe: the parameter names of the preprocess block pipeline rank ``pp_rank`` holds a copy of (a rank but 0
+    that preprocesses a micro-batch, T >= 1; ``core.parallel.pipeline.mpipe``); empty otherwise."""
+    par, m = cfg.parallel, cfg.model
+    if not par.pp_transpose_layers or pp_rank == 0:  # (T is 0 but under mpipe)
+        return set()
+    micro = cfg.grad_accum_steps
+    if all(owner(mb, par.pp, micro, par.pp_transpose_overflow) != pp_rank for mb in range(micro)):
+        return set()
+    groups = param_groups(m)
+    return {"embed.weight"} | {n for i in range(par.pp_transpose_layers) for n in groups.get(f"layers.{i}.", ())}
 
 
 def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
@@ -175,8 +197,12 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     bf16, accelerator = t.precision == "bf16", cfg.device != "CPU"
     act_bytes, weight_bytes = (2, 2) if bf16 else (4, 4)
     held, chunks, has_loss, in_flight = pipeline_rank(cfg, pp_rank)
-    n = stored = state_floats = hidden = gathered = copies = 0
+    preprocess = preprocess_copy(cfg, pp_rank)
+    n = stored = state_floats = hidden = gathered = copies = copied = 0
     for name, shape in param_shapes(m).items():
+        if name in preprocess:  # weights only: rank 0's copy is the one that trains
+            p = layout_placement(name, shape, par.tp, fsdp, ep=par.ep)
+            copied += p.shard_len if p.fsdp_size > 1 else p.local_numel
         if name not in held:
             continue
         p = layout_placement(name, shape, par.tp, fsdp, ep=par.ep)
@@ -249,6 +275,8 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     if cfg.memory.swap:
         recomputed, recomputed_scores = _swap_resident(cfg, act, sc)
     stash = block_input * in_flight * (2 if has_loss else 1) if par.pp > 1 else 0
+    if preprocess:  # mpipe: a preprocessed micro-batch waiting to be sent, and its tokens
+        stash += block_input + 4 * local_tokens
     if par.pp > 1 and not cfg.cluster.stage_recompute:
         # Each micro-batch stage in flight keeps what its blocks save (torchtitan, Megatron-LM): no stash, the
         # largest chunk's activations times the schedule's in-flight count.
@@ -258,7 +286,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
             recomputed_scores = in_flight * recomputed_scores
     layers = sum(len(blocks) for blocks, _ in chunks)
     return Terms(
-        params=4 * stored + weight_bytes * copies,
+        params=4 * (stored + copied) + weight_bytes * copies,
         grads=4 * stored * (3 if cfg.grad_accum_steps > 1 and not accelerator else 1),
         optimizer=4 * state_floats,
         activations=activations,

@@ -1,7 +1,8 @@
 """One optimizer step of a config on a cluster, predicted: every pipeline rank's stages timed block by block
 (``core.perf.work``), the pipeline run as a discrete-event simulation of the schedule the runtime executes
-(``core.parallel.pipeline.schedules``, with these durations and the point-to-point transfers), then the
-data-parallel gradient reduction and the optimizer.
+(``core.parallel.pipeline.schedules``, with these durations and the point-to-point transfers; mpipe's preprocess
+forward, its recompute-and-backward and its two messages timed as well), then the data-parallel gradient
+reduction and the optimizer.
 
     step = makespan of the schedule (or m x (forward + backward) without a pipeline)
            + exposed data-parallel reduction (under the last micro-batch's backward with cluster.overlap_dp)
@@ -28,6 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 from core.config import ConfigError, TrainConfig, compose, load_config
 from core.memory.estimate import RuntimeProfile, estimate_memory, runtime_profile
 from core.model.flops import flops_per_token, param_groups
+from core.parallel.pipeline.mpipe import owner
 from core.parallel.pipeline.schedules import compile_schedule, stage_layers
 from core.parallel.placement import is_expert
 from core.perf import links
@@ -84,13 +86,20 @@ def estimate_step(cfg: TrainConfig) -> StepEstimate:
     stages = _stage_passes(cfg, dev)
     m = cfg.grad_accum_steps
     if par.pp > 1:
-        transfer = _p2p_seconds(cfg, dev)
         durations = {(op, s): (f if op == "F" else b).total for s, (f, b) in enumerate(stages) for op in "FB"}
-        schedule = compile_schedule(par.pp_schedule, par.pp, m, par.pp_virtual)
-        timing = schedule.time(lambda op, s: durations[(op, s)], transfer)
+        pre, redo = _preprocess_passes(cfg, dev)
+        durations |= {("P", 0): pre.total, ("R", 0): redo.total}
+        transposed = par.pp_transpose_layers  # mpipe's T (0 for every other schedule)
+        schedule = compile_schedule(
+            par.pp_schedule, par.pp, m, par.pp_virtual, overflow=par.pp_transpose_overflow, trained=transposed > 0
+        )
+        timing = schedule.time(lambda op, s: durations[(op, s)], _p2p_seconds(cfg, dev))
         pipeline = timing.makespan
         rank = max(range(par.pp), key=lambda r: timing.busy[r])
         mine = [stages[s] for s in range(rank, len(stages), par.pp)]
+        if par.pp_schedule == "mpipe":  # the preprocess this rank runs, as a share of a micro-batch's
+            runs = _preprocess_runs(cfg, rank)
+            mine.append((_scaled(pre, runs / m), _scaled(redo, float(rank == 0 and transposed > 0))))
     else:
         mine, rank = stages, 0
         pipeline = m * sum(f.total + b.total for f, b in stages)
@@ -131,8 +140,10 @@ def _stage_passes(cfg: TrainConfig, dev: Device) -> list[tuple[Pass, Pass]]:
     par, n = cfg.parallel, cfg.model.n_layers
     ranges = stage_layers(n, par.stages, par.stage_split(n)) if par.pp > 1 else [range(n)]
     out = []
+    transposed = par.pp_transpose_layers
+    ranges[0] = ranges[0][transposed:]  # mpipe: the preprocess block is timed apart (_preprocess_passes)
     for s, blocks in enumerate(ranges):
-        fwd, bwd = edge_passes(cfg, dev, first=s == 0, last=s == len(ranges) - 1)
+        fwd, bwd = edge_passes(cfg, dev, first=s == 0 and not transposed, last=s == len(ranges) - 1)
         mode = cfg.memory.recompute_of(s) if par.pp > 1 else cfg.memory.recompute
         redo = set(blocks[: cfg.memory.recompute_layers or len(blocks)]) if mode != "none" else set()
         for i in blocks:
@@ -151,11 +162,52 @@ def _stage_passes(cfg: TrainConfig, dev: Device) -> list[tuple[Pass, Pass]]:
     return out
 
 
-def _p2p_seconds(cfg: TrainConfig, dev: Device) -> float:
-    """One micro-batch's activation (or its gradient) between two pipeline stages."""
+def _preprocess_passes(cfg: TrainConfig, dev: Device) -> tuple[Pass, Pass]:
+    """mpipe's P (the preprocess block's forward: the embedding and stage 0's first T blocks; T = 0: loading a
+    micro-batch, free here) and R (the block again, then its backward, on rank 0)."""
+    par = cfg.parallel
+    if not par.pp_transpose_layers:
+        return Pass(), Pass()
+    fwd, bwd = edge_passes(cfg, dev, first=True, last=False)
+    for i in range(par.pp_transpose_layers):
+        f, b = block_passes(cfg, dev, i, "none")
+        fwd.add(f)
+        bwd.add(b)
+    bwd.add(Pass(recompute=fwd.compute, launch=fwd.launch, comm=dict(fwd.comm)))
+    return fwd, bwd
+
+
+def _preprocess_runs(cfg: TrainConfig, rank: int) -> int:
+    """How many micro-batches pipeline rank ``rank`` preprocesses under mpipe."""
+    par, m = cfg.parallel, cfg.grad_accum_steps
+    return sum(owner(mb, par.pp, m, par.pp_transpose_overflow) == rank for mb in range(m))
+
+
+def _scaled(p: Pass, share: float) -> Pass:
+    return Pass(
+        compute=p.compute * share,
+        recompute=p.recompute * share,
+        launch=p.launch * share,
+        comm={k: v * share for k, v in p.comm.items()},
+    )
+
+
+def _p2p_seconds(cfg: TrainConfig, dev: Device) -> dict[str, float]:
+    """Each kind of message between pipeline ranks: one micro-batch's activation (F) or its gradient (B); under
+    mpipe a preprocessed micro-batch (P: the block's output and the tokens; T = 0 the tokens) and the preprocess
+    weights (W, fp32)."""
     par, sh = cfg.parallel, Shape.of(cfg)
-    nbytes = sh.tokens * cfg.model.d_model * sh.act_bytes / (par.tp if par.sp else 1)
-    return links.p2p(nbytes, links.group_link(par, ("pp",), dev))
+    link = links.group_link(par, ("pp",), dev)
+    hidden = sh.tokens * cfg.model.d_model * sh.act_bytes / (par.tp if par.sp else 1)
+    tokens = 4 * sh.tokens  # int32, the whole (b, S / cp) on every tensor-parallel rank
+    out = {"F": links.p2p(hidden, link), "B": links.p2p(hidden, link)}
+    if par.pp_schedule == "mpipe":
+        transposed = par.pp_transpose_layers
+        out["P"] = links.p2p((hidden if transposed else 0) + tokens, link)
+        prefixes = ["embed.", *(f"layers.{i}." for i in range(transposed))] if transposed else []
+        weights = sum(sharded_numel(cfg, p) for p in prefixes) / (par.dp_shard * par.cp)
+        out["W"] = links.p2p(4 * weights, link)
+    return out
 
 
 def _dp_seconds(cfg: TrainConfig, dev: Device, pp_rank: int, *, last_backward: float) -> float:

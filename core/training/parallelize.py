@@ -90,7 +90,7 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
     placements: dict[str, Placement] = {}
     plan = recompute_plan(cfg)
     p = cfg.parallel
-    transposed = p.pp_transpose_layers if p.pp_schedule == "mpipe" else 0
+    transposed = p.pp_transpose_layers  # mpipe's T (0 for every other schedule)
     parts = (
         {0: model}
         if dims.pp == 1

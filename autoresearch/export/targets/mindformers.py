@@ -36,11 +36,13 @@ from autoresearch.export.targets.rules import (
     NoCounterpart,
     Rule,
     Target,
+    no_mpipe,
     recompute_spelling,
     rounded,
     same,
     split_spelling,
     stage_split,
+    transpose_rule,
 )
 
 # --- data parallel: replicas x FSDP shards = data_parallel, sharded by the parallel optimizer ---
@@ -82,6 +84,8 @@ DP = Rule(
 
 
 def _schedule_export(c: Flat) -> Flat:
+    if c["parallel.pp_schedule"] == "mpipe":
+        no_mpipe("MindFormers")
     interleaved = c["parallel.pp_schedule"] == "interleaved"
     return {
         "parallel.pipeline_config.pipeline_interleave": interleaved,
@@ -385,6 +389,7 @@ MINDFORMERS = Target(
         same("parallel.ep", "parallel_config.expert_parallel"),
         same("parallel.sp", "parallel_config.use_seq_parallel"),
         SCHEDULE,
+        transpose_rule("MindFormers"),
         OFFSET,
         BATCH,
         same("training.seq_len", "model.model_config.seq_length"),

@@ -78,6 +78,34 @@ class Target:
 # --- flat <-> nested -------------------------------------------------------------------------------------------
 
 
+MPIPE = (
+    "MPipe Transpose is MindSpore hyper-parallel's schedule (core.parallel.pipeline.mpipe); {target} has no "
+    "counterpart: run its (interleaved) 1F1B, which the trial's schedule reduces to without the transposed steps"
+)
+
+
+def no_mpipe(target: str) -> None:
+    """Raise NoCounterpart for the mpipe schedule (no target but hyper-parallel has it; none is exported yet)."""
+    raise NoCounterpart(MPIPE.format(target=target))
+
+
+def transpose_rule(target: str) -> Rule:
+    """mpipe's T and overflow policy: nothing to write for any other schedule (they are at their defaults then,
+    ``ParallelConfig`` checks); no counterpart under mpipe."""
+
+    def export(c: Flat) -> Flat:
+        if c["parallel.pp_schedule"] == "mpipe":
+            no_mpipe(target)
+        return {}
+
+    return Rule(
+        ("parallel.pp_transpose_layers", "parallel.pp_transpose_overflow"),
+        (),
+        export,
+        lambda doc, core: {"parallel.pp_transpose_layers": 0, "parallel.pp_transpose_overflow": "full"},
+    )
+
+
 def flatten(nested: dict, prefix: str = "") -> Flat:
     """{"parallel": {"tp": 2}} -> {"parallel.tp": 2}; lists (and what they hold) are values."""
     out: Flat = {}

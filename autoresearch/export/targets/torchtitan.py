@@ -48,9 +48,11 @@ from autoresearch.export.targets.rules import (
     NoCounterpart,
     Rule,
     Target,
+    no_mpipe,
     same,
     split_spelling,
     stage_split,
+    transpose_rule,
 )
 
 # --- pipeline: ranks (and CUDA graphs off), schedule, the modules of each stage ---
@@ -74,6 +76,8 @@ SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
 
 def _schedule_export(c: Flat) -> Flat:
     s = c["parallel.pp_schedule"]
+    if s == "mpipe":
+        no_mpipe("torchtitan")
     if s == "interleaved" and c["parallel.pp"] > 1 and c["parallel.pp_virtual"] == 1:
         raise NoCounterpart(
             "torchtitan's Interleaved1F1B needs two or more stages per rank (parallel.pp_virtual=1 here; "
@@ -313,6 +317,7 @@ TORCHTITAN = Target(
         same("parallel.cp", "parallelism.context_parallel_degree"),
         same("parallel.ep", "parallelism.expert_parallel_degree"),
         PP_SCHEDULE,
+        transpose_rule("torchtitan"),
         SPLIT,
         BATCH,
         same("training.seq_len", "training.seq_len"),

@@ -554,3 +554,16 @@ def test_a_value_mapped_to_no_counterpart_is_raised_and_the_rest_restore():
     assert rule.restore({"optimizer.name": "AdamW"}, {}) == {"optim.name": "adamw"}
     with pytest.raises(NoCounterpart, match="no Muon"):
         rule.export({"optim.name": "muon"})
+
+
+@pytest.mark.parametrize("target, name", [("mindformers", "MindFormers"), ("torchtitan", "torchtitan")])
+def test_mpipe_is_listed_as_having_no_counterpart(target, name):
+    mpipe = ("model=tiny", "model.n_layers=4", "parallel.pp=2", "parallel.pp_schedule=mpipe")
+    exported = export_config(TARGETS[target], flat(*mpipe, "parallel.pp_transpose_layers=1"))
+    for key in ("parallel.pp_schedule", "parallel.pp_transpose_layers", "parallel.pp_transpose_overflow"):
+        value, reason = exported.dropped[key]
+        assert f"{name} has no counterpart" in reason and "hyper-parallel" in reason, key
+    assert exported.dropped["parallel.pp_transpose_layers"][0] == 1
+    # another schedule carries nothing for T and the overflow policy, and drops neither
+    plain = export_config(TARGETS[target], flat("model=tiny", "model.n_layers=4", "parallel.pp=2"))
+    assert not {k for k in plain.dropped if k.startswith("parallel.pp")}

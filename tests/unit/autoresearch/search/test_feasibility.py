@@ -205,6 +205,8 @@ def test_on_the_shipped_spaces():
         "parallel.pp_schedule": "1f1b",
         "parallel.pp_virtual": 1,
         "parallel.pp_offset": 0,
+        "parallel.pp_transpose_layers": 0,
+        "parallel.pp_transpose_overflow": "full",
         "training.micro_batch_size": 4,
         "memory.recompute": "full",
         "memory.swap": False,

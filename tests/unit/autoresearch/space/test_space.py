@@ -560,18 +560,25 @@ def test_parallel_space_grid_is_the_layouts_the_core_runs():
         (1, 1, 1, False, 2, 1),
         (1, 1, 1, False, 1, 2),
     }
-    pipelines = {
-        tuple(p[f"parallel.{k}"] for k in ("pp_schedule", "pp_virtual", "pp_offset"))
-        for p in grid
-        if p["parallel.pp"] == 2
-    }
-    # gpipe and 1f1b with each offset; interleaved with 2 one-block stages per rank
-    assert pipelines == {(s, 1, o) for s in ("gpipe", "1f1b") for o in (-1, 0, 1)} | {("interleaved", 2, 0)}
+    keys = ("pp_schedule", "pp_virtual", "pp_offset", "pp_transpose_layers", "pp_transpose_overflow")
+    pipelines = {tuple(p[f"parallel.{k}"] for k in keys) for p in grid if p["parallel.pp"] == 2}
+    # gpipe and 1f1b with each offset; interleaved with 2 one-block stages per rank; mpipe over either body, its
+    # block (T = 1) only where stage 0 keeps a block of its own (2 or 3 blocks: offset 0 or 1), each overflow policy
+    mpipe = {("mpipe", 1, o, t, f) for o in (-1, 0, 1) for t in (0, 1) for f in ("full", "min") if not (t and o < 0)}
+    assert pipelines == (
+        {(s, 1, o, 0, "full") for s in ("gpipe", "1f1b") for o in (-1, 0, 1)}
+        | {("interleaved", 2, 0, 0, "full")}
+        | mpipe
+        | {("mpipe", 2, 0, 0, f) for f in ("full", "min")}
+    )
     # one batch rank (1 process, tp, tp+sp, cp): micro 1, 2, 4, 8; two (dp_replicate or dp_shard = 2): micro 1,
     # 2, 4, as 8 % (8 * 2) != 0; a pipeline: 6 (schedule, offset) pairs at micro 1, 2, 4, 8, interleaved only
-    # with an even number of micro-batches (micro 1, 2, 4) -- times (recompute, swap, mode): none and full in both
-    # modes, selective in PyNative only, and without a pipeline SWAP (PyNative, no recompute)
-    assert len(grid) == (4 * 4 + 2 * 3) * 6 + (4 * 6 + 3) * 5
+    # with an even number of micro-batches (micro 1, 2, 4); mpipe's 5 (offset, T) pairs at each micro with full,
+    # and with min only where there are more micro-batches than stages (micro 1, 2), over an interleaved body at
+    # micro 1, 2, 4 (full) or 1, 2 (min) -- times (recompute, swap, mode): none and full in both modes, selective
+    # in PyNative only, and without a pipeline SWAP (PyNative, no recompute)
+    mpipe_points = 5 * 4 + 5 * 2 + 3 + 2
+    assert len(grid) == (4 * 4 + 2 * 3) * 6 + (4 * 6 + 3 + mpipe_points) * 5
 
 
 @pytest.mark.skipif(not (SPACES_DIR.parent / "configs" / "train.yaml").exists(), reason="configs/ not written yet")

@@ -208,6 +208,29 @@ def test_pipeline_terms_are_each_stages_share():
     assert memory.estimate_memory_bytes(cfg) == max(per_rank) and per_rank[0] > per_rank[1]  # 3 blocks vs 1
 
 
+def test_mpipe_counts_the_preprocess_copy_and_its_buffer():
+    """A rank that preprocesses holds the block's weights (not their gradients or optimizer states) and the
+    micro-batch it sends; rank 0 holds what 1F1B's stage 0 holds; a rank that preprocesses nothing, nothing more."""
+    base = ["model=small", "training.global_batch_size=8", "training.micro_batch_size=1", "parallel.pp=2"]
+    plain = [memory.terms(load_config(base), r) for r in (0, 1)]
+    mpipe = [*base, "parallel.pp_schedule=mpipe", "parallel.pp_transpose_layers=1"]
+    first, last = (memory.terms(load_config(mpipe), r) for r in (0, 1))
+    one = memory.terms(load_config(base[:3]))
+    table, norm = 4096 * 256, 256
+    block = (one.params / 4 - 2 * table - norm) / 4  # small: 4 blocks, untied head
+    assert first == plain[0]
+    assert last.params == plain[1].params + 4 * (table + block)
+    assert (last.grads, last.optimizer) == (plain[1].grads, plain[1].optimizer)
+    seq = load_config(base).training.seq_len
+    assert last.stash == plain[1].stash + 4 * seq * 256 + 4 * seq  # its (1, S, D) output and (1, S) tokens
+    # T = 0 sends tokens only: nothing held; one micro-batch a step: rank 0 preprocesses it, rank 1 nothing
+    assert memory.terms(load_config([*base, "parallel.pp_schedule=mpipe"]), 1) == plain[1]
+    alone = [*mpipe[:1], "training.global_batch_size=1", *mpipe[2:]]
+    assert memory.terms(load_config(alone), 1) == memory.terms(
+        load_config([*base[:1], "training.global_batch_size=1", *base[2:]]), 1
+    )
+
+
 def test_sequence_parallel_and_cp_cut_activations():
     def act(*o):
         return memory.terms(load_config(["model=small", "training.seq_len=128", *o])).activations

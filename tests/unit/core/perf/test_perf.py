@@ -282,3 +282,44 @@ def test_the_core_s_pipeline_recomputes_stages_where_the_others_keep_micro_batch
     in_flight = compile_schedule("1f1b", 4, 16).in_flight[0]
     assert in_flight == 4 and kept.stash == 0 < stashed.stash
     assert kept.activations == in_flight * stashed.activations
+
+
+MPIPE = ["cluster.devices_per_node=2", "parallel.pp=2", "training.global_batch_size=8", "training.micro_batch_size=1"]
+
+
+def test_mpipe_moves_stage_0s_work_and_adds_none_where_stages_recompute():
+    """Under the core's stage recompute 1F1B's stage 0 runs its forward twice (F, then again in B) and its
+    backward once; MPipe runs the preprocess forward once (P), then again with its backward (R), and the body as
+    1F1B does: the same work. Without stage recompute the preprocess forward is paid twice, once more a micro-batch."""
+    from core.perf.device import device
+    from core.perf.step import _preprocess_passes, _stage_passes
+
+    for recompute, extra in (("true", 0.0), ("false", 1.0)):
+        plain = _cfg(*MPIPE, f"cluster.stage_recompute={recompute}")
+        mpipe = _cfg(
+            *MPIPE,
+            f"cluster.stage_recompute={recompute}",
+            "parallel.pp_schedule=mpipe",
+            "parallel.pp_transpose_layers=1",
+        )
+        dev = device(plain.cluster, plain.training.precision)
+        work = sum(f.total + b.total for f, b in _stage_passes(plain, dev))
+        pre, redo = _preprocess_passes(mpipe, dev)
+        moved = sum(f.total + b.total for f, b in _stage_passes(mpipe, dev)) + pre.total + redo.total
+        assert moved == pytest.approx(work + extra * pre.total, rel=1e-12)
+
+
+def test_mpipe_without_a_block_is_1f1b_and_the_schedule_times_its_messages():
+    plain = estimate_step(_cfg(*MPIPE))
+    loading = estimate_step(_cfg(*MPIPE, "parallel.pp_schedule=mpipe"))  # T = 0: tokens shipped, nothing else
+    assert loading.step_time_sec == pytest.approx(plain.step_time_sec, rel=1e-9)
+    schedule = compile_schedule("mpipe", 2, 8, overflow="full", trained=True)
+    cost = {("F", 0): 1.0, ("F", 1): 1.0, ("B", 0): 2.0, ("B", 1): 2.0, ("P", 0): 0.5, ("R", 0): 1.0}
+    for transfer in ({"F": 0.1, "B": 0.1, "P": 0.2, "W": 3.0}, 0.25):
+        want = simulate(build("mpipe", 2, 8), 8, durations=lambda op, s: cost[(op, s)], transfer=transfer)
+        got = schedule.time(lambda op, s: cost[(op, s)], transfer)
+        assert got.makespan == pytest.approx(want.makespan, rel=1e-12) and got.busy == want.busy
+    # slow weights delay rank 1's first preprocess, so rank 0 waits for micro-batch 1
+    slow = schedule.time(lambda op, s: cost[(op, s)], {"F": 0.1, "B": 0.1, "P": 0.2, "W": 3.0})
+    fast = schedule.time(lambda op, s: cost[(op, s)], {"F": 0.1, "B": 0.1, "P": 0.2, "W": 0.0})
+    assert slow.makespan > fast.makespan
