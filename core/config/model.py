@@ -97,6 +97,11 @@ class ModelConfig:
     """lambda: the modules' mean loss is added to the main loss times this (DeepSeek-V3: 0.3, later 0.1)."""
     tie_embeddings: bool = True
     """The output head shares the token embedding's table."""
+    freeze_embedding: bool = False
+    """Keep the token embedding as it starts (loaded or initialised): no gradient, no optimizer state
+    (MindSpore's ``requires_grad=False``). Needs an untied head, which would train the table."""
+    freeze_layers: int = 0
+    """Keep the first this many blocks as they start, like ``freeze_embedding`` (e.g. a pretrained tower)."""
     init_std: float = 0.02
     """Weights start N(0, init_std); residual projections N(0, init_std / sqrt(2 n_layers)) (GPT-2)."""
     n_experts: int = 0
@@ -172,6 +177,18 @@ class ModelConfig:
             f"must divide model.n_heads={self.n_heads} (got {self.n_kv_heads})",
         )
         require(self.mtp_layers >= 0, "model.mtp_layers", f"must be >= 0 (got {self.mtp_layers})")
+        require(
+            0 <= self.freeze_layers < self.n_layers,
+            "model.freeze_layers",
+            f"must be >= 0 and leave a block that trains, below model.n_layers={self.n_layers} (got "
+            f"{self.freeze_layers})",
+        )
+        require(
+            not (self.freeze_embedding and self.tie_embeddings),
+            "model.freeze_embedding",
+            "the tied head shares the embedding's table and its optimizer would update it; set "
+            "model.tie_embeddings=false to freeze the embedding alone",
+        )
         require(self.mtp_loss_weight >= 0, "model.mtp_loss_weight", f"must be >= 0 (got {self.mtp_loss_weight})")
         require(self.attention in ("gqa", "mla"), "model.attention", f"must be gqa or mla (got {self.attention!r})")
         if self.mla:

@@ -132,6 +132,19 @@ def preprocess_fits_stage_0(cfg: TrainConfig) -> None:
     )
 
 
+def frozen_blocks_leave_stage_0_one(cfg: TrainConfig) -> None:
+    p, m = cfg.parallel, cfg.model
+    if p.pp == 1 or not m.freeze_layers:
+        return
+    first = p.stage_split(m.n_layers)[0]
+    require(
+        m.freeze_layers < first,
+        "model.freeze_layers",
+        f"{m.freeze_layers} frozen blocks leave pipeline stage 0 (its {first} blocks) nothing to train; freeze "
+        f"fewer than {first}, or give stage 0 more blocks (parallel.pp_layers or pp_offset)",
+    )
+
+
 def experts_fit_the_layout(cfg: TrainConfig) -> None:
     m, p = cfg.model, cfg.parallel
     require(
@@ -312,6 +325,7 @@ CROSS_SECTION_RULES = (
     sp_splits_the_local_sequence,
     stages_split_the_layers,
     preprocess_fits_stage_0,
+    frozen_blocks_leave_stage_0_one,
     experts_fit_the_layout,
     recompute_stages_match_the_pipeline,
     selective_recompute_saves_memory,

@@ -510,6 +510,15 @@ class TrainConfig:
         return self.training.global_batch_size // (self.training.micro_batch_size * self.parallel.dp)
 
     @property
+    def preprocess_trains(self) -> bool:
+        """mpipe: whether its preprocess block (the embedding and the first ``pp_transpose_layers`` blocks) has
+        weights that train, so that rank 0 sends them every step and recomputes the block in backward
+        (``core.parallel.pipeline.mpipe``); a frozen block (``model.freeze_embedding``, ``model.freeze_layers``)
+        is only run forward where it is."""
+        T, m = self.parallel.pp_transpose_layers, self.model
+        return T > 0 and not (m.freeze_embedding and m.freeze_layers >= T)
+
+    @property
     def eval_compiled(self) -> bool:
         """Whether validation runs as a compiled graph. ``execution.eval_mode=auto``: only if the trial validates
         more than once; one pass over the validation batches costs less op by op than compiling its graph first

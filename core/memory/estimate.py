@@ -166,7 +166,7 @@ def pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple[
             cfg.grad_accum_steps,
             par.pp_virtual,
             overflow=par.pp_transpose_overflow,
-            trained=par.pp_transpose_layers > 0,  # 0 but under mpipe
+            trained=cfg.preprocess_trains,
         )
         in_flight = schedule.in_flight[pp_rank]
     return held, chunks, last, in_flight
@@ -181,8 +181,18 @@ def preprocess_copy(cfg: TrainConfig, pp_rank: int) -> set[str]:
     micro = cfg.grad_accum_steps
     if all(owner(mb, par.pp, micro, par.pp_transpose_overflow) != pp_rank for mb in range(micro)):
         return set()
+    return _block_names(m, par.pp_transpose_layers, embedding=True)
+
+
+def frozen_names(m: ModelConfig) -> set[str]:
+    """The weights ``model.freeze_embedding`` and ``model.freeze_layers`` keep as they start."""
+    return _block_names(m, m.freeze_layers, embedding=m.freeze_embedding)
+
+
+def _block_names(m: ModelConfig, blocks: int, *, embedding: bool) -> set[str]:
+    """The parameter names of the first ``blocks`` blocks, and the embedding's table if ``embedding``."""
     groups = param_groups(m)
-    return {"embed.weight"} | {n for i in range(par.pp_transpose_layers) for n in groups.get(f"layers.{i}.", ())}
+    return ({"embed.weight"} if embedding else set()) | {n for i in range(blocks) for n in groups[f"layers.{i}."]}
 
 
 def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
@@ -197,16 +207,19 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     bf16, accelerator = t.precision == "bf16", cfg.device != "CPU"
     act_bytes, weight_bytes = (2, 2) if bf16 else (4, 4)
     held, chunks, has_loss, in_flight = pipeline_rank(cfg, pp_rank)
-    preprocess = preprocess_copy(cfg, pp_rank)
+    preprocess, frozen = preprocess_copy(cfg, pp_rank), frozen_names(m)
     n = stored = state_floats = hidden = gathered = copies = copied = 0
     for name, shape in param_shapes(m).items():
-        if name in preprocess:  # weights only: rank 0's copy is the one that trains
-            p = layout_placement(name, shape, par.tp, fsdp, ep=par.ep)
-            copied += p.shard_len if p.fsdp_size > 1 else p.local_numel
-        if name not in held:
-            continue
         p = layout_placement(name, shape, par.tp, fsdp, ep=par.ep)
         size = p.shard_len if p.fsdp_size > 1 else p.local_numel
+        if name in preprocess:  # weights only: rank 0's copy is the one that trains
+            copied += size
+        if name not in held:
+            continue
+        if name in frozen:  # weights only, used as they are (FSDP still gathers them)
+            copied += size
+            gathered = max(gathered, p.local_numel) if p.fsdp_size > 1 else gathered
+            continue
         n, stored = n + p.local_numel, stored + size
         copies += p.local_numel if bf16 and p.fsdp_size == 1 else 0
         if muon and uses_muon(name, shape):

@@ -89,9 +89,9 @@ def estimate_step(cfg: TrainConfig) -> StepEstimate:
         durations = {(op, s): (f if op == "F" else b).total for s, (f, b) in enumerate(stages) for op in "FB"}
         pre, redo = _preprocess_passes(cfg, dev)
         durations |= {("P", 0): pre.total, ("R", 0): redo.total}
-        transposed = par.pp_transpose_layers  # mpipe's T (0 for every other schedule)
+        trains = cfg.preprocess_trains  # mpipe's block has weights that train: sent each step, recomputed
         schedule = compile_schedule(
-            par.pp_schedule, par.pp, m, par.pp_virtual, overflow=par.pp_transpose_overflow, trained=transposed > 0
+            par.pp_schedule, par.pp, m, par.pp_virtual, overflow=par.pp_transpose_overflow, trained=trains
         )
         timing = schedule.time(lambda op, s: durations[(op, s)], _p2p_seconds(cfg, dev))
         pipeline = timing.makespan
@@ -99,7 +99,7 @@ def estimate_step(cfg: TrainConfig) -> StepEstimate:
         mine = [stages[s] for s in range(rank, len(stages), par.pp)]
         if par.pp_schedule == "mpipe":  # the preprocess this rank runs, as a share of a micro-batch's
             runs = _preprocess_runs(cfg, rank)
-            mine.append((_scaled(pre, runs / m), _scaled(redo, float(rank == 0 and transposed > 0))))
+            mine.append((_scaled(pre, runs / m), _scaled(redo, float(rank == 0 and trains))))
     else:
         mine, rank = stages, 0
         pipeline = m * sum(f.total + b.total for f, b in stages)

@@ -51,6 +51,7 @@ class Parallelized:
     recompute: RecomputePlan  # how each stage recomputes (applied here; the step factory reads it)
     stages: dict | None = None  # with a pipeline: {global stage: Stage} held by this rank (``model`` holds them)
     preprocess: nn.Cell | None = None  # mpipe with T >= 1: the preprocess block (``model`` holds it on rank 0 only)
+    frozen: tuple[str, ...] = ()  # weights kept as they start (model.freeze_*): placed and saved, not trained
     tied: tuple[str, ...] = ()  # parameters whose gradient is summed with a copy on another stage
     mirrors: tuple[str, ...] = ()  # those copies held here (another rank saves them)
 
@@ -90,6 +91,7 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
     placements: dict[str, Placement] = {}
     plan = recompute_plan(cfg)
     p = cfg.parallel
+    frozen = freeze(model, cfg.model.freeze_embedding, cfg.model.freeze_layers)
     transposed = p.pp_transpose_layers  # mpipe's T (0 for every other schedule)
     parts = (
         {0: model}
@@ -106,12 +108,14 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
     pre = preprocess(model, transposed) if transposed else None
     loss = eval_loss = None
     for s, part in parts.items():
-        losses = _parallelize_part(part, dims=dims, groups=groups, placements=placements, cfg=cfg, plan=plan, stage=s)
+        losses = _parallelize_part(
+            part, dims=dims, groups=groups, placements=placements, cfg=cfg, plan=plan, stage=s, frozen=frozen
+        )
         if s == max(parts) and part.head_weight() is not None:
             loss, eval_loss = losses
     if pre is not None:  # rank 0's trains (placed, optimized, saved); another rank's copy takes rank 0's weights
         mine = placements if 0 in parts else {}
-        _parallelize_part(pre, dims=dims, groups=groups, placements=mine, cfg=cfg, plan=plan, stage=0)
+        _parallelize_part(pre, dims=dims, groups=groups, placements=mine, cfg=cfg, plan=plan, stage=0, frozen=frozen)
     if cfg.training.max_attention_logit is not None:  # before anything compiles: graph mode reads it as a constant
         for part in parts.values():
             for block in transformer_blocks(part):
@@ -129,6 +133,7 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
         groups=groups,
         positions=positions,
         recompute=plan,
+        frozen=frozen,
     )
     if dims.pp == 1:
         depth = cfg.model.mtp_layers
@@ -140,6 +145,18 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
     return Parallelized(model=held, stages=parts, preprocess=pre, tied=tied, mirrors=mirrors, **common)
 
 
+def freeze(model: nn.Cell, embedding: bool, blocks: int) -> tuple[str, ...]:
+    """Keep the embedding (``embedding``) and the first ``blocks`` blocks as they start: their weights stop
+    requiring gradients, so no step differentiates them and no optimizer holds them. Returns their names."""
+    cells = ([model.embed] if embedding else []) + [model.layers[i] for i in range(blocks)]
+    frozen = []
+    for cell in cells:
+        for weight in cell.trainable_params():
+            weight.requires_grad = False
+            frozen.append(weight.name)
+    return tuple(frozen)
+
+
 def _parallelize_part(
     model: nn.Cell,
     *,
@@ -149,10 +166,12 @@ def _parallelize_part(
     cfg: TrainConfig,
     plan: RecomputePlan,
     stage: int,
+    frozen: tuple[str, ...],
 ):
     """TP -> CP -> MoE (EP) -> selective recompute -> FSDP -> full recompute on a GPT or a pipeline stage;
     returns its (train, eval) loss ops."""
-    placements.update({p.name: replicated(p.shape) for p in model.trainable_params()})
+    weights = [p for p in model.get_parameters() if p.requires_grad or p.name in frozen]
+    placements.update({p.name: replicated(p.shape) for p in weights})
     placements.update({m.score_bias.name: replicated(m.score_bias.shape) for m in moe_layers(model) if m.has_bias})
     loss, eval_loss = LinearCrossEntropyLoss(train=True), LinearCrossEntropyLoss(train=False)
     if dims.tp > 1:

@@ -63,7 +63,7 @@ class Trainer:
         self.train_data, self.val_data = datasets_for(cfg)
         self.par = parallelize(GPT(cfg.model, seed=cfg.seed), self.dims, cfg)
         self.positions = Tensor(self.par.positions)
-        self.params = list(self.par.model.trainable_params())
+        self.params = list(self.par.model.trainable_params())  # the frozen (model.freeze_*) are not among them
         fused = cpu_kernels()
         self.optimizer = build_optimizer(
             [(p.name, p) for p in self.params],
@@ -100,7 +100,7 @@ class Trainer:
             cfg,
             root=self.trial_dir / "checkpoints",
             par=self.par,
-            params=self.params + self.balance.biases,
+            params=self.params + self.balance.biases + self._frozen(),
             optimizer=self.optimizer,
             barrier=self.ranks.barrier,
         )
@@ -223,12 +223,17 @@ class Trainer:
         world, local = self.dist.world_size, node_ranks(self.dist.world_size)[1]
         self.rec.compute_units = world // local if self.cfg.device == "CPU" else world
 
+    def _frozen(self) -> list:
+        """This rank's frozen weights (``Parallelized.frozen``): saved and loaded with the rest."""
+        return [p for p in self.par.model.get_parameters() if p.name in self.par.frozen]
+
     def _state_bytes(self) -> dict:
         """Bytes this rank holds for parameters, their gradients and the optimizer states (counted, not measured:
         what sharding divides)."""
-        params = sum(p.size * p.itemsize for p in self.params)
+        grads = sum(p.size * p.itemsize for p in self.params)
+        params = grads + sum(p.size * p.itemsize for p in self._frozen())
         optim = sum(v.nbytes for v in self.optimizer.state_dict().values())
-        return {"params": int(params), "grads": int(params), "optimizer": int(optim)}
+        return {"params": int(params), "grads": int(grads), "optimizer": int(optim)}
 
     def _log_step(self, step: int, loss: float, grad_norm: float, lr: float, seconds: float) -> None:
         t = self.cfg.training

@@ -69,14 +69,14 @@ class PipelineStep:
         }
         self.last = max(stages) == p.stages - 1
         self.mpipe = p.pp_schedule == "mpipe"
-        schedule = dict(overflow=p.pp_transpose_overflow, trained=preprocess is not None)
+        schedule = dict(overflow=p.pp_transpose_overflow, trained=cfg.preprocess_trains)
         self.actions = build(p.pp_schedule, self.pp, cfg.grad_accum_steps, p.pp_virtual, **schedule)[self.index]
         # one micro-batch's forwards, in the schedule's chunk order: evaluation repeats them per micro-batch (rank
         # 0 preprocessing inline under mpipe)
         self.forwards = [a for a in self.actions if a.op in ("recv_F", "F", "send_F") and a.mb == 0]
         position = {id(p): i for i, p in enumerate(params)}
         self.slots = {s: [position[id(p)] for p in f.params] for s, f in self.fns.items()}
-        self.pre = None
+        self.pre, self.pre_synced = None, cfg.preprocess_trains  # a frozen block's copies are synced once
         if preprocess is not None:
             self.pre = StageFns(preprocess, loss=losses[0], eval_loss=losses[1], jit=jit, jit_eval=False)
             if self.index == 0:
@@ -91,6 +91,8 @@ class PipelineStep:
         blocked in receives: the pipeline bubble as measured (plus the messages' transfer)."""
         self.wait_sec = 0.0
         grads: list = [None] * self.n_params
+        if not self.pre_synced:
+            self._sync_frozen_preprocess()
         losses = self._execute(self.actions, inputs, targets, positions, grads)
         return (float(np.mean(losses)) if self.last else None), tuple(grads)
 
@@ -153,6 +155,24 @@ class PipelineStep:
                     box[("outB", a.mb, a.stage - 1)] = dx  # stage 0 of mpipe: the gradient R back-propagates
         return losses
 
+    def _sync_frozen_preprocess(self) -> None:
+        """Once, before the first step: rank 0's frozen preprocess weights to every rank that preprocesses (they
+        may have been loaded on rank 0 alone: a checkpoint or a Hugging Face model saves and loads them there)."""
+        self.pre_synced = True
+        if self.pre is None:
+            return
+        for peer in sorted({a.peer for a in self.actions if a.op in ("send_P", "recv_P")}):
+            self._weights(peer, outgoing=self.index == 0)
+
+    def _weights(self, peer: int, *, outgoing: bool) -> None:
+        """W: the preprocess block's parameters to pipeline rank ``peer`` (rank 0), or from it into this rank's
+        copy, in place (compiled graphs read the Parameters). Every parameter, a router's balancing bias too."""
+        for p in self.pre.stage.get_parameters():
+            if outgoing:
+                send(p.value(), self.ranks[peer])
+            else:
+                ops.assign(p, recv(p.shape, p.dtype, self.ranks[peer]))
+
     def _preprocess(self, mb: int, box: dict, batches: list, positions: Tensor) -> None:
         """P: micro-batch ``mb``'s tokens through the preprocess block (forward only), output and tokens boxed."""
         tokens = Tensor(batches[mb][0])
@@ -164,12 +184,8 @@ class PipelineStep:
         """mpipe's steps (``mpipe.py``): the weights sent and loaded, a micro-batch preprocessed, shipped, and
         back-propagated on rank 0."""
         tokens_shape = (self.mbs, positions.shape[0])
-        if a.op == "send_W":  # every parameter of the block: a router's balancing bias moves each step too
-            for p in self.pre.stage.get_parameters():
-                send(p.value(), self.ranks[a.peer])
-        elif a.op == "recv_W":
-            for p in self.pre.stage.get_parameters():
-                ops.assign(p, recv(p.shape, p.dtype, self.ranks[a.peer]))  # in place: compiled graphs read it
+        if a.op in ("send_W", "recv_W"):
+            self._weights(a.peer, outgoing=a.op == "send_W")
         elif a.op == "P":
             self._preprocess(a.mb, box, batches, positions)
         elif a.op == "send_P":  # the block's output (T = 0: the tokens), then the tokens for R

@@ -144,6 +144,13 @@ def test_rejections_name_the_field_and_the_fix(overrides, field, fix):
         ),
         (["parallel.pp_schedule=zb"], "parallel.pp_schedule", "gpipe, 1f1b, interleaved or mpipe"),
         (["parallel.pp_schedule=mpipe"], "parallel.pp_schedule", "needs parallel.pp > 1"),
+        (["model.freeze_embedding=true"], "model.freeze_embedding", "model.tie_embeddings=false"),
+        (["model.freeze_layers=3"], "model.freeze_layers", "below model.n_layers=3"),
+        (
+            ["parallel.pp=2", "model.n_layers=4", "model.freeze_layers=2"],
+            "model.freeze_layers",
+            "nothing to train",
+        ),
         (["parallel.pp=2", "parallel.pp_transpose_layers=1"], "parallel.pp_transpose_layers", "pp_schedule=mpipe"),
         (
             ["parallel.pp=2", "model.n_layers=4", "parallel.pp_schedule=mpipe", "parallel.pp_transpose_layers=2"],

@@ -231,6 +231,23 @@ def test_mpipe_counts_the_preprocess_copy_and_its_buffer():
     )
 
 
+def test_frozen_weights_hold_no_gradient_or_optimizer_state():
+    base = ["model=small", "training.global_batch_size=8", "training.micro_batch_size=8"]  # no accumulation
+    plain = memory.terms(load_config(base))
+    frozen = memory.terms(load_config([*base, "model.freeze_embedding=true", "model.freeze_layers=1"]))
+    table, norm = 4096 * 256, 256
+    block = (plain.params / 4 - 2 * table - norm) / 4
+    assert frozen.params == plain.params
+    assert frozen.grads == plain.grads - 4 * (table + block)
+    assert frozen.optimizer == plain.optimizer - 8 * (table + block)  # AdamW's m and v
+    # under mpipe a frozen block is not recomputed nor sent: the schedule has no R and no W
+    mpipe = ["parallel.pp=2", "parallel.pp_schedule=mpipe", "parallel.pp_transpose_layers=1"]
+    assert load_config([*base[:1], *mpipe]).preprocess_trains
+    cfg = load_config([*base[:1], *mpipe, "model.freeze_embedding=true", "model.freeze_layers=1"])
+    assert not cfg.preprocess_trains
+    assert load_config([*base[:1], *mpipe, "model.freeze_embedding=true"]).preprocess_trains  # block 0 trains
+
+
 def test_sequence_parallel_and_cp_cut_activations():
     def act(*o):
         return memory.terms(load_config(["model=small", "training.seq_len=128", *o])).activations
