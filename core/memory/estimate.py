@@ -288,8 +288,8 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     if cfg.memory.swap:
         recomputed, recomputed_scores = _swap_resident(cfg, act, sc)
     stash = block_input * in_flight * (2 if has_loss else 1) if par.pp > 1 else 0
-    if preprocess:  # mpipe: a preprocessed micro-batch waiting to be sent, and its tokens
-        stash += block_input + 4 * local_tokens
+    if preprocess:  # mpipe: a preprocessed micro-batch waiting to be sent (and its tokens, for R)
+        stash += block_input + (4 * local_tokens if cfg.preprocess_trains else 0)
     if par.pp > 1 and not cfg.cluster.stage_recompute:
         # Each micro-batch stage in flight keeps what its blocks save (torchtitan, Megatron-LM): no stash, the
         # largest chunk's activations times the schedule's in-flight count.

@@ -194,8 +194,8 @@ def _scaled(p: Pass, share: float) -> Pass:
 
 def _p2p_seconds(cfg: TrainConfig, dev: Device) -> dict[str, float]:
     """Each kind of message between pipeline ranks: one micro-batch's activation (F) or its gradient (B); under
-    mpipe a preprocessed micro-batch (P: the block's output and the tokens; T = 0 the tokens) and the preprocess
-    weights (W, fp32)."""
+    mpipe a preprocessed micro-batch (P: the block's output, and the tokens R recomputes it from when it trains;
+    T = 0 the tokens) and the preprocess weights (W, fp32)."""
     par, sh = cfg.parallel, Shape.of(cfg)
     link = links.group_link(par, ("pp",), dev)
     hidden = sh.tokens * cfg.model.d_model * sh.act_bytes / (par.tp if par.sp else 1)
@@ -203,7 +203,9 @@ def _p2p_seconds(cfg: TrainConfig, dev: Device) -> dict[str, float]:
     out = {"F": links.p2p(hidden, link), "B": links.p2p(hidden, link)}
     if par.pp_schedule == "mpipe":
         transposed = par.pp_transpose_layers
-        out["P"] = links.p2p((hidden if transposed else 0) + tokens, link)
+        out["P"] = links.p2p(
+            (hidden if transposed else 0) + (tokens if cfg.preprocess_trains or not transposed else 0), link
+        )
         prefixes = ["embed.", *(f"layers.{i}." for i in range(transposed))] if transposed else []
         weights = sum(sharded_numel(cfg, p) for p in prefixes) / (par.dp_shard * par.cp)
         out["W"] = links.p2p(4 * weights, link)

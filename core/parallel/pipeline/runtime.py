@@ -12,7 +12,7 @@ two ranks arrive in order, which ``schedules.simulate`` checks every schedule re
 mpipe (``mpipe.py``): every rank holds the preprocess block (``preprocess``: the embedding and stage 0's first T
 blocks; with T = 0 none, a micro-batch's tokens are what is preprocessed). W: rank 0 sends its block's weights, a
 rank that preprocesses loads them. P: the block's forward, detached (a forward only); its owner sends the output
-and the tokens to rank 0 (send_P). Stage 0's backward leaves the gradient of that output, and R runs the block
+and the tokens to rank 0 (send_P; a frozen block: the output alone, and its weights once before the first step). Stage 0's backward leaves the gradient of that output, and R runs the block
 again from the tokens and back-propagates it into rank 0's block weights, for every micro-batch.
 """
 
@@ -76,7 +76,9 @@ class PipelineStep:
         self.forwards = [a for a in self.actions if a.op in ("recv_F", "F", "send_F") and a.mb == 0]
         position = {id(p): i for i, p in enumerate(params)}
         self.slots = {s: [position[id(p)] for p in f.params] for s, f in self.fns.items()}
-        self.pre, self.pre_synced = None, cfg.preprocess_trains  # a frozen block's copies are synced once
+        # a block that trains is sent every step and recomputed from the tokens (R); a frozen one synced once
+        self.trains = self.pre_synced = cfg.preprocess_trains
+        self.pre = None
         if preprocess is not None:
             self.pre = StageFns(preprocess, loss=losses[0], eval_loss=losses[1], jit=jit, jit_eval=False)
             if self.index == 0:
@@ -177,7 +179,7 @@ class PipelineStep:
         """P: micro-batch ``mb``'s tokens through the preprocess block (forward only), output and tokens boxed."""
         tokens = Tensor(batches[mb][0])
         box[("P", mb, 0)] = tokens if self.pre is None else self.pre.forward(tokens, positions)
-        if self.pre is not None:
+        if self.trains:
             box[("tokens", mb)] = tokens  # for R
 
     def _transposed(self, a: Action, box: dict, batches: list, positions: Tensor, shape: tuple, grads) -> None:
@@ -190,7 +192,7 @@ class PipelineStep:
             self._preprocess(a.mb, box, batches, positions)
         elif a.op == "send_P":  # the block's output (T = 0: the tokens), then the tokens for R
             send(box.pop(("P", a.mb, 0)), self.ranks[a.peer])
-            if self.pre is not None:
+            if self.trains:
                 send(box.pop(("tokens", a.mb)), self.ranks[a.peer])
         elif a.op == "recv_P":
             ms.runtime.synchronize()
@@ -199,6 +201,7 @@ class PipelineStep:
                 box[("P", a.mb, 0)] = recv(tokens_shape, ms.int32, self.ranks[a.peer])
             else:
                 box[("P", a.mb, 0)] = recv(shape, ms.float32, self.ranks[a.peer])
+            if self.trains:
                 box[("tokens", a.mb)] = recv(tokens_shape, ms.int32, self.ranks[a.peer])
             ms.runtime.synchronize()
             self.wait_sec += time.perf_counter() - t0
