@@ -1,9 +1,9 @@
 """MPipe Transpose run by real worker processes reproduces the 1-process run (per-step losses, validation loss,
 consolidated parameters within 1e-5 over 10 steps): T = 0, 1, 2 under both overflow policies, with AdamW and Muon,
-with an interleaved body, with a frozen preprocess block, with data-parallel replicas, and with tensor and sequence parallelism under full
-recompute (FSDP, context and expert parallelism ran equal to one process by hand, 3 steps; left out for time). 4 micro-batches on 2 stages: micro-batches 0 and 1
-are transposed (rank 1 preprocesses 1), 2 and 3 overflow (full: rank 0 takes 2 and rank 1 takes 3; min: rank 0
-both)."""
+with an interleaved body, with a frozen preprocess block, with data-parallel replicas, with FSDP, and with tensor
+and sequence parallelism under full recompute (context and expert parallelism ran equal to one process by hand, 3
+steps; left out for time). 4 micro-batches on 2 stages: micro-batches 0 and 1 are transposed (rank 1
+preprocesses 1), 2 and 3 overflow (full: rank 0 takes 2 and rank 1 takes 3; min: rank 0 both)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,12 @@ LAYOUTS = {
     "T=0 min, interleaved": (*MPIPE, "parallel.pp_transpose_overflow=min", "parallel.pp_virtual=2"),
     "T=1 min": (*MPIPE, "parallel.pp_transpose_layers=1", "parallel.pp_transpose_overflow=min"),
     "T=1 full, dp_replicate=2": (*MPIPE, "parallel.pp_transpose_layers=1", "parallel.dp_replicate=2"),
+    "T=1 min, dp_shard=2": (
+        *MPIPE,
+        "parallel.pp_transpose_layers=1",
+        "parallel.pp_transpose_overflow=min",
+        "parallel.dp_shard=2",
+    ),
     "T=1 full, tp=2 sp, full recompute": (
         *MPIPE,
         "parallel.pp_transpose_layers=1",
