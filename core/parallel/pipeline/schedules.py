@@ -143,8 +143,8 @@ def simulate(
     """Run the ranks' lists and check them; see the module docstring. A forward of one stage takes ``t_forward /
     virtual``, a backward ``t_backward / virtual``, or ``durations(op, stage)`` when given (``core.perf``: uneven
     stages, the first's embedding, the last's head; P and R take 0 without it); a message arrives ``transfer``
-    after it is sent (or ``transfer[kind]``). ``trace``,
-    when given, receives (rank, action) in the order they ran (``compile_schedule``)."""
+    after it is sent (or ``transfer[kind]``). ``trace``, when given, receives (rank, action) in the order they ran
+    (``compile_schedule``)."""
     pp = len(actions)
     stages = pp * virtual
     sent: dict[tuple[str, int, int], float] = {}  # (kind, mb, stage) -> time its message left
