@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path
@@ -58,6 +59,9 @@ SPACE_CONSTRAINT = "space"  # the constraint of a point that breaks the space's 
 CONSTRAINT_KEYS = (*FAILURE_KINDS, SPACE_CONSTRAINT)
 # Proposals that never ran.
 SKIPPED = (Status.PRUNED, Status.DUPLICATE, Status.REJECTED)
+# Runs that paid for a failure the agent learns to avoid: out of memory, diverged, over the budget (the study's
+# waste, ``study.ledger``).
+WASTED = (Status.OOM, Status.NAN, Status.TIMEOUT)
 # FAILed by the agent, not by the trial: the config says nothing by them, and runs again (but once, and not after
 # a person's cancel).
 ABANDONED = (Status.REAPED, Status.INTERRUPTED, Status.NODE_FAIL, Status.PREEMPTED, Status.CANCELLED)
@@ -102,6 +106,19 @@ DIVERGENCE_RATIO = 1.5
 def is_number(x: Any) -> bool:
     """A finite real number, not a bool: a value that was really measured."""
     return isinstance(x, Real) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def foreknowledge(attrs: dict) -> str:
+    """What the agent knew of a trial before it ran it, from its attributes: the gate's calibrated peak and the
+    proposer's failure probability (the GP's rationale says ``P(no failure) 0.93``), e.g. ``predicted peak 812
+    MiB, failure probability 0.07``; "" when it knew neither. Said beside a failed trial, it tells a surprise from
+    a bet."""
+    known = []
+    if is_number(peak := attrs.get(Attr.PREDICTED_MEMORY)):
+        known.append(f"predicted peak {peak / 2**20:,.0f} MiB")
+    if match := re.search(r"P\(no failure\) ([0-9.]+)", attrs.get(Attr.RATIONALE) or ""):
+        known.append(f"failure probability {1 - float(match[1]):.2f}")
+    return ", ".join(known)
 
 
 def plan_errors(rows: list) -> list[float]:

@@ -14,11 +14,12 @@ import pandas as pd
 from optuna.trial import FrozenTrial
 from tqdm import tqdm
 
+from autoresearch.records import WASTED
 from autoresearch.report.explain import params_label
 from autoresearch.report.table import ledger_text, model_error_text, render, study_table, to_markdown
 from autoresearch.run.session import Outcome, Phase, Session, TrialEvent
-from autoresearch.study import confirm
-from autoresearch.study.storage import best_trial
+from autoresearch.study import confirm, ledger
+from autoresearch.study.storage import best_trial, trial_rows
 
 
 class Console(logging.Handler):
@@ -70,7 +71,8 @@ def trial_line(e: TrialEvent, metric: str) -> str:
     where = f" [{e.slot}]" if e.slot else ""
     if e.confirmation_of is not None:
         where += f" confirming trial {e.confirmation_of} (run {e.repeat + 1})"
-    return f"{head}{value}({e.wall_time:.1f}s){where} {e.reason[:120]}"
+    knew = f" [before it ran: {e.knew}]" if e.knew and e.status in WASTED else ""
+    return f"{head}{value}({e.wall_time:.1f}s){where} {e.reason[:120]}{knew}"
 
 
 def print_outcome(session: Session, outcome: Outcome) -> None:
@@ -98,7 +100,8 @@ def print_verdict(session: Session, study: optuna.Study) -> None:
         print("\nno feasible trial yet")
         return
     metric, opts = session.space.objective_metric, session.opts
-    print(f"\nsearch's best run: trial {best.number}: {metric}={best.value:.6g}")
+    waste = ledger.waste_text(ledger.study_totals(trial_rows(study)))
+    print(f"\nsearch's best run: trial {best.number}: {metric}={best.value:.6g}; on the way, {waste}")
     v = confirm.verdict(study, opts.confirm, opts.repeats) if opts.confirm > 0 else None
     pick = best.params
     if v is not None:

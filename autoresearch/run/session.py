@@ -24,7 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autoresearch.core_adapter import DEFAULT_COMMAND, cluster_device, watchdog_seconds
 from autoresearch.execute import Executor, Job, LocalExecutor, Resources, SlurmExecutor, TrialSpec, wait
 from autoresearch.execute.slots import Slot
-from autoresearch.records import ABANDONED, RAN, Attr, Status, TrialResult
+from autoresearch.records import ABANDONED, RAN, Attr, Status, TrialResult, foreknowledge
 from autoresearch.run import scheduler
 from autoresearch.run.options import AgentOptions
 from autoresearch.run.scheduler import SKIPPED, Exhausted
@@ -71,6 +71,7 @@ class TrialEvent:
     confirmation_of: int | None = None
     repeat: int | None = None
     predicted: float | None = None  # the step-time model's objective before the run (--plan)
+    knew: str = ""  # what the agent knew before the run (records.foreknowledge)
 
 
 class Listener(Protocol):
@@ -335,6 +336,7 @@ class _Work:
                 confirmation_of=attrs.get(Attr.CONFIRMATION_OF),
                 repeat=attrs.get(Attr.REPEAT),
                 predicted=attrs.get(Attr.PREDICTED_OBJECTIVE),
+                knew=foreknowledge(attrs),
             )
         )
 

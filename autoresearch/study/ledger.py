@@ -24,10 +24,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from autoresearch.core_adapter import SUMMARY, load_summary
-from autoresearch.records import SKIPPED, Attr, TrialRow, number_or_none
+from autoresearch.records import SKIPPED, WASTED, Attr, TrialRow, number_or_none
 from core.trial.contract import STARTUP_PHASES as _PHASES
 
 STARTUP_PHASES = _PHASES[:-1]  # the phases before the first step: launch, imports, cluster, build
+
 PARTS = ("startup_sec", "compile_sec", "steps_sec")
 KEYS = ("ranks", "wall_sec", "device_sec", *PARTS, "llm_calls", "llm_tokens", "llm_usd")
 
@@ -129,6 +130,9 @@ def study_totals(rows: list[TrialRow]) -> dict:
         for led in ran
         if led.get("device_sec") is not None and any(led.get(p) is None for p in PARTS)
     )
+    wasted = [(led, s) for led, s in done if s in WASTED]
+    out["wasted_runs"] = {str(w): sum(s == w for _, s in wasted) for w in WASTED}
+    out["wasted_sec"] = sum(led["device_sec"] for led, _ in wasted if led.get("device_sec") is not None)
     for key in ("llm_calls", "llm_tokens", "llm_usd"):
         out[key] = sum(led[key] for led, _ in done if led.get(key) is not None)
     out["llm_unpriced_trials"] = sum(
@@ -139,6 +143,13 @@ def study_totals(rows: list[TrialRow]) -> dict:
 
 def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.3g} device-h" if seconds >= 360 else f"{seconds:.1f} device-s"
+
+
+def waste_text(t: dict, share=_duration) -> str:
+    """The runs the study paid for a failure: ``paid failures: 2 runs (1 oom, 1 nan, 0 timeout), 12.0 device-s``."""
+    runs = t["wasted_runs"]
+    kinds = ", ".join(f"{n} {kind}" for kind, n in runs.items())
+    return f"paid failures: {sum(runs.values())} runs ({kinds}), {share(t['wasted_sec'])}"
 
 
 def format_totals(t: dict) -> str:
@@ -154,6 +165,7 @@ def format_totals(t: dict) -> str:
         + (f"; {t['unknown_trials']} trial(s) ran for an unknown time" if t["unknown_trials"] else ""),
         f"  start-up {share(t['startup_sec'])}, compile {share(t['compile_sec'])}, "
         f"steps {share(t['steps_sec'])}, unsplit {share(t['unsplit_sec'])}",
+        f"  {waste_text(t, share)}",
         f"  LLM: {t['llm_calls']} calls, {t['llm_tokens']} tokens, ${t['llm_usd']:.4f}"
         + (f" (+ {t['llm_unpriced_trials']} trial(s) at an unknown price)" if t["llm_unpriced_trials"] else ""),
     ]

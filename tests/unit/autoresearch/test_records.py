@@ -46,3 +46,11 @@ def test_diverged_needs_two_measured_losses():
     assert not diverged({"first_loss": 2.0, "final_loss": 2.9})
     assert not diverged({"first_loss": None, "final_loss": 30.0})
     assert not diverged({"first_loss": float("nan"), "final_loss": 30.0}) and not diverged(None)
+
+
+def test_foreknowledge_says_the_gates_peak_and_the_proposers_failure_odds():
+    Attr, foreknowledge = records.Attr, records.foreknowledge
+    rationale = "expected improvement 0.12 x P(no failure) 0.93: the best runnable of 512 candidates"
+    attrs = {Attr.PREDICTED_MEMORY: 812 * 2**20, Attr.RATIONALE: rationale}
+    assert foreknowledge(attrs) == "predicted peak 812 MiB, failure probability 0.07"
+    assert foreknowledge({Attr.RATIONALE: "random"}) == "" == foreknowledge({Attr.PREDICTED_MEMORY: None})

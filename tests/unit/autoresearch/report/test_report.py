@@ -235,3 +235,17 @@ def test_best_so_far_per_proposer_against_device_time():
     assert curves["tpe"] == ([2.0, 2.0], [5.0, 5.0])
     assert curves["claude"][0] == [1.0, 5.0] and math.isnan(curves["claude"][1][0]) and curves["claude"][1][1] == 7.0
     assert plots.best_so_far_curves(rows, maximize=False)["tpe"] == ([2.0, 2.0], [5.0, 3.0])
+
+
+def test_a_failed_runs_line_says_what_the_agent_knew_before_it():
+    from autoresearch.records import Status
+    from autoresearch.report.console import trial_line
+    from autoresearch.run.session import TrialEvent
+
+    knew = "predicted peak 812 MiB, failure probability 0.07"
+    event = TrialEvent(number=3, status=Status.OOM, params={"mbs": 8}, reason="rank 0 peak 1197 MiB", wall_time=2.0)
+    assert trial_line(event, "tokens_per_sec").endswith("rank 0 peak 1197 MiB")
+    event.knew = knew
+    assert trial_line(event, "tokens_per_sec").endswith(f"rank 0 peak 1197 MiB [before it ran: {knew}]")
+    event.status = Status.OK  # an ok run's line needs no excuse
+    assert "before it ran" not in trial_line(event, "tokens_per_sec")

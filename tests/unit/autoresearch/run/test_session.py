@@ -47,6 +47,14 @@ def test_default_study_records_every_trial(tmp_path, capsys, monkeypatch):
     study = load(tmp_path)
     assert study.user_attrs["space"] == "fake" and study.direction.name == "MAXIMIZE"
     assert storage.finished_count(study) == 8
+    # the study's waste beside its best run, and beside each failed run what the agent knew before it
+    failed = [t for t in study.trials if t.user_attrs["status"] in outcomes.WASTED]
+    assert f"; on the way, paid failures: {len(failed)} runs (" in out
+    lines = out.splitlines()
+    for t in failed:
+        knew = outcomes.foreknowledge(t.user_attrs)
+        (line,) = [x for x in lines if x.startswith(f"trial {t.number:4d} {t.user_attrs['status']}")]
+        assert line.endswith(f"[before it ran: {knew}]") if knew else "before it ran" not in line
     for t in study.trials:
         assert t.state in (TrialState.COMPLETE, TrialState.PRUNED)
         assert t.user_attrs["proposer"] == "gp" and t.user_attrs["status"] and t.user_attrs["rationale"]

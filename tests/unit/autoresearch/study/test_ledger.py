@@ -124,6 +124,8 @@ def test_study_totals_from_rows():
         "compile_sec": 6.0,
         "steps_sec": 10.0,
         "unsplit_sec": 5.0,
+        "wasted_runs": {"oom": 1, "nan": 0, "timeout": 0},
+        "wasted_sec": 6.0,
         "llm_calls": 3,
         "llm_tokens": 110,
         "llm_usd": 0.5,
@@ -134,6 +136,7 @@ def test_study_totals_from_rows():
     assert "device time 0.007222 h = 26.0 device-s" in text and "1 trial(s) ran for an unknown time" in text
     assert "start-up 5.0 device-s (19%), compile 6.0 device-s (23%), steps 10.0 device-s (38%)" in text
     assert "LLM: 3 calls, 110 tokens, $0.5000 (+ 1 trial(s) at an unknown price)" in text
+    assert "paid failures: 1 runs (1 oom, 0 nan, 0 timeout), 6.0 device-s (23%)" in text  # the oom's 2 ranks x 3 s
 
 
 def test_progress_labels_use_short_names():
