@@ -117,7 +117,8 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
         mine = placements if 0 in parts else {}
         _parallelize_part(pre, dims=dims, groups=groups, placements=mine, cfg=cfg, plan=plan, stage=0, frozen=frozen)
     if cfg.training.max_attention_logit is not None:  # before anything compiles: graph mode reads it as a constant
-        for part in parts.values():
+        # mpipe's block on every rank: rank 0's is read; the copies' buffers keep the block's parameters alike (W)
+        for part in [*parts.values(), *([pre] if pre is not None else [])]:
             for block in transformer_blocks(part):
                 label = block.attn_norm.weight.name.rsplit(".attn_norm.", 1)[0]  # the 1-process name: layers.3
                 for _, cell in block.attn.cells_and_names():

@@ -23,6 +23,7 @@ BASE = (
     "checkpoint.interval=5",
     "training.global_batch_size=8",
     "training.micro_batch_size=2",
+    "training.max_attention_logit=1000",  # tracked: every block's largest logit, the preprocess block's too
 )
 MPIPE = ("parallel.pp=2", "parallel.pp_schedule=mpipe")
 # the preprocess block frozen (a pretrained tower): nothing sent each step, nothing recomputed
@@ -65,7 +66,10 @@ def runs(tmp_path_factory):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_mpipe_reproduces_the_single_process_run(runs, layout):
-    assert_layout_reproduces(runs(*LAYOUTS[layout]), runs(*REFERENCE.get(layout, ())), STEPS, pp=2)
+    run, ref = runs(*LAYOUTS[layout]), runs(*REFERENCE.get(layout, ()))
+    assert_layout_reproduces(run, ref, STEPS, pp=2)
+    logit = ref.summary["metrics"]["max_attention_logit"]
+    assert run.summary["metrics"]["max_attention_logit"] == pytest.approx(logit, rel=1e-5)
 
 
 def test_frozen_weights_stay_as_they_started(runs):
