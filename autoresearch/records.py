@@ -217,3 +217,4 @@ class TrialRow:
     trial_dir: str | None = None
     confirmation_of: int | None = None
     ledger: dict | None = None  # study.ledger; None while running
+    diverged: bool = False  # ran ok, but its loss blew up (``diverged``): evidence of a NaN region

@@ -129,6 +129,8 @@ def collect(args) -> int:
     import datetime
     import shutil
 
+    from table_freshness import memory_profile
+
     from autoresearch.run.runner import run_trial
     from autoresearch.space import load_space
 
@@ -149,6 +151,7 @@ def collect(args) -> int:
             "git_commit": _git_commit(),
             "machine": _machine(),
             "command": "python -m core.train",
+            "memory_profile": memory_profile(),  # what the estimates were made with (table_freshness.py)
             "retry_policy": "a compile_error or error (not caused by the config: seen as a flaky jit "
             "compile here) is run once more; both outcomes are kept in 'attempts'",
             "rows": [],
@@ -278,7 +281,7 @@ def replay_once(
 
     import optuna
 
-    from autoresearch.records import RAN, SKIPPED
+    from autoresearch.records import RAN, SKIPPED, diverged
     from autoresearch.run.options import AgentOptions
     from autoresearch.study.storage import default_storage, status_of
 
@@ -310,11 +313,12 @@ def replay_once(
     s = optuna.load_study(study_name=study, storage=url)
     from autoresearch.records import config_key
 
-    runs, skipped, reached = [], [], False
+    runs, skipped, reached, diverged_runs = [], [], False, 0
     for t in s.get_trials(deepcopy=False):
         status = status_of(t)
         if status in RAN:
             runs.append(status)
+            diverged_runs += status == "ok" and diverged(t.user_attrs.get("metrics"))
             if config_key(t.params) == best_key:
                 reached = True
         elif status in SKIPPED:
@@ -330,6 +334,7 @@ def replay_once(
         "failed": sum(s_ in FAILED for s_ in runs),
         "oom": runs.count("oom"),
         "nan": runs.count("nan"),
+        "diverged": diverged_runs,  # ran "ok" with a blown-up loss: paid for nothing too, not in the waste
         "skipped": len(skipped),
         "skipped_dominated": sum(r.startswith("dominated") for r in skipped),
         "skipped_gate": sum(r.startswith("predicted peak") for r in skipped),
@@ -475,6 +480,7 @@ def summarize(results: list[dict], budget: int) -> list[dict]:
                 "oom": sum(r["oom"] for r in rs),
                 "nan": sum(r["nan"] for r in rs),
                 "waste": failed / runs if runs else 0.0,
+                "diverged": sum(r.get("diverged", 0) for r in rs) / runs if runs else 0.0,
                 "skipped": sum(r["skipped"] for r in rs) / len(rs),
                 "dominated": sum(r["skipped_dominated"] for r in rs) / len(rs),
                 "gate": sum(r["skipped_gate"] for r in rs) / len(rs),

@@ -2,12 +2,18 @@
 
     .venv/bin/python benchmarks/search_suite.py [--seeds 10] [--first-seed 100] [--methods random,tpe,...]
                                                 [--tables tabular,inside,edge,layouts] [--jobs 2] [--out ...]
+    .venv/bin/python benchmarks/search_suite.py --recollect [stale|all] [--tables ...]   # real runs, resumable
 
 Each table (``benchmarks/data/*.json``) holds every config of one space run once with the real core
 (``benchmarks/agent_efficiency.py collect --space benchmarks/spaces/<name>.yaml``; each table records its command's
 date, commit and machine). A replay is the agent's own loop with the table as its trial command
 (``agent_efficiency.replay_once``): it stops when the table's best config has run, or after as many paid runs as the
 table has configs (a miss counts as that + 1).
+
+A table whose configs today's core estimates differently from when it was collected is stale
+(``table_freshness.py``): the replay refuses it, naming the command that collects it again (``--recollect``: every
+config through the real core, into ``<table>.partial.json`` row by row, so a killed collection resumes where it
+stopped; the table is replaced when the last row is in). ``--allow-stale`` replays it anyway, marked in the report.
 
 Roles: on the ``dev`` tables, seeds 0-9, the methods and their constants were chosen; the ``held out`` tables were
 not replayed while choosing. The report's seeds default to 100-109, unseen on every table. Per table: runs to the
@@ -31,6 +37,7 @@ from pathlib import Path
 
 import agent_efficiency as ae
 from provenance import cpu_info, git_commit
+from table_freshness import freshness
 
 from autoresearch.records import config_key
 
@@ -41,8 +48,6 @@ TABLES = {
     "inside": ("table_inside.json", "dev"),
     "edge": ("table_edge.json", "held out"),
     "layouts": ("table_layouts.json", "held out"),
-    # collected after the step-time model, for --plan (gp+plan): the layouts again at today's commit, and schedules
-    "layouts-now": ("table_layouts_recollected.json", "held out"),
     "schedules": ("table_schedules.json", "held out"),
 }
 METHODS = ("random", "tpe", "tpe+memory", "random+memory", "gp")
@@ -54,11 +59,58 @@ def _replay(job: tuple) -> dict:
     return {**r, "table": name}
 
 
+def table_path(name: str) -> Path:
+    return ROOT / "benchmarks" / "data" / TABLES[name][0]
+
+
+def check_fresh(tables: list[str], allow_stale: bool) -> dict[str, str]:
+    """Each table's freshness verdict; refuses a stale one unless ``allow_stale``, naming the command to run."""
+    from autoresearch.core_adapter import estimate_with_core
+
+    verdicts = {n: freshness(json.loads(table_path(n).read_text()), estimate_with_core) for n in tables}
+    for n, v in verdicts.items():
+        print(f"{n:9s} {v.text()}", flush=True)
+    stale = [n for n, v in verdicts.items() if v.stale]
+    if stale and not allow_stale:
+        raise SystemExit(
+            f"stale tables {stale}: collect them again at this commit with `.venv/bin/python "
+            f"benchmarks/search_suite.py --recollect --tables {','.join(stale)}` (real runs, resumable), or "
+            "replay them as they are with --allow-stale"
+        )
+    return {n: v.text() for n, v in verdicts.items()}
+
+
+def recollect(tables: list[str], which: str) -> None:
+    """Collect each table again through the real core (``agent_efficiency.collect``): the stale ones, or all.
+    Rows go to ``<table>.partial.json`` as they finish (a killed run resumes there); the table is replaced whole
+    once every config has a row."""
+    from autoresearch.core_adapter import estimate_with_core
+
+    for name in tables:
+        path = table_path(name)
+        table = json.loads(path.read_text())
+        verdict = freshness(table, estimate_with_core)
+        if which == "stale" and not verdict.stale:
+            print(f"{name}: {verdict.text()}; kept", flush=True)
+            continue
+        partial = path.with_suffix(".partial.json")
+        args = argparse.Namespace(
+            space=str(ROOT / table["space"]),
+            out=str(partial),
+            trials_dir=str(ROOT / "trials" / f"recollect-{name}"),
+            resume=True,
+        )
+        ae.collect(args)  # returns once every config has its row
+        partial.replace(path)
+        fresh = json.loads(path.read_text())
+        print(f"{name}: collected again, {freshness(fresh, estimate_with_core).text()}", flush=True)
+
+
 def run(tables: list[str], methods: list[str], seeds: list[int], jobs: int) -> tuple[dict, list[dict]]:
     meta, work_list = {}, []
     work = tempfile.mkdtemp(prefix="search-suite-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None)
     for name in tables:
-        path = ROOT / "benchmarks" / "data" / TABLES[name][0]
+        path = table_path(name)
         table = json.loads(path.read_text())
         best = ae.best_row(table)
         meta[name] = {
@@ -123,8 +175,8 @@ def markdown(meta: dict, per_table: dict, args, elapsed: float) -> str:
         f"{','.join(meta)} --methods {','.join(args.methods)}` ({elapsed:.0f} s). Seeds "
         f"{args.first_seed}-{args.first_seed + args.seeds - 1}: unseen while choosing methods and constants.",
         "",
-        "| table | role | configs (statuses) | objective | best config | collected |",
-        "|---|---|---|---|---|---|",
+        "| table | role | configs (statuses) | objective | best config | collected | memory estimate since |",
+        "|---|---|---|---|---|---|---|",
     ]
     for n, m in meta.items():
         best = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in m["best"]["params"].items())
@@ -132,12 +184,13 @@ def markdown(meta: dict, per_table: dict, args, elapsed: float) -> str:
         lines.append(
             f"| {n} | {m['role']} | {m['configs']} ({statuses}) | {m['objective']['direction']} "
             f"{m['objective']['metric']} | #{m['best']['index']} {best} ({m['best']['objective']:.5g}) | "
-            f"{m['date'][:10]}, {m['commit']} |"
+            f"{m['date'][:10]}, {m['commit']} | {m['freshness']} |"
         )
     lines += [
         "",
-        "| table | method | runs to best: median (q1–q3) | vs random | reached | waste OOM+NaN | skipped per replay |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| table | method | runs to best: median (q1–q3) | vs random | reached | waste OOM+NaN | diverged (ran ok) "
+        "| skipped per replay |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for n, summary in per_table.items():
         rand = next((s["median"] for s in summary if s["method"] == "random"), None)
@@ -145,7 +198,7 @@ def markdown(meta: dict, per_table: dict, args, elapsed: float) -> str:
             lines.append(
                 f"| {n} | {s['method']} | {ae._fmt(s['median'])} ({ae._fmt(s['q1'])}–{ae._fmt(s['q3'])}) | "
                 f"{ae._vs(s['median'], rand)} | {s['reached']}/{s['n']} | {100 * s['waste']:.1f}% | "
-                f"{s['skipped']:.1f} |"
+                f"{100 * s.get('diverged', 0):.1f}% | {s['skipped']:.1f} |"
             )
     for label, names in (("held-out tables (" + ", ".join(held) + ")", held), ("all tables", list(meta))):
         agg = aggregate(per_table, names, args.methods)
@@ -173,14 +226,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-seed", type=int, default=100)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "data" / "search_suite.md"))
+    ap.add_argument("--recollect", nargs="?", const="stale", choices=("stale", "all"), help="collect tables again")
+    ap.add_argument("--allow-stale", action="store_true", help="replay stale tables as they are (marked)")
     args = ap.parse_args(argv)
     args.methods = args.methods.split(",")
     tables = [t for t in args.tables.split(",") if t]
     unknown = [t for t in tables if t not in TABLES] + [m for m in args.methods if m not in ae.METHODS]
     if unknown:
         raise SystemExit(f"unknown table or method {unknown}: tables {list(TABLES)}, methods {list(ae.METHODS)}")
+    if args.recollect:
+        recollect(tables, args.recollect)
+        return 0
+    fresh = check_fresh(tables, args.allow_stale)
     start = time.monotonic()
     meta, results = run(tables, args.methods, list(range(args.first_seed, args.first_seed + args.seeds)), args.jobs)
+    for n in meta:
+        meta[n]["freshness"] = fresh[n]
     per_table = {n: ae.summarize([r for r in results if r["table"] == n], meta[n]["configs"]) for n in meta}
     text = markdown(meta, per_table, args, time.monotonic() - start)
     Path(args.out).write_text(text)

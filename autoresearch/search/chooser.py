@@ -93,7 +93,12 @@ class Chooser:
         usage = declined = None
         if not waiting and self.proposer is not None:
             recorded = recorded_keys(study)  # once per round: a proposer may check hundreds of candidates
-            ctx = ProposalContext(self.space, trial_rows(study), lambda p: self.gate.skip_reason(study, p, recorded))
+            ctx = ProposalContext(
+                self.space,
+                trial_rows(study),
+                lambda p: self.gate.skip_reason(study, p, recorded),
+                self.gate.risk,
+            )
             proposal = self.proposer.propose(study, ctx)
             usage = self._new_usage(proposal)
             problems = self.space.check(proposal.params) if proposal is not None else []

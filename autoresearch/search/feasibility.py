@@ -14,6 +14,11 @@ So ``FeasibilityMemory.check`` skips exact repeats and *dominated* proposals wit
 reason a person can act on. An unannotated param must be equal for a dominance comparison: we only skip what
 the annotations prove, never on a guess.
 
+Short of a proof, ``risk`` says how likely a proposal fails the same way, from the same annotations: how far it
+sits from the nearest failure that would dominate it against how far from the nearest run that proves it safe.
+After a NaN at one learning rate the next one down is a coin toss, two down less so; the proposer holds such bets
+back while safer candidates remain.
+
 Measured peaks beside their estimates recalibrate the memory model (``autoresearch.search.memory_model``), whose
 prediction the memory gate compares with ``memory.limit_gb``.
 """
@@ -31,6 +36,16 @@ from core.config import scalar_text
 IGNORED_STATUSES = (Status.PRUNED,)
 # Peaks from these statuses are real measurements; an OOM's peak is only where the run was cut off.
 _MEASURED_STATUSES = (Status.OK, Status.NAN, Status.TIMEOUT)
+
+# Where no run has proved a region safe, ``risk`` reads the distance to the nearest failure against this one, in
+# steps along the annotated axes (a choice's values; a number's range counts as RANGE_STEPS): a config one step
+# below a NaN's learning rate is as likely to fail as not, two steps below one in three.
+_UNPROVEN = 1.0
+RANGE_STEPS = 4
+# What a failure with other unannotated values (e.g. the other optimizer) is worth as a guess: on the suite's tables
+# a learning rate that gave a NaN with one optimizer gave one with the other (benchmarks/data/tabular.json: lr 100
+# with both), but the annotations promise nothing.
+BORROWED = 0.5
 
 # kind -> (Param annotation, label in reasons, what dominance implies)
 _DOMINANCE = {
@@ -141,6 +156,53 @@ class FeasibilityMemory:
                 return False
         return True
 
+    def risk(self, params: dict, kind: str) -> float | None:
+        """P(``params`` fails with ``kind``) read from the annotations, or None when no run failed that way.
+
+        Along the annotated axes (in steps), d_fail is how far ``params`` would move to be dominated by a failure and
+        d_safe how far to be dominated by a run that did not fail that way, which the same monotony proves safe:
+        d_safe / (d_safe + d_fail), so 0 when proved safe and 1 when dominated; without such a run, d_safe is
+        ``_UNPROVEN``. Runs compare when their unannotated params are equal; where no such run failed that way, the
+        other runs' answer counts times ``BORROWED``."""
+        attr = _DOMINANCE[kind][0]
+        axes = {n: p for n, p in self.space.params.items() if getattr(p, attr) in ("up", "down")}
+        same = [n for n, p in self.space.params.items() if getattr(p, attr) is None]
+        if not axes:
+            return None
+        comparable = [
+            o for o in self.outcomes if all(value_key(o.params.get(n)) == value_key(params.get(n)) for n in same)
+        ]
+        if not any(o.proves == kind for o in comparable):
+            # Nothing failed this way with these unannotated values (another optimizer, say): read the other
+            # values' failures at a discount, for a guess is all they give (dominance never skips on them).
+            borrowed = self._risk_among(params, kind, axes, self.outcomes)
+            return None if borrowed is None else BORROWED * borrowed
+        return self._risk_among(params, kind, axes, comparable)
+
+    def _risk_among(self, params: dict, kind: str, axes: dict, comparable: list[Outcome]) -> float | None:
+        attr = _DOMINANCE[kind][0]
+        failures = [o for o in comparable if o.proves == kind]
+        if not failures:
+            return None
+        # Runs that did not fail that way: any measured peak fitted; a NaN run (or a diverged one) says nothing of NaN
+        safe = [o for o in comparable if o.status in _MEASURED_STATUSES and (kind == Status.OOM or o.proves is None)]
+
+        def gap(low: dict, high: dict) -> float | None:
+            """How far ``low`` must move up each axis (down, for a ``down`` axis) to reach ``high``."""
+            total = 0.0
+            for name, param in axes.items():
+                a, b = _axis(param, low.get(name)), _axis(param, high.get(name))
+                if a is None or b is None:
+                    return None
+                total += max(0.0, (b - a) if getattr(param, attr) == "up" else (a - b))
+            return total
+
+        d_fail = min((g for o in failures if (g := gap(params, o.params)) is not None), default=None)
+        d_safe = min((g for o in safe if (g := gap(o.params, params)) is not None), default=_UNPROVEN)
+        if d_fail is None:
+            return None
+        return 1.0 if d_fail == 0 else d_safe / (d_safe + d_fail)
+
     def _dominance_reason(self, o: Outcome, kind: str) -> str:
         attr, label, implication = _DOMINANCE[kind]
         params = self.space.params
@@ -177,3 +239,14 @@ class FeasibilityMemory:
         """A few lines for people and for the LLM's prompt: outcomes by status and the memory model."""
         counts = ", ".join(f"{s} {n}" for s, n in self.counts().items()) or "no trials yet"
         return f"outcomes: {counts}\nmemory model: {self.memory_model.describe()}"
+
+
+def _axis(param, value) -> float | None:
+    """Where ``value`` sits along an annotated param's axis, in steps: a choice by its index, a number by its place
+    between the bounds (log-scaled where the space says so) on a five-point scale."""
+    position = param.position(value)
+    if position is None:
+        return None
+    if getattr(param, "values", None) is not None:
+        return position
+    return RANGE_STEPS * param.encode(value)[0]

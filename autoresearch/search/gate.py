@@ -67,6 +67,26 @@ class Gate:
             return None, None
         return int(est), int(self.memory.memory_model.predict(float(est)))  # recalibrated as trials end
 
+    def oom_probability(self, params: dict) -> float | None:
+        """P(the run's peak passes ``memory.limit_gb``) by the calibrated memory model and its error on configs it
+        has not seen (``MemoryModel.oom_probability``); None without an estimate or a limit."""
+        est, _ = self.predict_memory(params)
+        limit = self.memory_limit_bytes(params)
+        if est is None or limit is None or not self.learning:
+            return None
+        return self.memory.memory_model.oom_probability(est, limit)
+
+    def risk(self, params: dict) -> dict[str, float]:
+        """P(failure) by kind (``oom``, ``nan``) as known before ``params`` run: the memory model's
+        ``oom_probability`` where there is an estimate, unless the annotations prove the run safe or dominated;
+        else ``FeasibilityMemory.risk`` along the annotations. A kind is absent when nothing is known of it."""
+        if not self.learning:
+            return {}
+        out = {kind: p for kind in (Status.OOM, Status.NAN) if (p := self.memory.risk(params, kind)) is not None}
+        if out.get(Status.OOM) not in (0.0, 1.0) and (p := self.oom_probability(params)) is not None:
+            out[Status.OOM] = p
+        return out
+
     def memory_limit_bytes(self, params: dict) -> float | None:
         limit = params.get("memory.limit_gb", self.space.fixed.get("memory.limit_gb"))
         return float(limit) * GiB if isinstance(limit, (int, float)) and limit > 0 else None

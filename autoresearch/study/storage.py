@@ -48,6 +48,7 @@ from autoresearch.records import (
     TrialResult,
     TrialRow,
     config_key,
+    diverged,
 )
 from autoresearch.study import ledger
 
@@ -281,6 +282,7 @@ def trial_rows(study: optuna.Study) -> list[TrialRow]:
                 trial_dir=a.get(Attr.TRIAL_DIR),
                 confirmation_of=a.get(Attr.CONFIRMATION_OF),
                 ledger=ledger.of_trial(a, t.state.is_finished(), ranks),
+                diverged=diverged(metrics),
             )
         )
     return rows

@@ -35,11 +35,13 @@ class ProposalContext:
     peak_memory_bytes, predicted_memory_bytes, reason, ...} (see ``autoresearch.study.storage.trial_rows``).
     ``check(params)`` says why the agent would skip these params without running them (out of the space,
     a duplicate, dominated by a known failure, predicted to exceed the memory limit), or None when they would run.
+    ``risk(params)`` is P(failure) by kind ("oom", "nan") as the gate knows it before a run (``Gate.risk``).
     """
 
     space: SearchSpace
     table: list[dict] = field(default_factory=list)
     check: Callable[[dict], str | None] = lambda params: None
+    risk: Callable[[dict], dict[str, float]] = lambda params: {}
 
 
 class SearchExhausted(Exception):

@@ -11,10 +11,13 @@ This proposer keeps failures out of the model of the objective. Each round:
    space has floats) that the agent would run now: not run before, within the space's constraints, not dominated by
    a known OOM or NaN, and under the memory gate (``ProposalContext.check``). Failures shape this set only.
 2. **Start-up**: until ``n_init`` runs ended ok, a scrambled Sobol sequence (a quasi-random design, Owen 1998)
-   mapped to the nearest candidate: it covers the feasible set instead of drawing where random draws cluster.
+   mapped to the nearest candidate: it covers the feasible set instead of drawing where random draws cluster, but
+   only the safe half (``DESIGN_NAN_SHARE``) of each axis annotated ``nan``: the low learning rates of ``nan: up``.
 3. **Then**: a Gaussian process of the ok runs' objectives (``autoresearch.search.surrogate``) ranks the candidates by
-   expected improvement times the probability of not failing, estimated from the runs that failed nearby (a failure
-   the annotations do not explain, such as the first NaN of another optimizer).
+   expected improvement times the probability of not failing: estimated from the runs that failed (or diverged)
+   nearby, times P(no OOM) by the calibrated memory model and P(no NaN) along the annotations (``ctx.risk``).
+4. **Risk**: a candidate whose P(OOM) or P(NaN) passes ``RISK_LIMIT`` is held back while a safer one remains;
+   run only when none does, as a bet the rationale names.
 
 With a prior (``--plan``: ``autoresearch.search.prior.StepPrior``, the core's step-time model refitted to the runs),
 the start-up is one run, the plan's best runnable candidate, and the Gaussian process models the log of each run's
@@ -39,6 +42,14 @@ SAMPLED = 1024  # candidates drawn per round otherwise (half from the grid, half
 # The scale of the step-time model's log error the GP of its corrections works in: the model's held-out median
 # error on published runs is ~13% (benchmarks/RESULTS.md, "Step-time model"); the GP fits its own amplitude on top.
 PRIOR_SCALE = 0.15
+# A candidate whose P(OOM) or P(NaN) passes its limit is held back while a safer one remains. Chosen on the dev
+# tables (benchmarks/RESULTS.md, "Search efficiency across tables"): holding back P(NaN) > 0.25 cut the runs that
+# diverge; holding back P(OOM) > 0.25 cost runs where the best config sits at the budget's edge (tabular: 11 runs
+# to the best against 3), so OOM is held back only where the gate's own line is (a coin toss) and otherwise
+# weighs in the ranking.
+RISK_LIMIT = {"oom": 0.5, "nan": 0.25}
+DESIGN_NAN_SHARE = 0.5  # of an axis annotated ``nan``, what the start-up design spans (from its safe end)
+LOOKAHEAD = 16  # safe runnable candidates ranked again with their risk per round (each costs a memory estimate)
 
 
 class ModelBasedProposer(Proposer):
@@ -71,13 +82,15 @@ class ModelBasedProposer(Proposer):
             return self._propose_with_prior(ctx, candidates, x, ran, ok)
         if len(ok) < self.n_init:
             k = len(ran)
-            target = qmc.Sobol(x.shape[1], scramble=True, seed=self.seed).random(2 ** math.ceil(math.log2(k + 1)))[k]
+            low, high = _design_box(space)
+            u = qmc.Sobol(x.shape[1], scramble=True, seed=self.seed).random(2 ** math.ceil(math.log2(k + 1)))[k]
+            target = low + u * (high - low)
             order = np.argsort(((x - target) ** 2).sum(1), kind="stable")
             return self._first_runnable(
                 ctx,
                 candidates,
                 order,
-                lambda i: f"start-up design point {k + 1}/{self.n_init} (scrambled Sobol, nearest runnable config)",
+                lambda i, _: f"start-up design point {k + 1}/{self.n_init} (scrambled Sobol, nearest runnable config)",
             )
         sign = -1.0 if space.maximize else 1.0
         xo = np.stack([surrogate.encode(space, r.params) for r in ok])
@@ -86,17 +99,18 @@ class ModelBasedProposer(Proposer):
         mean, std = gp.predict(x)
         ei = surrogate.expected_improvement(mean, std, float(y.min()))
         xr = np.stack([surrogate.encode(space, r.params) for r in ran])
-        failed = np.array([float(r.status != Status.OK) for r in ran])
+        failed = np.array([float(r.status != Status.OK or r.diverged) for r in ran])
         p_fail = surrogate.failure_probability(x, xr, failed, gp.lengths)
-        order = np.argsort(-(ei * (1.0 - p_fail)), kind="stable")
+        score = ei * (1.0 - p_fail)
         return self._first_runnable(
             ctx,
             candidates,
-            order,
-            lambda i: (
-                f"expected improvement {ei[i]:.3g} x P(no failure) {1 - p_fail[i]:.2f}: the best runnable of "
-                f"{len(candidates)} candidates (GP of {len(ok)} ok runs)"
+            np.argsort(-score, kind="stable"),
+            lambda i, survives: (
+                f"expected improvement {ei[i]:.3g} x P(no failure) {(1 - p_fail[i]) * survives:.2f}: the best "
+                f"runnable of {len(candidates)} candidates (GP of {len(ok)} ok runs)"
             ),
+            score,
         )
 
     def _propose_with_prior(self, ctx, candidates: list[dict], x, ran: list, ok: list) -> Proposal | None:
@@ -114,7 +128,7 @@ class ModelBasedProposer(Proposer):
                 ctx,
                 candidates,
                 order,
-                lambda i: (
+                lambda i, _: (
                     f"the plan's best runnable of {len(candidates)} candidates: predicted {space.objective_metric} "
                     f"{predicted[i] or float('nan'):.4g}"
                 ),
@@ -128,27 +142,55 @@ class ModelBasedProposer(Proposer):
         mean = logs / PRIOR_SCALE + correction
         ei = surrogate.expected_improvement(mean, std, float(measured.min() / PRIOR_SCALE))
         xr = np.stack([surrogate.encode(space, r.params) for r in ran])
-        failed = np.array([float(r.status != Status.OK) for r in ran])
+        failed = np.array([float(r.status != Status.OK or r.diverged) for r in ran])
         p_fail = surrogate.failure_probability(x, xr, failed, gp.lengths)
-        order = np.argsort(-(ei * (1.0 - p_fail)), kind="stable")
+        score = ei * (1.0 - p_fail)
         return self._first_runnable(
             ctx,
             candidates,
-            order,
-            lambda i: (
-                f"expected improvement {ei[i]:.3g} x P(no failure) {1 - p_fail[i]:.2f} over the plan "
+            np.argsort(-score, kind="stable"),
+            lambda i, survives: (
+                f"expected improvement {ei[i]:.3g} x P(no failure) {(1 - p_fail[i]) * survives:.2f} over the plan "
                 f"(predicted {space.objective_metric} {predicted[i] or float('nan'):.4g}; model refitted to "
                 f"{len(ok)} runs: {prior.factors_text()}; GP of its errors)"
             ),
+            score,
         )
 
-    def _first_runnable(self, ctx: ProposalContext, candidates: list[dict], order, rationale) -> Proposal | None:
+    def _first_runnable(self, ctx: ProposalContext, candidates: list[dict], order, rationale, score=None):
         """The best-ranked candidate the agent would run (``ctx.check``: space, dominance, memory gate), checked
-        in rank order: the memory estimate is the costly check, and most rounds need only a few."""
+        in rank order: the memory estimate is the costly check, and most rounds need only a few.
+
+        A candidate whose P(OOM) or P(NaN) (``ctx.risk``) passes ``RISK_LIMIT`` is held back while a safer one
+        remains, and run only when none does (a bet, said in the rationale). With ``score`` (the GP's), the first
+        ``LOOKAHEAD`` safe runnable candidates are ranked again by score x P(no OOM) x P(no NaN)."""
+        held: list[tuple[int, dict]] = []
+        safe: list[tuple[int, dict]] = []
         for i in order:
-            if ctx.check(candidates[i]) is None:
-                return Proposal(candidates[i], self.name, rationale=rationale(i))
-        return None  # every candidate would be skipped: the study's sampler tries, then the search ends
+            if ctx.check(candidates[i]) is not None:
+                continue
+            risk = ctx.risk(candidates[i])
+            (held if any(p > RISK_LIMIT[k] for k, p in risk.items()) else safe).append((i, risk))
+            if len(safe) >= (1 if score is None else LOOKAHEAD):
+                break
+        pool = safe or held
+        if not pool:
+            return None  # every candidate would be skipped: the study's sampler tries, then the search ends
+
+        def survives(risk: dict) -> float:
+            return math.prod(1.0 - p for p in risk.values())
+
+        i, risk = pool[0] if score is None else max(pool, key=lambda c: score[c[0]] * survives(c[1]))
+        text = rationale(i, survives(risk))
+        if risk:
+            text += "; " + ", ".join(f"P({k.upper()}) {p:.2f}" for k, p in sorted(risk.items()))
+        if held:
+            text += (
+                f"; {len(held)} better-ranked candidate(s) held back, {_limits_text()}"
+                if safe
+                else f"; a bet: every runnable candidate has {_limits_text()}"
+            )
+        return Proposal(candidates[i], self.name, rationale=text)
 
     def _candidates(self, space, round_: int) -> list[dict]:
         if self._grid is None:
@@ -165,3 +207,20 @@ class ModelBasedProposer(Proposer):
             except ValueError:
                 break
         return out
+
+
+def _limits_text() -> str:
+    return " or ".join(f"P({k.upper()}) above {v}" for k, v in RISK_LIMIT.items())
+
+
+def _design_box(space) -> tuple[np.ndarray, np.ndarray]:
+    """Where the start-up design draws its targets, per feature of ``surrogate.encode``: the unit cube, but only the
+    lower ``DESIGN_NAN_SHARE`` of each axis annotated ``nan: up`` (the upper, for ``down``). The first runs know
+    nothing, and the annotations say divergence comes from that end; the GP goes further when the trend says so."""
+    low, high = [], []
+    for p in space.params.values():
+        width = len(p.encode(p.values[0] if hasattr(p, "values") else p.low))
+        ordered = width == 1
+        low += [1.0 - DESIGN_NAN_SHARE if ordered and p.nan == "down" else 0.0] * width
+        high += [DESIGN_NAN_SHARE if ordered and p.nan == "up" else 1.0] * width
+    return np.array(low), np.array(high)

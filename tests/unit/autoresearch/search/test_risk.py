@@ -1,0 +1,150 @@
+"""Failure risk before a run (issue "Agent IV"): the memory model's error on configs it has not seen, P(OOM) from it,
+P(NaN) and P(OOM) along the space's annotations, and the gp proposer holding risky candidates back."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autoresearch.records import Status, TrialRow
+from autoresearch.search.feasibility import BORROWED, FeasibilityMemory
+from autoresearch.search.memory_model import PRIOR_LOG_ERROR, PRIOR_WEIGHT, MemoryModel
+from autoresearch.search.proposers import model_based
+from autoresearch.search.proposers.base import ProposalContext
+from autoresearch.search.proposers.model_based import ModelBasedProposer
+from autoresearch.space import ChoiceParam, SearchSpace
+
+MiB = 2**20
+LRS = [0.001, 0.003, 0.01, 0.1, 1.0]
+
+
+def normal_sf(z: float) -> float:
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+# ------------------------------------------------------------------------------------------- memory model
+
+
+def test_the_error_before_any_measurement_is_the_prior():
+    assert MemoryModel().log_error() == pytest.approx(PRIOR_LOG_ERROR)
+
+
+def test_the_error_pools_leave_one_out_errors_with_the_prior():
+    points = [(700 * MiB, 770 * MiB), (1000 * MiB, 1020 * MiB)]
+    # Leave-one-out: each point predicted from the other alone, i.e. by the other's ratio measured / estimated.
+    loo = [math.log(770 / (700 * 1020 / 1000)), math.log(1020 / (1000 * 770 / 700))]
+    expected = math.sqrt((PRIOR_WEIGHT * PRIOR_LOG_ERROR**2 + sum(e * e for e in loo)) / (PRIOR_WEIGHT + 2))
+    assert MemoryModel(points).log_error() == pytest.approx(expected, rel=1e-12)
+
+
+def test_oom_probability_reads_the_prediction_as_log_normal():
+    model = MemoryModel([(700 * MiB, 770 * MiB)])  # ratio 1.1
+    sigma = model.log_error()
+    limit = 1000 * MiB
+    for est in (600, 850, 909, 1000):
+        predicted = 1.1 * est * MiB
+        expected = normal_sf(math.log(limit / predicted) / sigma)
+        assert model.oom_probability(est * MiB, limit) == pytest.approx(expected, rel=1e-9)
+    # At the limit a coin toss; the prediction's side decides which way it leans.
+    assert model.oom_probability(1000 / 1.1 * MiB, limit) == pytest.approx(0.5)
+
+
+def test_more_agreeing_measurements_make_the_gate_less_conservative():
+    few = MemoryModel([(700 * MiB, 770 * MiB)])
+    many = MemoryModel([(e * MiB, 1.1 * e * MiB) for e in (700, 750, 800, 850, 900, 950)])
+    assert many.log_error() < few.log_error() < PRIOR_LOG_ERROR
+    assert many.oom_probability(850 * MiB, 1000 * MiB) < few.oom_probability(850 * MiB, 1000 * MiB)
+
+
+# ------------------------------------------------------------------------------------ risk by annotations
+
+
+def edge_space() -> SearchSpace:
+    params = {
+        "optim.lr": ChoiceParam(values=LRS, nan="up", memory="none"),
+        "training.seq_len": ChoiceParam(values=[64, 128, 256], memory="up", nan="none"),
+        "optim": ChoiceParam(values=["adamw", "muon"]),  # unannotated: must be equal to compare
+    }
+    return SearchSpace(name="e", objective={"metric": "val_loss", "direction": "minimize"}, params=params)
+
+
+def cfg(lr: float, seq: int = 64, opt: str = "adamw") -> dict:
+    return {"optim.lr": lr, "training.seq_len": seq, "optim": opt}
+
+
+def test_nan_risk_is_distance_to_the_failure_against_distance_to_a_safe_run():
+    memory = FeasibilityMemory(edge_space())
+    assert memory.risk(cfg(0.1), "nan") is None  # nothing known of NaN yet
+    memory.record(cfg(1.0), "nan", trial=0)
+    # No safe run yet: a safe run is assumed a quarter of the axis away (one step of five values).
+    assert memory.risk(cfg(0.1), "nan") == pytest.approx(0.25 / (0.25 + 0.25))
+    assert memory.risk(cfg(0.01, seq=256), "nan") == pytest.approx(0.25 / (0.25 + 0.5))  # seq: nan none
+    assert memory.risk(cfg(1.0, seq=128), "nan") == 1.0  # dominated
+    # Another optimizer: the annotations say nothing, so adamw's answer is borrowed at a discount.
+    assert memory.risk(cfg(0.1, opt="muon"), "nan") == pytest.approx(BORROWED * 0.5)
+    memory.record(cfg(0.003, seq=128), "ok", {"val_loss": 3.0, "first_loss": 4.0, "final_loss": 3.0}, trial=1)
+    assert memory.risk(cfg(0.01), "nan") == pytest.approx(0.25 / (0.25 + 0.5))  # one step above the safe run
+    assert memory.risk(cfg(0.001, seq=256), "nan") == 0.0  # below a safe run: proved safe
+    memory.record(cfg(0.1), "ok", {"val_loss": 2.0, "first_loss": 4.0, "final_loss": 2.0}, trial=2)
+    assert memory.risk(cfg(0.01), "nan") == 0.0
+
+
+def test_a_diverged_run_is_nan_evidence_and_an_oom_says_nothing_of_nan():
+    memory = FeasibilityMemory(edge_space())
+    memory.record(cfg(0.1), "ok", {"val_loss": 9.0, "first_loss": 4.0, "final_loss": 9.0}, trial=0)  # diverged
+    memory.record(cfg(0.003, seq=256), "oom", trial=1)
+    assert memory.risk(cfg(0.01), "nan") == pytest.approx(0.25 / (0.25 + 0.25))
+    # The diverged run's peak fitted at seq 64: half the seq axis below the candidate, the OOM half above it.
+    assert memory.risk(cfg(0.01, seq=128), "oom") == pytest.approx(0.5 / (0.5 + 0.5))
+    memory.record(cfg(1.0, seq=128), "nan", trial=2)  # its peak fitted: safe for memory up to seq 128
+    assert memory.risk(cfg(0.001, seq=128), "oom") == 0.0
+
+
+# ------------------------------------------------------------------------------------- the proposer's use
+
+
+def test_the_gp_holds_a_risky_candidate_back_while_a_safe_one_remains():
+    space = edge_space()
+    proposer = ModelBasedProposer(seed=0)
+    candidates = [cfg(0.1), cfg(0.01), cfg(0.003)]
+
+    def risk(p):
+        return {"nan": 0.6} if p["optim.lr"] == 0.1 else {"nan": 0.1}
+
+    ctx = ProposalContext(space, [], lambda p: None, risk)
+    pick = proposer._first_runnable(ctx, candidates, [0, 1, 2], lambda i, s: f"P(no failure) {s:.2f}")
+    assert pick.params == cfg(0.01)
+    assert "P(no failure) 0.90" in pick.rationale and "1 better-ranked candidate(s) held back" in pick.rationale
+    # With scores, the safe candidates are ranked again by score x P(no failure): 0.5 x 0.9 < 0.6 x 0.9.
+    pick = proposer._first_runnable(ctx, candidates, [0, 1, 2], lambda i, s: "", score=[1.0, 0.5, 0.6])
+    assert pick.params == cfg(0.003)
+    # Every runnable candidate risky: the best-ranked is a bet, said so.
+    ctx = ProposalContext(space, [], lambda p: None, lambda p: {"oom": 0.7})
+    pick = proposer._first_runnable(ctx, candidates, [1, 0, 2], lambda i, s: "")
+    assert pick.params == cfg(0.01) and "a bet" in pick.rationale
+    assert model_based.RISK_LIMIT["nan"] < 0.6 and model_based.RISK_LIMIT["oom"] < 0.7
+
+
+def test_the_start_up_design_keeps_to_the_safe_half_of_nan_axes():
+    params = {
+        **edge_space().params,
+        "optim.warmup_steps": ChoiceParam(values=[0, 5, 10], nan="down", memory="none"),
+    }
+    space = SearchSpace(name="e", objective={"metric": "val_loss", "direction": "minimize"}, params=params)
+    low, high = model_based._design_box(space)
+    share = model_based.DESIGN_NAN_SHARE
+    # Features: lr (nan up), seq (nan none), optim one-hot (2), warmup (nan down)
+    assert list(low) == [0.0, 0.0, 0.0, 0.0, 1.0 - share]
+    assert list(high) == [share, 1.0, 1.0, 1.0, 1.0]
+    proposer = ModelBasedProposer(seed=3)
+    seen = set()
+    for _ in range(4):  # the first four start-up points, each run ok
+        table = [_ok_row(p) for p in seen]
+        pick = proposer.propose(None, ProposalContext(space, table, lambda p: None, lambda p: {}))
+        assert pick.params["optim.lr"] in LRS[:3] and pick.params["optim.warmup_steps"] in (5, 10)
+        seen.add(tuple(sorted(pick.params.items())))
+
+
+def _ok_row(items):
+    return TrialRow(number=0, state="COMPLETE", status=Status.OK, params=dict(items), objective=3.0)
