@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from autoresearch.records import Status, TrialRow
@@ -148,3 +149,35 @@ def test_the_start_up_design_keeps_to_the_safe_half_of_nan_axes():
 
 def _ok_row(items):
     return TrialRow(number=0, state="COMPLETE", status=Status.OK, params=dict(items), objective=3.0)
+
+
+def test_a_diverged_run_is_marked_in_its_row_and_counts_as_a_failure_for_the_gp(monkeypatch):
+    import optuna  # function-level: only this test builds a study
+
+    from autoresearch.study.storage import trial_rows
+
+    study = optuna.create_study()
+    for loss in (6.0, 30.0):  # first loss 5: 6 is training, 30 blew up (DIVERGENCE_RATIO 1.5)
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={},
+                distributions={},
+                value=loss,
+                user_attrs={"status": "ok", "metrics": {"first_loss": 5.0, "final_loss": loss}},
+            )
+        )
+    assert [r.diverged for r in trial_rows(study)] == [False, True]
+    # The gp's failure estimate counts the diverged run as it counts a failed one.
+    space = edge_space()
+    base = {"number": 0, "state": "COMPLETE", "objective": 3.0}
+    rows = [TrialRow(**base, status=Status.OK, params=cfg(lr)) for lr in (0.001, 0.003, 0.01, 0.1)]
+    rows.append(TrialRow(**base, status=Status.OK, params=cfg(1.0), diverged=True))
+    seen = []
+
+    def failure_probability(x, ran, failed, lengths):
+        seen.append(list(failed))
+        return np.zeros(len(x))
+
+    monkeypatch.setattr(model_based.surrogate, "failure_probability", failure_probability)
+    assert ModelBasedProposer(seed=0).propose(None, ProposalContext(space, rows)) is not None
+    assert seen == [[0.0, 0.0, 0.0, 0.0, 1.0]]
