@@ -123,6 +123,16 @@ LAYOUT_SWEEP = [
         True,
     ),
 ]
+# Fitted too: FSDP's per-op backward graphs (each weight's op re-gathers and differentiates itself in its bprop
+# outside recomputed blocks: core.parallel.fsdp), which grow with the number of wrapped ops, not with their size:
+# depth varied at a small width and batch, and the same with full recompute (its blocks do not have them).
+TINY_FSDP = ["model=tiny", "parallel.dp_shard=2", "training.seq_len=64", "training.global_batch_size=4"]
+LAYOUT_SWEEP += [
+    ("tiny dp_shard2 1 layer seq64 b4", [*TINY_FSDP, "model.n_layers=1"], False),
+    ("tiny dp_shard2 6 layers seq64 b4", [*TINY_FSDP, "model.n_layers=6"], False),
+    ("tiny dp_shard2 6 layers seq64 recompute b4", [*TINY_FSDP, "model.n_layers=6", "memory.recompute=full"], False),
+    ("tiny dp_shard2 d256 seq64 b4", [*TINY_FSDP, "model.d_model=256"], False),
+]
 # Fitted too: longer sequences, so that the fit sees attention's S x S terms grow, with and without recompute.
 SWEEP += [
     ("tiny seq256 b8", ["model=tiny", "training.seq_len=256", "training.global_batch_size=8"]),
@@ -216,7 +226,7 @@ def collect(args) -> None:
     )
     meta = {
         "date": time.strftime("%Y-%m-%d"),
-        "commit": git_commit(),
+        "commit": "per row (each row's commit)" if merge else git_commit(),
         "device": args.device,
         "machine": cpu,
         "mindspore": mindspore.__version__,
@@ -337,13 +347,13 @@ def fit_profile(rows: list[dict]):
             extra = float(x @ np.array([residual(r, prof) for r in full]) / (x @ x)) if full else 0.0
             prof = RuntimeProfile(**{**asdict(prof), "rebuilt_copies": 1.0 + extra})
     # Ranks: the collective runtime (a constant and a part per peer), the parameters as collective buffers (the
-    # dp_replicate all-reduce's flat copy, FSDP's shards) and FSDP's gathered weight, from what is left of the
-    # fitted multi-rank runs once everything above is accounted for.
+    # dp_replicate all-reduce's flat copy, FSDP's shards), FSDP's gathered weight and its ops' backward graphs, from
+    # what is left of the fitted multi-rank runs once everything above is accounted for.
     dist = [r for r in rows if _terms(r).ranks > 1]
     if dist:
         res = np.array([residual(r, prof) for r in dist])
-        X = np.array([[1.0, _terms(r).ranks - 2, _terms(r).comm_params, _terms(r).gathered] for r in dist])
-        (c0, c1, c2, c3), *_ = np.linalg.lstsq(X, res, rcond=None)
+        X = np.array([[1.0, t.ranks - 2, t.comm_params, t.gathered, t.sharded_ops] for t in (_terms(r) for r in dist)])
+        (c0, c1, c2, c3, c4), *_ = np.linalg.lstsq(X, res, rcond=None)
         prof = RuntimeProfile(
             **{
                 **asdict(prof),
@@ -351,6 +361,7 @@ def fit_profile(rows: list[dict]):
                 "distributed_per_rank": int(c1),
                 "distributed_param_copies": float(c2),
                 "gathered_copies": float(c3),
+                "sharded_op_graph": int(c4),
             }
         )
     return prof

@@ -48,6 +48,7 @@ class Terms:
     scores: int = 0  # of ``activations``: attention's S x S scores and probabilities (they grow with S^2)
     recomputed_scores: int = 0  # of ``recomputed``: the same
     rebuilt: int = 0  # of ``recomputed``: the block full recompute rebuilds in backward
+    sharded_ops: int = 0  # FSDP: weights whose op re-gathers and differentiates itself in backward (ShardedOp)
 
     @property
     def states(self) -> int:
@@ -208,7 +209,8 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     act_bytes, weight_bytes = (2, 2) if bf16 else (4, 4)
     held, chunks, has_loss, in_flight = pipeline_rank(cfg, pp_rank)
     preprocess, frozen = preprocess_copy(cfg, pp_rank), frozen_names(m)
-    n = stored = state_floats = hidden = gathered = copies = copied = 0
+    redone = {f"layers.{i}." for blocks, r in chunks if r == "full" for i in blocks[: cfg.memory.recompute_layers]}
+    n = stored = state_floats = hidden = gathered = copies = copied = sharded_ops = 0
     for name, shape in param_shapes(m).items():
         p = layout_placement(name, shape, par.tp, fsdp, ep=par.ep)
         size = p.shard_len if p.fsdp_size > 1 else p.local_numel
@@ -216,6 +218,10 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
             copied += size
         if name not in held:
             continue
+        # core.parallel.fsdp wraps every weight's op but the head's (the loss gathers it) in a ShardedOp, except in
+        # the blocks full recompute re-runs (there a plain gather)
+        if p.fsdp_size > 1 and name != "lm_head.weight" and not any(name.startswith(b) for b in redone):
+            sharded_ops += 1
         if name in frozen:  # weights only, used as they are (FSDP still gathers them)
             copied += size
             gathered = max(gathered, p.local_numel) if p.fsdp_size > 1 else gathered
@@ -316,6 +322,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         scores=scores,
         recomputed_scores=recomputed_scores or 0,
         rebuilt=rebuilt or 0,
+        sharded_ops=sharded_ops,
     )
 
 
@@ -372,6 +379,7 @@ class RuntimeProfile:
     distributed_per_rank: int = 0  # ... and what each further rank adds to it ...
     distributed_param_copies: float = 0.0  # ... and its buffers, as copies of this rank's parameters
     gathered_copies: float = 0.0  # FSDP: of the largest weight gathered whole
+    sharded_op_graph: int = 0  # FSDP: per ShardedOp, the graph of its backward (its op differentiated again)
     margin: float = 0.0  # allocator fragmentation and caches, as a share of the step's tensors (accelerators)
 
 
@@ -400,10 +408,11 @@ PROFILES = {
         muon_copies=16.2,
         recompute_saves=True,
         selective_saves=False,
-        distributed=68 * MiB,
-        distributed_per_rank=57 * MiB,
-        distributed_param_copies=1.06,
-        gathered_copies=39.8,
+        distributed=22 * MiB,
+        distributed_per_rank=32 * MiB,
+        distributed_param_copies=2.65,
+        gathered_copies=9.36,
+        sharded_op_graph=5 * MiB,
     ),
     ("CPU", "pynative"): RuntimeProfile(
         baseline=485 * MiB,
@@ -417,10 +426,11 @@ PROFILES = {
         muon_copies=18.3,
         recompute_saves=True,
         selective_saves=False,
-        distributed=30 * MiB,
-        distributed_per_rank=-13 * MiB,
-        distributed_param_copies=2.47,
-        gathered_copies=8.18,
+        distributed=45 * MiB,
+        distributed_per_rank=-17 * MiB,
+        distributed_param_copies=2.1,
+        gathered_copies=10.5,
+        sharded_op_graph=0,
     ),
 }
 
@@ -472,7 +482,10 @@ def estimate_memory(cfg: TrainConfig, profile: RuntimeProfile | None = None) -> 
 
 
 def apply_profile(t: Terms, p: RuntimeProfile) -> MemoryEstimate:
-    (saved, scores, rebuilt), graphs = (t.activations, t.scores, 0), p.per_layer * t.layers
+    (saved, scores, rebuilt), graphs = (
+        (t.activations, t.scores, 0),
+        p.per_layer * t.layers + p.sharded_op_graph * t.sharded_ops,
+    )
     if t.recomputed is not None and not (t.selective and not p.selective_saves):
         if p.recompute_saves:
             saved, scores, rebuilt = t.recomputed, t.recomputed_scores, t.rebuilt

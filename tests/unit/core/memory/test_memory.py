@@ -292,3 +292,33 @@ def test_the_breakdown_cli_adds_up_to_the_estimate(capsys):
     assert "saved activations" in text and "measured profile" in text and "pipeline stash" not in text
     assert memory_main(["model=small", "parallel.tp=3"]) == 2
     assert "parallel.tp" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", ["small", "moe-tiny"])
+def test_fsdp_counts_each_op_that_differentiates_itself(model):  # (moe: experts split over the ranks, not sharded)
+    """core.parallel.fsdp makes a ShardedOp (a backward graph of its own, ~5 MiB each under jit on CPU) of every
+    cell with a weight and an op, but the head's (the loss gathers it) and those in blocks full recompute re-runs;
+    counted here from the model's cells, the estimate counts parameter names."""
+    from mindspore import Parameter
+
+    from core.model import GPT
+
+    def wrapped(cfg, recomputed=()):
+        cells = GPT(cfg.model).cells_and_names()
+        return sum(
+            isinstance(getattr(c, "weight", None), Parameter)
+            and hasattr(c, "op")
+            and c.weight.name != "lm_head.weight"
+            and not any(name.startswith(f"layers.{i}.") for i in recomputed)
+            for name, c in cells
+        )
+
+    base = [f"model={model}", "parallel.dp_shard=2", *(["parallel.ep=2"] if model == "moe-tiny" else [])]
+    cfg = load_config(base)
+    assert memory.terms(cfg).sharded_ops == wrapped(cfg) > 0
+    one = load_config([*base, "memory.recompute=full", "memory.recompute_layers=1"])
+    assert memory.terms(one).sharded_ops == wrapped(one, recomputed=[0]) < wrapped(cfg)
+    assert memory.terms(load_config([f"model={model}", "parallel.tp=2"])).sharded_ops == 0  # no FSDP
+    slope = memory.runtime_profile("CPU", "jit").sharded_op_graph
+    est = [memory.estimate_memory(c) for c in (cfg, one)]
+    assert est[0].graphs - est[1].graphs == slope * (wrapped(cfg) - wrapped(one, recomputed=[0]))
