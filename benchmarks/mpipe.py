@@ -58,18 +58,11 @@ def bytes_sent(overrides: list[str]) -> dict[str, int]:
     from core.config import load_config
     from core.memory.estimate import preprocess_copy
     from core.model.flops import param_shapes
-    from core.parallel.pipeline.schedules import build
+    from core.parallel.pipeline.schedules import build, schedule_of
 
     cfg = load_config(overrides)
     p, t, m = cfg.parallel, cfg.training, cfg.model
-    actions = build(
-        p.pp_schedule,
-        p.pp,
-        cfg.grad_accum_steps,
-        p.pp_virtual,
-        overflow=p.pp_transpose_overflow,
-        trained=cfg.preprocess_trains,
-    )
+    actions = build(**schedule_of(cfg))
     hidden, tokens = 4 * t.micro_batch_size * t.seq_len * m.d_model, 4 * t.micro_batch_size * t.seq_len
     names = preprocess_copy(cfg, 1)  # what rank 1 holds a copy of, when it preprocesses
     weights = 4 * sum(math.prod(shape) for name, shape in param_shapes(m).items() if name in names)

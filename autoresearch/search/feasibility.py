@@ -164,25 +164,34 @@ class FeasibilityMemory:
         d_safe / (d_safe + d_fail), so 0 when proved safe and 1 when dominated; without such a run, d_safe is
         ``_UNPROVEN``. Runs compare when their unannotated params are equal; where no such run failed that way, the
         other runs' answer counts times ``BORROWED``."""
+        own = self._own_risk(params, kind)
+        if own is not None:
+            return own
+        # Nothing failed this way with these unannotated values (another optimizer, say): read the other values'
+        # failures at a discount, for a guess is all they give (dominance never skips on them, nor does a 0 prove).
+        borrowed = self._risk_among(params, kind, self.outcomes)
+        return None if borrowed is None else BORROWED * borrowed
+
+    def proof(self, params: dict, kind: str) -> float | None:
+        """1.0 when a ``kind`` failure dominates ``params``, 0.0 when a run that did not fail that way proves it safe
+        (both among runs with its unannotated values, the monotony the annotations state); None otherwise."""
+        own = self._own_risk(params, kind)
+        return own if own in (0.0, 1.0) else None
+
+    def _own_risk(self, params: dict, kind: str) -> float | None:
+        """``risk`` among the runs whose unannotated params equal ``params``' (None: no failure there to read)."""
+        same = [n for n, p in self.space.params.items() if getattr(p, _DOMINANCE[kind][0]) is None]
+        return self._risk_among(
+            params,
+            kind,
+            [o for o in self.outcomes if all(value_key(o.params.get(n)) == value_key(params.get(n)) for n in same)],
+        )
+
+    def _risk_among(self, params: dict, kind: str, comparable: list[Outcome]) -> float | None:
         attr = _DOMINANCE[kind][0]
         axes = {n: p for n, p in self.space.params.items() if getattr(p, attr) in ("up", "down")}
-        same = [n for n, p in self.space.params.items() if getattr(p, attr) is None]
-        if not axes:
-            return None
-        comparable = [
-            o for o in self.outcomes if all(value_key(o.params.get(n)) == value_key(params.get(n)) for n in same)
-        ]
-        if not any(o.proves == kind for o in comparable):
-            # Nothing failed this way with these unannotated values (another optimizer, say): read the other
-            # values' failures at a discount, for a guess is all they give (dominance never skips on them).
-            borrowed = self._risk_among(params, kind, axes, self.outcomes)
-            return None if borrowed is None else BORROWED * borrowed
-        return self._risk_among(params, kind, axes, comparable)
-
-    def _risk_among(self, params: dict, kind: str, axes: dict, comparable: list[Outcome]) -> float | None:
-        attr = _DOMINANCE[kind][0]
         failures = [o for o in comparable if o.proves == kind]
-        if not failures:
+        if not failures or not axes:
             return None
         # Runs that did not fail that way: any measured peak fitted; a NaN run (or a diverged one) says nothing of NaN
         safe = [o for o in comparable if o.status in _MEASURED_STATUSES and (kind == Status.OOM or o.proves is None)]

@@ -77,14 +77,21 @@ class Gate:
         return self.memory.memory_model.oom_probability(est, limit)
 
     def risk(self, params: dict) -> dict[str, float]:
-        """P(failure) by kind (``oom``, ``nan``) as known before ``params`` run: the memory model's
-        ``oom_probability`` where there is an estimate, unless the annotations prove the run safe or dominated;
-        else ``FeasibilityMemory.risk`` along the annotations. A kind is absent when nothing is known of it."""
+        """P(failure) by kind (``oom``, ``nan``) as known before ``params`` run: 1 or 0 where the annotations prove
+        the run dominated or safe (``FeasibilityMemory.proof``); else, for OOM, the memory model's
+        ``oom_probability`` where there is an estimate; else ``FeasibilityMemory.risk`` along the annotations (a
+        guess from other runs included). A kind is absent when nothing is known of it."""
         if not self.learning:
             return {}
-        out = {kind: p for kind in (Status.OOM, Status.NAN) if (p := self.memory.risk(params, kind)) is not None}
-        if out.get(Status.OOM) not in (0.0, 1.0) and (p := self.oom_probability(params)) is not None:
-            out[Status.OOM] = p
+        out = {}
+        for kind in (Status.OOM, Status.NAN):
+            p = self.memory.proof(params, kind)
+            if p is None and kind == Status.OOM:
+                p = self.oom_probability(params)
+            if p is None:
+                p = self.memory.risk(params, kind)
+            if p is not None:
+                out[kind] = p
         return out
 
     def memory_limit_bytes(self, params: dict) -> float | None:

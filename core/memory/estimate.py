@@ -20,7 +20,7 @@ from core.memory.plan import recompute_plan
 from core.model.flops import moe_capacity, param_groups, param_shapes
 from core.optim.param_rules import uses_muon
 from core.parallel.pipeline.mpipe import owner
-from core.parallel.pipeline.schedules import compile_schedule, stage_layers
+from core.parallel.pipeline.schedules import compile_schedule, schedule_of, stage_layers
 from core.parallel.placement import layout_placement
 
 GiB, MiB = 1024**3, 1024**2
@@ -161,14 +161,7 @@ def pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple[
     chunks = [(ranges[s], cfg.memory.recompute_of(s)) for s in mine]
     in_flight = 1
     if par.pp > 1:  # the schedule simulated once per shape (compile_schedule caches it), not per rank
-        schedule = compile_schedule(
-            par.pp_schedule,
-            par.pp,
-            cfg.grad_accum_steps,
-            par.pp_virtual,
-            overflow=par.pp_transpose_overflow,
-            trained=cfg.preprocess_trains,
-        )
+        schedule = compile_schedule(**schedule_of(cfg))
         in_flight = schedule.in_flight[pp_rank]
     return held, chunks, last, in_flight
 

@@ -30,7 +30,7 @@ from core.config import ConfigError, TrainConfig, compose, load_config
 from core.memory.estimate import RuntimeProfile, estimate_memory, runtime_profile
 from core.model.flops import flops_per_token, param_groups
 from core.parallel.pipeline.mpipe import owner
-from core.parallel.pipeline.schedules import compile_schedule, stage_layers
+from core.parallel.pipeline.schedules import compile_schedule, schedule_of, stage_layers
 from core.parallel.placement import is_expert
 from core.perf import links
 from core.perf.device import Device, device
@@ -89,17 +89,14 @@ def estimate_step(cfg: TrainConfig) -> StepEstimate:
         durations = {(op, s): (f if op == "F" else b).total for s, (f, b) in enumerate(stages) for op in "FB"}
         pre, redo = _preprocess_passes(cfg, dev)
         durations |= {("P", 0): pre.total, ("R", 0): redo.total}
-        trains = cfg.preprocess_trains  # mpipe's block has weights that train: sent each step, recomputed
-        schedule = compile_schedule(
-            par.pp_schedule, par.pp, m, par.pp_virtual, overflow=par.pp_transpose_overflow, trained=trains
-        )
+        schedule = compile_schedule(**schedule_of(cfg))
         timing = schedule.time(lambda op, s: durations[(op, s)], _p2p_seconds(cfg, dev))
         pipeline = timing.makespan
         rank = max(range(par.pp), key=lambda r: timing.busy[r])
         mine = [stages[s] for s in range(rank, len(stages), par.pp)]
         if par.pp_schedule == "mpipe":  # the preprocess this rank runs, as a share of a micro-batch's
             runs = _preprocess_runs(cfg, rank)
-            mine.append((_scaled(pre, runs / m), _scaled(redo, float(rank == 0 and trains))))
+            mine.append((_scaled(pre, runs / m), _scaled(redo, float(rank == 0 and cfg.preprocess_trains))))
     else:
         mine, rank = stages, 0
         pipeline = m * sum(f.total + b.total for f, b in stages)

@@ -28,7 +28,7 @@ from core.config import TrainConfig
 from core.data import micro_batches
 from core.parallel.comm import enable_p2p, recv, send
 from core.parallel.dims import ParallelDims
-from core.parallel.pipeline.schedules import Action, build
+from core.parallel.pipeline.schedules import Action, build, schedule_of
 from core.parallel.pipeline.stages import Stage, StageFns, accumulate
 from core.runtime.graphs import compiled_if
 
@@ -69,8 +69,7 @@ class PipelineStep:
         }
         self.last = max(stages) == p.stages - 1
         self.mpipe = p.pp_schedule == "mpipe"
-        schedule = dict(overflow=p.pp_transpose_overflow, trained=cfg.preprocess_trains)
-        self.actions = build(p.pp_schedule, self.pp, cfg.grad_accum_steps, p.pp_virtual, **schedule)[self.index]
+        self.actions = build(**schedule_of(cfg))[self.index]
         # one micro-batch's forwards, in the schedule's chunk order: evaluation repeats them per micro-batch (rank
         # 0 preprocessing inline under mpipe)
         self.forwards = [a for a in self.actions if a.op in ("recv_F", "F", "send_F") and a.mb == 0]

@@ -82,6 +82,20 @@ def compute_order(schedule: str, pp: int, micro_batches: int, virtual: int, rank
     return order + [backward(k) for k in range(total - warmup, total)]
 
 
+def schedule_of(cfg) -> dict:
+    """The keyword arguments of ``build`` and ``compile_schedule`` for the pipeline a ``TrainConfig`` runs: one
+    reading for the runtime, the step-time and memory estimates and the benchmarks."""
+    p = cfg.parallel
+    return dict(
+        schedule=p.pp_schedule,
+        pp=p.pp,
+        micro_batches=cfg.grad_accum_steps,
+        virtual=p.pp_virtual,
+        overflow=p.pp_transpose_overflow,
+        trained=cfg.preprocess_trains,
+    )
+
+
 def build(
     schedule: str, pp: int, micro_batches: int, virtual: int = 1, *, overflow: str = "full", trained: bool = True
 ) -> list[list[Action]]:

@@ -72,3 +72,18 @@ def test_the_recorded_profile_is_compared_with_todays():
     changed = {**memory_profile(), "CPU/jit": {"baseline": 0}}
     f = freshness(table(changed), estimator(1.0)[0])
     assert f.profile_changed is True and "profile changed" in f.text()
+
+
+def test_an_estimate_that_moved_toward_the_tables_peaks_leaves_it_fresh():
+    """A refit that makes the estimate better moves it as much as a change of the core would; the difference is
+    the direction: toward the table's measured peaks, the table still agrees with today's estimate."""
+    rows = {f"training.global_batch_size={r['params']['training.global_batch_size']}": r for r in table()["rows"]}
+    closer = {k: 1.01 * r["peak_memory_bytes"] for k, r in rows.items()}  # (the OOM row's too: 1313 against 1400)
+    away = {k: 3 * r["estimated_memory_bytes"] - 2 * r["peak_memory_bytes"] for k, r in rows.items()}  # 3x the error
+    f = freshness(table(), lambda o: int(closer[o[-1]]))
+    # drifts 8.2%, 6.3%, 1.0%, 6.2%: moved beyond the 5% own error; the measured rows' error now 1%, the OOM's unread
+    assert f.drift == pytest.approx(0.0625, abs=1e-3) and f.moved
+    assert f.now_error == pytest.approx(0.01, abs=1e-4) and f.improved and not f.stale
+    assert "toward the table's measured peaks" in f.text() and f.text().startswith("fresh: ")
+    f = freshness(table(), lambda o: int(away[o[-1]]))
+    assert f.moved and f.now_error == pytest.approx(3 * f.own_error, rel=1e-3) and f.stale

@@ -10,6 +10,7 @@ import pytest
 
 from autoresearch.records import Status, TrialRow
 from autoresearch.search.feasibility import BORROWED, FeasibilityMemory
+from autoresearch.search.gate import Gate
 from autoresearch.search.memory_model import PRIOR_LOG_ERROR, PRIOR_WEIGHT, MemoryModel
 from autoresearch.search.proposers import model_based
 from autoresearch.search.proposers.base import ProposalContext
@@ -100,6 +101,27 @@ def test_a_diverged_run_is_nan_evidence_and_an_oom_says_nothing_of_nan():
     assert memory.risk(cfg(0.01, seq=128), "oom") == pytest.approx(0.5 / (0.5 + 0.5))
     memory.record(cfg(1.0, seq=128), "nan", trial=2)  # its peak fitted: safe for memory up to seq 128
     assert memory.risk(cfg(0.001, seq=128), "oom") == 0.0
+
+
+def test_the_gate_reads_the_memory_model_unless_the_annotations_prove_the_answer():
+    """Gate.risk: P(OOM) from the calibrated estimate (log-normal around it), but a config the space's annotations
+    prove dominated by an OOM is 1 and one a run proved safe is 0, whatever the estimate says."""
+    space = edge_space()
+    space = SearchSpace(name="e", objective=space.objective, params=space.params, fixed={"memory.limit_gb": 1.0})
+    peaks = {64: 700 * MiB, 128: 1000 * MiB, 256: 1400 * MiB}  # the estimator's guess by sequence length
+    gate = Gate(space, None)
+    gate.estimator = lambda overrides: peaks[int(next(o for o in overrides if "seq_len" in o).split("=")[1])]
+    sigma = PRIOR_LOG_ERROR  # nothing measured: the prior spread
+    for seq in (64, 128):
+        expected = normal_sf(math.log(2**30 / peaks[seq]) / sigma)
+        assert gate.risk(cfg(0.01, seq=seq)) == {Status.OOM: pytest.approx(expected, rel=1e-6)}  # no NaN known
+    assert 0.0 < gate.risk(cfg(0.01))[Status.OOM] < 0.01
+    gate.learn(0, cfg(0.01, seq=256), Status.OOM, {})
+    assert gate.risk(cfg(0.1, seq=256))[Status.OOM] == 1.0  # lr has no memory effect: the same config for memory
+    measured = {"estimated_memory_bytes": peaks[128], "peak_memory_bytes": peaks[128], "val_loss": 3.0}
+    gate.learn(1, cfg(0.01, seq=128), Status.OK, {**measured, "first_loss": 4.0, "final_loss": 3.0})
+    assert gate.risk(cfg(0.01, seq=64))[Status.OOM] == 0.0  # below a run that fitted
+    assert 0.0 < gate.risk(cfg(0.01, opt="muon"))[Status.OOM] < 1.0  # another optimizer: the model again
 
 
 # ------------------------------------------------------------------------------------- the proposer's use
