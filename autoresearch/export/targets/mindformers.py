@@ -372,6 +372,154 @@ CLIP = Rule(
 )
 
 
+# --- the model: an HF-imported architecture (model=hf:...) is the user's own, so its shape goes with the winner ---
+#
+# Legacy ``model_config`` / ``moe_config`` spelling (research/deepseek3/deepseek3_671b/pretrain_deepseek3_671b.yaml,
+# mindformers/modules/transformer/moe.py MoEConfig, v1.5), which MindFormers 1.6+ still reads: its
+# parallel_core/transformer_config_utils.py COMMON_CONFIG_MAPPING maps each of these names onto its TransformerConfig
+# (mtp_depth -> mtp_num_layers, expert_num -> num_moe_experts, n_kv_heads -> num_query_groups, theta -> rotary_base,
+# ...). ``qk_layernorm`` and ``head_dim`` are the HF/mcore names (configs/qwen3, v1.7), which both read too.
+
+PRESET_MODEL = (
+    "the model is the target run's own: the study's preset only sized the search (an HF model, model=hf:..., is "
+    "exported with its shape)"
+)
+MC = "model.model_config."
+
+
+def hf_only(export):
+    """A model rule's export, for an HF-imported model only (a preset's shape is not the user's model)."""
+
+    def wrapped(c: Flat) -> Flat:
+        if not str(c["model.name"]).startswith("hf:"):
+            raise NoCounterpart(PRESET_MODEL)
+        return export(c)
+
+    return wrapped
+
+
+def model_same(key: str, path: str) -> Rule:
+    rule = same(key, MC + path)
+    return Rule(rule.keys, rule.paths, hf_only(rule.export), rule.restore)
+
+
+def _unless_none(key: str, path: str) -> Rule:
+    """A model key whose null (derived from the others) is written as absent, and comes back null."""
+    return Rule(
+        (key,),
+        (MC + path,),
+        hf_only(lambda c: {} if c[key] is None else {MC + path: c[key]}),
+        lambda doc, core: {key: doc.get(MC + path)},
+    )
+
+
+MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+MLA = Rule(
+    ("model.attention", *(f"model.{k}" for k in MLA_KEYS)),
+    tuple(MC + k for k in MLA_KEYS),
+    hf_only(lambda c: {MC + k: c[f"model.{k}"] for k in MLA_KEYS} if c["model.attention"] == "mla" else {}),
+    lambda doc, core: {"model.attention": "mla", **{f"model.{k}": doc.get(MC + k) for k in MLA_KEYS}},
+)
+MTP = Rule(
+    ("model.mtp_layers", "model.mtp_loss_weight"),
+    (MC + "mtp_depth", MC + "mtp_loss_factor"),
+    hf_only(
+        lambda c: (
+            {MC + "mtp_depth": c["model.mtp_layers"], MC + "mtp_loss_factor": c["model.mtp_loss_weight"]}
+            if c["model.mtp_layers"]
+            else {}
+        )
+    ),
+    lambda doc, core: {"model.mtp_layers": doc[MC + "mtp_depth"], "model.mtp_loss_weight": doc[MC + "mtp_loss_factor"]},
+)
+
+YARN = {"rope_factor": "factor", "rope_beta_fast": "beta_fast", "rope_beta_slow": "beta_slow"}
+YARN |= {"rope_mscale_all_dim": "mscale_all_dim", "rope_original_max_len": "original_max_position_embeddings"}
+
+
+def _rope_export(c: Flat) -> Flat:
+    kind = c["model.rope_scaling"]
+    if kind == "none":
+        return {MC + "extend_method": "None"}
+    if kind != "yarn" or c["model.rope_attention_factor"] is not None:
+        raise NoCounterpart(
+            "MindFormers' extend_method YARN with DeepSeek's mscale is the only scaling verified here (Llama 3.1's "
+            "rope scaling and an explicit YaRN attention factor: set them in your model_config)"
+        )
+    # mscale 1: DeepSeek's yarn_get_mscale(factor, 1) = 0.1 ln(factor) + 1, the core's null attention factor
+    factors = {v: c[f"model.{k}"] for k, v in YARN.items()} | {"mscale": 1.0}
+    return {MC + "extend_method": "YARN", MC + "scaling_factor": factors}
+
+
+def _rope_restore(doc: Flat, core: Flat) -> Flat:
+    if doc[MC + "extend_method"] == "None":
+        return {"model.rope_scaling": "none"}
+    return {"model.rope_scaling": "yarn", **{f"model.{k}": doc[f"{MC}scaling_factor.{v}"] for k, v in YARN.items()}}
+
+
+ROPE = Rule(
+    ("model.rope_scaling", *(f"model.{k}" for k in YARN), "model.rope_attention_factor"),
+    (MC + "extend_method", MC + "scaling_factor"),
+    hf_only(_rope_export),
+    _rope_restore,
+)
+
+# core key -> moe_config key (written when the model has experts)
+MOE_KEYS = {
+    "n_experts": "expert_num",
+    "moe_top_k": "num_experts_chosen",
+    "moe_shared_experts": "shared_expert_num",
+    "moe_ffn_hidden": "moe_intermediate_size",
+    "moe_dense_layers": "first_k_dense_replace",
+    "moe_groups": "n_group",
+    "moe_topk_groups": "topk_group",
+    "moe_routed_scale": "routed_scaling_factor",
+    "moe_norm_topk": "norm_topk_prob",
+    "moe_score_bias": "balance_via_topk_bias",
+    "moe_bias_update_rate": "topk_bias_update_rate",
+    "moe_aux_loss_weight": "aux_loss_factor",
+    "moe_capacity_factor": "capacity_factor",
+}
+
+
+def _moe_export(c: Flat) -> Flat:
+    if not c["model.n_experts"]:
+        return {}
+    out = {f"moe_config.{v}": c[f"model.{k}"] for k, v in MOE_KEYS.items() if c[f"model.{k}"] is not None}
+    return out | {"moe_config.use_gating_sigmoid": c["model.moe_router"] == "sigmoid"}
+
+
+def _moe_restore(doc: Flat, core: Flat) -> Flat:
+    out = {f"model.{k}": doc.get(f"moe_config.{v}") for k, v in MOE_KEYS.items()}
+    return out | {"model.moe_router": "sigmoid" if doc["moe_config.use_gating_sigmoid"] else "softmax"}
+
+
+MOE = Rule(
+    (*(f"model.{k}" for k in MOE_KEYS), "model.moe_router"),
+    (*(f"moe_config.{v}" for v in MOE_KEYS.values()), "moe_config.use_gating_sigmoid"),
+    hf_only(_moe_export),
+    _moe_restore,
+)
+
+MODEL_RULES = (
+    model_same("model.vocab_size", "vocab_size"),
+    model_same("model.d_model", "hidden_size"),
+    model_same("model.n_layers", "num_layers"),
+    model_same("model.n_heads", "num_heads"),
+    model_same("model.n_kv_heads", "n_kv_heads"),
+    _unless_none("model.head_dim", "head_dim"),
+    model_same("model.ffn_hidden", "intermediate_size"),
+    model_same("model.max_seq_len", "max_position_embeddings"),
+    model_same("model.norm_eps", "rms_norm_eps"),
+    model_same("model.rope_theta", "theta"),
+    model_same("model.qk_norm", "qk_layernorm"),
+    MLA,
+    ROPE,
+    MOE,
+    MTP,
+)
+
+
 GRAPH_ONLY = (
     "MindFormers' YAML trainer runs in GRAPH_MODE only (configuration.md: context.mode); its PyNative "
     "trainer takes another config"
@@ -408,6 +556,7 @@ MINDFORMERS = Target(
         LR_END,
         DECAY,
         CLIP,
+        *MODEL_RULES,
         same("training.mode", "context.mode", {"jit": 0, "pynative": NoCounterpart(GRAPH_ONLY)}),  # 0: GRAPH_MODE
         same("execution.jit_level", "context.jit_config.jit_level"),
         same("execution.graph_kernel_fusion", "context.enable_graph_kernel"),
@@ -420,7 +569,9 @@ MINDFORMERS = Target(
         ),
     ),
     unmapped={
-        "model": "the model is the target run's own (model.model_config); the study's preset only sized the search",
+        "model": "the model's other settings are the target run's own (model.model_config); a preset's whole shape "
+        "too: the study's preset only sized the search",
+        "model.name": "where the shapes came from (hf:<dir>): the target run names its own model",
         "data": "the trial's data; the target names its own train_dataset",
         "trial": "the trial's budget and directory; the run's length is the target's own (runner_config.epochs)",
         "checkpoint": "the trial's checkpoints; the target configures its own CheckpointMonitor",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import fields
+from pathlib import Path
 
 import optuna
 import pytest
@@ -21,6 +22,7 @@ from tests.agent_support import run_agent
 from tests.unit.autoresearch.export.stand_in import recipe_fields
 
 MBS, REC, LR = "training.micro_batch_size", "memory.recompute", "optim.lr"
+HF = Path(__file__).resolve().parents[4] / "search_spaces" / "hf"  # the shipped HF configs
 LAST = ["norm", "lm_head"]  # what torchtitan's last stage ends with
 
 
@@ -271,6 +273,23 @@ CASES = {
         "parallel.pp_schedule=interleaved",
         "training.micro_batch_size=2",
     ],
+    # HF-imported models: the shape goes with the winner (MindFormers' model_config and moe_config)
+    "hf-deepseek": [
+        f"model=hf:{HF}/deepseek-tiny",
+        "parallel.dp_shard=2",
+        "parallel.ep=2",
+        "model.moe_bias_update_rate=0.001",
+        "model.mtp_loss_weight=0.1",
+        "model.moe_capacity_factor=1.25",
+    ],
+    "hf-deepseek-yarn": [
+        f"model=hf:{HF}/deepseek-tiny",
+        "model.rope_scaling=yarn",
+        "model.rope_factor=4",
+        "model.rope_original_max_len=64",
+        "model.rope_mscale_all_dim=1.0",
+    ],
+    "hf-qwen3": [f"model=hf:{HF}/qwen3-tiny", "parallel.tp=2", "parallel.sp=true"],
     "moe-ep": [
         "model=moe-tiny",
         "parallel.dp_shard=2",
@@ -320,7 +339,9 @@ def test_every_parallel_and_memory_key_is_mapped_or_listed(target):
             key = f"{section}.{f.name}"
             assert (key in mapped) != (key in t.unmapped), f"{target}: {key} must be mapped or listed, not both"
     for key in flat("model=moe-tiny"):  # every key of the config, whole sections allowed outside parallel/memory
-        assert (key in mapped) != (t.unmapped_reason(key) is not None), f"{target}: {key}"
+        # (a section's reason covers its keys no rule maps; a key is never both mapped and listed by name)
+        assert not (key in mapped and key in t.unmapped), f"{target}: {key}"
+        assert key in mapped or t.unmapped_reason(key) is not None, f"{target}: {key}"
     assert not [k for k in t.unmapped if k not in flat("model=moe-tiny") and "." in k], "a listed key that is gone"
 
 
@@ -416,6 +437,52 @@ def test_mindformers_pins_the_parallel_keys():
     assert doc["lr_schedule"]["type"] == "PolynomialWithWarmUpLR" and doc["lr_schedule"]["power"] == 1.0
     doc = export_config(TARGETS["mindformers"], flat(*CASES["swap-all"])).doc
     assert doc["swap_config"] == {"swap": True, "layer_swap": [{"backward_prefetch": 1, "layers": [0, 1, 2]}]}
+
+
+def test_mindformers_writes_an_hf_models_shape_as_its_config_json_says():
+    hf = json.loads((HF / "deepseek-tiny" / "config.json").read_text())
+    doc = export_config(TARGETS["mindformers"], flat(*CASES["hf-deepseek"])).doc
+    mc, moe = doc["model"]["model_config"], doc["moe_config"]
+    mla = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    assert {k: mc[k] for k in mla} == {k: hf[k] for k in mla}
+    shape = ("hidden_size", "num_layers", "num_heads", "n_kv_heads", "intermediate_size", "vocab_size", "theta")
+    hf_names = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+    hf_names += ("intermediate_size", "vocab_size", "rope_theta")
+    assert [mc[k] for k in shape] == [hf[k] for k in hf_names]
+    assert (mc["mtp_depth"], mc["mtp_loss_factor"], mc["extend_method"]) == (
+        hf["num_nextn_predict_layers"],
+        0.1,
+        "None",
+    )
+    assert moe == {
+        "expert_num": hf["n_routed_experts"],
+        "num_experts_chosen": hf["num_experts_per_tok"],
+        "shared_expert_num": hf["n_shared_experts"],
+        "moe_intermediate_size": hf["moe_intermediate_size"],
+        "first_k_dense_replace": hf["first_k_dense_replace"],
+        "n_group": hf["n_group"],
+        "topk_group": hf["topk_group"],
+        "routed_scaling_factor": hf["routed_scaling_factor"],
+        "norm_topk_prob": hf["norm_topk_prob"],
+        "balance_via_topk_bias": True,  # DeepSeek-V3's aux-loss-free bias, at the study's update rate
+        "topk_bias_update_rate": 0.001,
+        "aux_loss_factor": hf["aux_loss_alpha"],
+        "capacity_factor": 1.25,
+        "use_gating_sigmoid": True,
+    }
+    yarn = export_config(TARGETS["mindformers"], flat(*CASES["hf-deepseek-yarn"])).doc["model"]["model_config"]
+    assert yarn["extend_method"] == "YARN" and yarn["scaling_factor"] == {
+        "factor": 4.0,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "mscale_all_dim": 1.0,
+        "original_max_position_embeddings": 64,
+        "mscale": 1.0,
+    }
+    # a preset sized the search only: no shape written, each key listed with the reason
+    preset = export_config(TARGETS["mindformers"], flat("model=moe-tiny"))
+    assert "moe_config" not in preset.doc and "hidden_size" not in preset.doc["model"]["model_config"]
+    assert "preset only sized the search" in preset.dropped["model.n_experts"][1]
 
 
 def test_torchtitan_pins_the_parallel_keys():

@@ -1,0 +1,67 @@
+"""The exported MindFormers YAML read by MindFormers itself: ``mindformers.tools.register.MindFormerConfig``, the loader
+its trainer starts from, checks each section it knows against its templates (an unknown key in ``parallel_config``,
+``recompute_config``, ``swap_config``, ``runner_config`` or ``moe_config`` is a KeyError) and fills the rest with its
+defaults. The fragment is merged into the least a user's training YAML holds (``run_mode: train`` and its wrapper),
+as the export's header says to, and every key it wrote must come back with its value.
+
+Needs the ``mindformers`` package (installed by .ci/run from .ci/mindformers-client.txt, without its dependencies);
+skipped with the reason elsewhere."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import yaml
+
+from autoresearch import export
+from autoresearch.export.targets import TARGETS, export_config, flatten
+from tests.unit.autoresearch.export.test_export import CASES, flat
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("mindformers") is None,
+    reason="mindformers is not installed (.ci/run installs it: pip install --no-deps -r .ci/mindformers-client.txt)",
+)
+USER = {"run_mode": "train", "runner_wrapper": {"type": "MFTrainOneStepCell"}}  # what the user's YAML brings
+
+
+def merged(fragment: dict, base: dict) -> dict:
+    out = dict(base)
+    for key, value in fragment.items():
+        out[key] = merged(value, out[key]) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+@pytest.fixture
+def load(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # importing mindformers makes ./output/log
+    monkeypatch.setenv("CRC32C_SW_MODE", "auto")  # what tensorboardX (which it imports) sets; undone after
+    from mindformers.tools.register import MindFormerConfig
+
+    def read(doc: dict):
+        path = tmp_path / "run.yaml"
+        path.write_text(yaml.safe_dump(merged(yaml.safe_load(export.yaml_text(doc)), USER)))
+        return MindFormerConfig(str(path))
+
+    return read
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_mindformers_reads_every_key_the_export_writes(case, load):
+    doc = export_config(TARGETS["mindformers"], flat(*CASES[case])).doc
+    loaded = load(doc)
+    for path, value in flatten(doc).items():
+        node = loaded
+        for part in path.split("."):
+            node = node[part]
+        got = flatten(node) if isinstance(node, dict) else node
+        assert got == value, (case, path)
+
+
+def test_a_key_mindformers_does_not_know_is_refused(load):
+    """The check can fail: MindFormers' templates refuse a key outside them."""
+    doc = export_config(TARGETS["mindformers"], flat(*CASES["hf-deepseek"])).doc
+    load(doc)
+    doc["moe_config"]["expert_count"] = 8
+    with pytest.raises(KeyError, match="moe_config.*expert_count"):
+        load(doc)
