@@ -321,9 +321,11 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
 
 def _swap_resident(cfg: TrainConfig, act: list[int], sc: list[int]) -> tuple[int, int]:
     """Saved activations resident under ``core.memory.swap`` (no pipeline): the blocks and parts it does not move, and
-    the moved tensors of the largest blocks backward holds back at once. Without prefetch about two (one measured
-    config, tests/integration/test_recompute_memory.py, where the estimate is within a percent of the peak; not
-    fitted: benchmarks/RESULTS.md, "Recompute"): each tensor comes back when read and goes when used. A prefetch
+    the moved tensors of the largest blocks backward holds back at once. Without prefetch one, the block backward
+    is in: each tensor comes back when read and goes when used (the memory sweep's two SWAP runs, never fitted, at
+    2026-12-05: model=small at seq 512 within 0.5% of its peak, a 6-block tiny at seq 256 4.8% under it; counting
+    two, as a single config of 2026-11-30 suggested, over-predicted the first by 25%: benchmarks/RESULTS.md, "Memory
+    estimate"). A prefetch
     brings whole blocks back ahead, and the block being read is then whole too: measured on CPU, each depth adds
     about a block, the first nearly two (benchmarks/RESULTS.md, "core/memory/swap.py"), so 3 + swap_prefetch blocks
     are counted then. Returns (bytes, the S x S scores among them)."""
@@ -345,7 +347,7 @@ def _swap_resident(cfg: TrainConfig, act: list[int], sc: list[int]) -> tuple[int
         ),
         reverse=True,
     )
-    back = moved[: 3 + mem.swap_prefetch if mem.swap_prefetch else 2]
+    back = moved[: 3 + mem.swap_prefetch if mem.swap_prefetch else 1]
     return (
         sum(act) - sum(b for b, _ in moved) + sum(b for b, _ in back),
         sum(sc) - sum(s for _, s in moved) + sum(s for _, s in back),
@@ -390,39 +392,39 @@ class RuntimeProfile:
 # rather than under; under jit on CPU it is refused.
 PROFILES = {
     ("CPU", "jit"): RuntimeProfile(
-        baseline=554 * MiB,
-        per_layer=11 * MiB,
-        state_copies=1.55,
-        activation_copies=4.09,
-        score_copies=5.02,
-        rebuilt_copies=0.918,
-        logits_copies=6.15,
-        muon_graph=-9 * MiB,
-        muon_copies=16.2,
+        baseline=625 * MiB,
+        per_layer=16 * MiB,
+        state_copies=1.31,
+        activation_copies=4.03,
+        score_copies=2.61,
+        rebuilt_copies=0.667,
+        logits_copies=5.0,
+        muon_graph=1 * MiB,
+        muon_copies=15.1,
         recompute_saves=True,
         selective_saves=False,
-        distributed=22 * MiB,
-        distributed_per_rank=32 * MiB,
-        distributed_param_copies=2.65,
-        gathered_copies=9.36,
-        sharded_op_graph=5 * MiB,
+        distributed=4 * MiB,
+        distributed_per_rank=0,
+        distributed_param_copies=4.82,
+        gathered_copies=56.9,
+        sharded_op_graph=4 * MiB,
     ),
     ("CPU", "pynative"): RuntimeProfile(
-        baseline=485 * MiB,
+        baseline=551 * MiB,
         per_layer=0 * MiB,
-        state_copies=1.48,
-        activation_copies=1.94,
-        score_copies=1.97,
-        rebuilt_copies=1.65,
-        logits_copies=3.68,
-        muon_graph=32 * MiB,
-        muon_copies=18.3,
+        state_copies=1.21,
+        activation_copies=1.88,
+        score_copies=1.85,
+        rebuilt_copies=1.36,
+        logits_copies=2.59,
+        muon_graph=42 * MiB,
+        muon_copies=17.6,
         recompute_saves=True,
         selective_saves=False,
-        distributed=45 * MiB,
-        distributed_per_rank=-17 * MiB,
-        distributed_param_copies=2.1,
-        gathered_copies=10.5,
+        distributed=17 * MiB,
+        distributed_per_rank=3 * MiB,
+        distributed_param_copies=3.91,
+        gathered_copies=9.68,
         sharded_op_graph=0,
     ),
 }

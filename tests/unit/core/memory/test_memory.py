@@ -68,11 +68,11 @@ def test_swap_keeps_what_it_does_not_move():
     none, every = resident(), resident(swap)
     assert every < resident(swap, "memory.swap_layers=6") < none  # the first 6 blocks of 8
     assert every < resident(swap, "memory.swap_ops=[attention,mlp]") < none  # the norms' tensors stay
-    # what comes back at once: two blocks on demand, 3 + swap_prefetch with a prefetch (measured, core.memory.swap)
+    # what comes back at once: one block on demand, 3 + swap_prefetch with a prefetch (measured, core.memory.swap)
     assert every < resident(swap, "memory.swap_prefetch=1") < resident(swap, "memory.swap_prefetch=2")
     m = load_config(["model=medium"]).model
     block = none // m.n_layers
-    assert every == 2 * block and resident(swap, "memory.swap_prefetch=1") == 4 * block
+    assert every == block and resident(swap, "memory.swap_prefetch=1") == 4 * block
     # the parts of a block add up to it, for the existing callers' total
     parts = memory.activation_parts(m, 8, 64, moe=False)
     assert sum(parts.values()) == memory.activation_bytes_per_layer(m, 8, 64) == block
@@ -107,9 +107,9 @@ def _memory_model():
 
 
 # (mode, held out) -> bound on |estimate - peak| / peak: the worst errors benchmarks/RESULTS.md reports, rounded
-# up (jit held out: TP x FSDP with recompute over-predicted by 32%; PyNative held out: tiny with 6 layers at seq 256,
-# 3 of them recomputed, over-predicted by 24%).
-BOUNDS = {("jit", False): 0.13, ("pynative", False): 0.14, ("jit", True): 0.32, ("pynative", True): 0.25}
+# up (jit held out: moe-tiny with ep=2 under-predicted by 14.4%; PyNative held out: tiny with 6 layers at seq 256,
+# 3 of them recomputed, over-predicted by 22.8%).
+BOUNDS = {("jit", False): 0.07, ("pynative", False): 0.11, ("jit", True): 0.15, ("pynative", True): 0.23}
 
 
 def test_estimate_error_on_fitted_runs_and_held_out_configs():
@@ -123,6 +123,17 @@ def test_estimate_error_on_fitted_runs_and_held_out_configs():
         est = memory.estimate_memory_bytes(load_config(row["overrides"]))
         bound = BOUNDS[(row["mode"], mm.held_out(row))]
         assert abs(est - row["peak_bytes"]) <= bound * row["peak_bytes"], (row["mode"], row["name"])
+
+
+def test_the_estimate_orders_the_layouts_table_as_measured():
+    """The search suite's layouts table (real runs of 2-rank layouts x micro-batch x recompute, never fitted): every
+    pair whose measured peaks differ by more than 5% is ordered the same way by the estimate, so the memory gate
+    ranks layouts as they measure (FSDP and CP without recompute were under-counted by 10-18% before the ShardedOps'
+    backward graphs were counted: 56 of 493 pairs the other way)."""
+    mm = _memory_model()
+    errors, wrong, pairs = mm.layout_order(json.loads(mm.LAYOUTS.read_text()))
+    assert pairs > 400 and wrong == []
+    assert max(abs(e) for _, e in errors) < 0.10
 
 
 def test_shipped_profiles_are_what_the_fit_gives():
