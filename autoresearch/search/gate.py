@@ -49,8 +49,17 @@ class Gate:
             return None
 
     def learn(self, number: int, params: dict, status: str, metrics: dict) -> None:
-        if self.learning:
-            self.memory.record(params, status, metrics, trial=number)
+        """Record a finished trial. The memory model is calibrated on this gate's own estimate of the config beside
+        the measured peak, not the estimate the trial's summary carries: the calibration maps what the gate predicts
+        from, and the two differ under a user's --estimator, or a trial run by an older core (a replayed table: its
+        summaries' estimates came from the core it was collected with, and calibrating today's estimates on them
+        counted the old under-estimate twice)."""
+        if not self.learning:
+            return
+        est, _ = self.predict_memory(params)
+        if est is not None and metrics.get("estimated_memory_bytes") is not None:
+            metrics = {**metrics, "estimated_memory_bytes": est}
+        self.memory.record(params, status, metrics, trial=number)
 
     def predict_memory(self, params: dict) -> tuple[int | None, int | None]:
         """(analytic estimate, calibrated prediction) of the per-rank peak, or Nones without an estimator."""

@@ -34,6 +34,7 @@ from scipy.stats import qmc
 
 from autoresearch.records import RAN, Status, config_key, is_number
 from autoresearch.search import surrogate
+from autoresearch.search.feasibility import GATE_OOM
 from autoresearch.search.prior import StepPrior
 from autoresearch.search.proposers.base import Proposal, ProposalContext, Proposer
 
@@ -45,9 +46,9 @@ PRIOR_SCALE = 0.15
 # A candidate whose P(OOM) or P(NaN) passes its limit is held back while a safer one remains. Chosen on the dev
 # tables (benchmarks/RESULTS.md, "Search efficiency across tables"): holding back P(NaN) > 0.25 cut the runs that
 # diverge; holding back P(OOM) > 0.25 cost runs where the best config sits at the budget's edge (tabular: 11 runs
-# to the best against 3), so OOM is held back only where the gate's own line is (a coin toss) and otherwise
-# weighs in the ranking.
-RISK_LIMIT = {"oom": 0.5, "nan": 0.25}
+# to the best against 3), so OOM is held back only where the gate's own line is (GATE_OOM) and otherwise weighs in
+# the ranking.
+RISK_LIMIT = {"oom": GATE_OOM, "nan": 0.25}
 DESIGN_NAN_SHARE = 0.5  # of an axis annotated ``nan``, what the start-up design spans (from its safe end)
 LOOKAHEAD = 16  # safe runnable candidates ranked again with their risk per round (each costs a memory estimate)
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import pytest
 
-from autoresearch.search.feasibility import FeasibilityMemory
+from autoresearch.search.feasibility import GATE_OOM, FeasibilityMemory
 from autoresearch.search.memory_model import MemoryModel
 from autoresearch.space import ChoiceParam, FloatParam, IntParam, SearchSpace, load_space
 
@@ -310,8 +311,15 @@ def test_memory_gate_uses_the_calibrated_prediction(memory):
     proposal = with_(optim__lr=0.002)
     assert memory.check(proposal, estimated_bytes=1e9, limit_bytes=3e9) is None
     reason = memory.check(proposal, estimated_bytes=2e9, limit_bytes=3e9)
-    assert reason.startswith("predicted peak memory 3.73 GiB exceeds the limit 2.79 GiB (peak ≈ 2 × estimate")
+    assert reason.startswith("predicted peak memory 3.73 GiB exceeds the limit 2.79 GiB, P(OOM) 0.76 (peak ≈ 2 × est")
     assert memory.check(proposal, estimated_bytes=2e9) is None  # no limit: no gate
+    # The line is P(OOM) = sf(ln(limit / predicted) / sigma) at GATE_OOM: a percent either side of the budget
+    sigma = memory.memory_model.log_error()
+    for est, skipped in ((1.5e9 * 0.99, False), (1.5e9 * 1.01, True)):
+        p = 0.5 * math.erfc(math.log(3e9 / (2 * est)) / sigma / math.sqrt(2))
+        assert (p > GATE_OOM) is skipped and (
+            memory.check(proposal, estimated_bytes=est, limit_bytes=3e9) is not None
+        ) is skipped
 
 
 def test_counts_and_describe(memory):

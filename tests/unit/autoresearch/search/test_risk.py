@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autoresearch.records import Status, TrialRow
-from autoresearch.search.feasibility import BORROWED, FeasibilityMemory
+from autoresearch.search.feasibility import BORROWED, FRONTIER_RISK, GATE_OOM, FeasibilityMemory
 from autoresearch.search.gate import Gate
 from autoresearch.search.memory_model import PRIOR_LOG_ERROR, PRIOR_WEIGHT, MemoryModel
 from autoresearch.search.proposers import model_based
@@ -92,6 +92,21 @@ def test_nan_risk_is_distance_to_the_failure_against_distance_to_a_safe_run():
     assert memory.risk(cfg(0.01), "nan") == 0.0
 
 
+def test_before_any_failure_the_untried_end_of_a_nan_axis_is_held_back():
+    """No run failed yet: more than FRONTIER_STEPS past the runs that proved a region safe is a guess of
+    FRONTIER_RISK (above the hold-back limit), nearer is unknown; a real failure replaces the guess."""
+    memory = FeasibilityMemory(edge_space())
+    assert memory.risk(cfg(1.0), "nan") is None  # nothing ran: the start-up design decides
+    memory.record(cfg(0.003), "ok", {"val_loss": 3.0, "first_loss": 4.0, "final_loss": 3.0}, trial=0)
+    assert memory.risk(cfg(0.01), "nan") is None  # one step past the proven region
+    assert memory.risk(cfg(0.1), "nan") == FRONTIER_RISK > model_based.RISK_LIMIT["nan"]  # two steps
+    assert memory.risk(cfg(0.001, seq=256), "nan") is None  # seq is no nan axis; lr below the safe run
+    memory.record(cfg(0.01, seq=128), "ok", {"val_loss": 3.0, "first_loss": 4.0, "final_loss": 3.0}, trial=1)
+    assert memory.risk(cfg(0.1), "nan") is None  # the frontier moved a step
+    memory.record(cfg(1.0), "nan", trial=2)
+    assert memory.risk(cfg(0.1), "nan") == pytest.approx(0.5)  # d_safe 1 against d_fail 1: the failure speaks now
+
+
 def test_a_diverged_run_is_nan_evidence_and_an_oom_says_nothing_of_nan():
     memory = FeasibilityMemory(edge_space())
     memory.record(cfg(0.1), "ok", {"val_loss": 9.0, "first_loss": 4.0, "final_loss": 9.0}, trial=0)  # diverged
@@ -124,6 +139,21 @@ def test_the_gate_reads_the_memory_model_unless_the_annotations_prove_the_answer
     assert 0.0 < gate.risk(cfg(0.01, opt="muon"))[Status.OOM] < 1.0  # another optimizer: the model again
 
 
+def test_the_gate_calibrates_on_its_own_estimate_not_the_summarys():
+    """The memory model maps what the gate predicts from to measured peaks: a summary's estimate from another
+    estimator (a user's --estimator; an older core's, in a replayed table) must not enter the calibration."""
+    space = edge_space()
+    space = SearchSpace(name="e", objective=space.objective, params=space.params, fixed={"memory.limit_gb": 1.0})
+    gate = Gate(space, None)
+    gate.estimator = lambda overrides: 800 * MiB
+    metrics = {"estimated_memory_bytes": 700 * MiB, "peak_memory_bytes": 820 * MiB, "val_loss": 3.0}
+    gate.learn(0, cfg(0.01), Status.OK, {**metrics, "first_loss": 4.0, "final_loss": 3.0})
+    assert gate.memory.memory_model.points == [(800 * MiB, 820 * MiB)]
+    gate.estimator = None  # without an estimator of its own, the summary's is all there is
+    gate.learn(1, cfg(0.003), Status.OK, {**metrics, "first_loss": 4.0, "final_loss": 3.0})
+    assert gate.memory.memory_model.points[-1] == (700 * MiB, 820 * MiB)
+
+
 # ------------------------------------------------------------------------------------- the proposer's use
 
 
@@ -143,10 +173,10 @@ def test_the_gp_holds_a_risky_candidate_back_while_a_safe_one_remains():
     pick = proposer._first_runnable(ctx, candidates, [0, 1, 2], lambda i, s: "", score=[1.0, 0.5, 0.6])
     assert pick.params == cfg(0.003)
     # Every runnable candidate risky: the best-ranked is a bet, said so.
-    ctx = ProposalContext(space, [], lambda p: None, lambda p: {"oom": 0.7})
+    ctx = ProposalContext(space, [], lambda p: None, lambda p: {"oom": 0.75})
     pick = proposer._first_runnable(ctx, candidates, [1, 0, 2], lambda i, s: "")
     assert pick.params == cfg(0.01) and "a bet" in pick.rationale
-    assert model_based.RISK_LIMIT["nan"] < 0.6 and model_based.RISK_LIMIT["oom"] < 0.7
+    assert model_based.RISK_LIMIT["nan"] < 0.6 and model_based.RISK_LIMIT["oom"] == GATE_OOM < 0.75
 
 
 def test_the_start_up_design_keeps_to_the_safe_half_of_nan_axes():
