@@ -325,10 +325,9 @@ def _swap_resident(cfg: TrainConfig, act: list[int], sc: list[int]) -> tuple[int
     is in: each tensor comes back when read and goes when used (the memory sweep's two SWAP runs, never fitted, at
     2026-12-05: model=small at seq 512 within 0.5% of its peak, a 6-block tiny at seq 256 4.8% under it; counting
     two, as a single config of 2026-11-30 suggested, over-predicted the first by 25%: benchmarks/RESULTS.md, "Memory
-    estimate"). A prefetch
-    brings whole blocks back ahead, and the block being read is then whole too: measured on CPU, each depth adds
-    about a block, the first nearly two (benchmarks/RESULTS.md, "core/memory/swap.py"), so 3 + swap_prefetch blocks
-    are counted then. Returns (bytes, the S x S scores among them)."""
+    estimate"). A prefetch brings whole blocks back ahead, and the block being read is then whole too: measured on
+    CPU, each depth adds about a block, the first nearly two (benchmarks/RESULTS.md, "core/memory/swap.py"), so 3 +
+    swap_prefetch blocks are counted then (not measured again). Returns (bytes, the S x S scores among them)."""
     m, t, par, mem = cfg.model, cfg.training, cfg.parallel, cfg.memory
     ops = set(mem.swap_ops or SWAP_OPS)
     moved = sorted(
