@@ -189,9 +189,8 @@ class FeasibilityMemory:
         along the axes annotated for ``kind``, is in untried country (``FRONTIER_RISK``); nearer, or before any run,
         nothing is known. So the search widens the proven region a step at a time instead of leaping to the end of
         a ``nan: up`` axis, where the first NaN of a study is usually bought."""
-        attr = _DOMINANCE[kind][0]
-        axes = {n: p for n, p in self.space.params.items() if getattr(p, attr) in ("up", "down")}
-        safe = [o for o in self.outcomes if o.status in _MEASURED_STATUSES and (kind == Status.OOM or o.proves is None)]
+        attr, axes = self._axes(kind)
+        safe = _proven_safe(self.outcomes, kind)
         if not axes or not safe:
             return None
         d = min((g for o in safe if (g := _gap(axes, attr, o.params, params)) is not None), default=None)
@@ -212,14 +211,17 @@ class FeasibilityMemory:
             [o for o in self.outcomes if all(value_key(o.params.get(n)) == value_key(params.get(n)) for n in same)],
         )
 
-    def _risk_among(self, params: dict, kind: str, comparable: list[Outcome]) -> float | None:
+    def _axes(self, kind: str) -> tuple[str, dict]:
+        """(the annotation ``kind`` reads, the params annotated ``up`` or ``down`` for it)."""
         attr = _DOMINANCE[kind][0]
-        axes = {n: p for n, p in self.space.params.items() if getattr(p, attr) in ("up", "down")}
+        return attr, {n: p for n, p in self.space.params.items() if getattr(p, attr) in ("up", "down")}
+
+    def _risk_among(self, params: dict, kind: str, comparable: list[Outcome]) -> float | None:
+        attr, axes = self._axes(kind)
         failures = [o for o in comparable if o.proves == kind]
         if not failures or not axes:
             return None
-        # Runs that did not fail that way: any measured peak fitted; a NaN run (or a diverged one) says nothing of NaN
-        safe = [o for o in comparable if o.status in _MEASURED_STATUSES and (kind == Status.OOM or o.proves is None)]
+        safe = _proven_safe(comparable, kind)
 
         d_fail = min((g for o in failures if (g := _gap(axes, attr, params, o.params)) is not None), default=None)
         d_safe = min((g for o in safe if (g := _gap(axes, attr, o.params, params)) is not None), default=_UNPROVEN)
@@ -263,6 +265,12 @@ class FeasibilityMemory:
         """A few lines for people and for the LLM's prompt: outcomes by status and the memory model."""
         counts = ", ".join(f"{s} {n}" for s, n in self.counts().items()) or "no trials yet"
         return f"outcomes: {counts}\nmemory model: {self.memory_model.describe()}"
+
+
+def _proven_safe(outcomes: list[Outcome], kind: str) -> list[Outcome]:
+    """The runs that did not fail ``kind``'s way: any measured peak fitted; a NaN run (or a diverged one) says
+    nothing of NaN."""
+    return [o for o in outcomes if o.status in _MEASURED_STATUSES and (kind == Status.OOM or o.proves is None)]
 
 
 def _gap(axes: dict, attr: str, low: dict, high: dict) -> float | None:
