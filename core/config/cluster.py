@@ -62,6 +62,12 @@ class ClusterConfig:
     """Host time added to launch_overhead_us under ``training.mode=pynative``, where each op is dispatched from
     Python instead of from a compiled graph, microseconds per block forward (counted as launches are). Null: not
     priced, and a pynative config is refused naming this key; on cpu-local measured by the calibration."""
+    host_cores: float | None = None
+    """Cores of one host, shared by its ranks for the work the host does itself: kernel launches, PyNative's
+    dispatch, and on CPU the collectives and the kernels too. When a node's ranks outnumber them, each rank's launches
+    and dispatch take ranks / cores times as long and its collectives reach cores / ranks of the bandwidth (the
+    compute peak is shared already: ``core.perf.device``). Null: not a bottleneck (accelerators, whose hosts have a
+    core per device and more); on cpu-local the cores this process may use, recorded by the calibration."""
     collective_efficiency_intra: float = 0.8
     """Achieved share of the intra-node bandwidth by a large collective."""
     collective_efficiency_inter: float = 0.8
@@ -91,6 +97,11 @@ class ClusterConfig:
 
     def __post_init__(self):
         positive("cluster", self, "nodes", "devices_per_node", "matmul_half_dim")
+        require(
+            self.host_cores is None or self.host_cores > 0,
+            "cluster.host_cores",
+            f"must be > 0, or null (got {self.host_cores})",
+        )
         require(
             self.device in ("CPU", "GPU", "Ascend"),
             "cluster.device",

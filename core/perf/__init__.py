@@ -1,5 +1,5 @@
 """The step-time model: what one optimizer step of a config costs on a cluster, predicted from the model's shapes,
-the layout and the devices' profile, beside the memory model (``core.memory``). No MindSpore anywhere here: the
+the layout and the devices' profile, beside the memory model (``core.memory``). No MindSpore anywhere here (the micro-benchmark's ranks import it, in their own processes): the
 agent ranks whole search spaces with it, and ``python -m core.perf`` answers for a 1,024-device config in well
 under a second.
 
@@ -9,6 +9,7 @@ under a second.
     step.py      estimate_step(cfg): stages timed, the pipeline schedule simulated, data parallelism, optimizer;
                  planned_config(overrides): a config on its cluster's device
     calibrate.py ``python -m core.perf calibrate``: cpu-local measured on this machine and cached
+    collectives.py the all-reduce micro-benchmark the calibration measures cpu-local's link with, and its ring fit
 """
 
 from core.perf.step import StepEstimate, check_devices, estimate_step, planned_config

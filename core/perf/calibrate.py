@@ -1,22 +1,28 @@
 """``python -m core.perf calibrate [--force] [--rounds 3]``: measure the ``cpu-local`` profile on this machine and
 cache it, as the reference rate is cached (``core.runtime.reference_rate``; the same machine key).
 
-What the profile leaves null is measured here, from one micro-benchmark and five real trials of ``model=small``
+What the profile leaves null is measured here, from two micro-benchmarks and real trials of ``model=small``
 (global batch 8 x 64 tokens, jit, AdamW, 12 steps: the project's layout benchmark), each a ``python -m core.train``
-process like any trial:
+process like any trial; one layout of more than one rank is fitted (tp=2), every other is held out:
 
     memory_bandwidth_gbps      an element-wise add of 2^24 floats under MindSpore, the fastest of 20 rounds
                                (two arrays read, one written)
+    host_cores                 how many processes the host runs at full speed at once: two 1-process trials with a
+                               thread each, side by side, against one alone (2 x alone / side by side; the 2-vCPU
+                               machines this project runs on measure ~1.0: their vCPUs share one core's work)
+    intra_node_bandwidth_gbps  all-reduces of 4 KiB to 16 MiB between two ranks (``core.perf.collectives``), the
+                               ring model fitted to their times, as one rank with a core of its own would reach it
     matmul_efficiency          the 1-process trial: the efficiency at which core.perf predicts its median step
     launch_overhead_us         the 1-process trial in micro-batches of one sequence (8 micro-batches of 64 tokens:
                                mostly kernel launches), fitted jointly with the efficiency
-    intra_node_bandwidth_gbps  the dp_replicate=2 trial (its step is dominated by one all-reduce of every gradient)
-    intra_node_latency_us      the tp=2 trial (four all-reduces of one micro-batch's activations per block: many
-                               small messages), fitted jointly with the bandwidth
     pynative_overhead_us       the 1-process trial under training.mode=pynative (each op dispatched from Python),
                                with the numbers above held
+    intra_node_latency_us      the tp=2 trial (four all-reduces of a micro-batch's activations per block): what a
+                               collective costs per ring step *inside a trial*, waits for its peer included. The
+                               micro-benchmark's own (kept in the entry, ``all_reduce``) is ~0.2 ms; a
+                               trial's is ~15 times that, because a peer that shares the cores arrives late
 
-Each pair is solved alternately until it stops moving. A number that stops at its bound leaves its layout
+The pair is solved alternately until it stops moving. A number that stops at its bound leaves its layout
 unreproduced: the entry lists it (``not_reproduced``) and a warning names it. The 1-process trial beating the
 reference rate at full efficiency means the rate was measured under load (the fastest of its runs, and load only
 slows a run): it is measured again, the higher kept, up to twice; then the calibration stops without caching,
@@ -34,6 +40,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -44,7 +51,8 @@ from pathlib import Path
 from scipy.optimize import brentq
 
 from core.config import TrainConfig
-from core.perf.device import CALIBRATION_METHOD, calibration, calibration_path
+from core.perf import collectives
+from core.perf.device import CALIBRATION_METHOD, GBPS, US, calibration, calibration_path
 from core.perf.step import estimate_step, planned_config
 from core.runtime.files import write_atomic
 from core.runtime.reference_rate import cache_path as reference_cache
@@ -58,32 +66,31 @@ BASE = [
     "trial.max_steps=12",
     "training.eval_batches=1",
 ]
+ALONE, TOGETHER = "1 process, 1 thread", "2 processes at once, 1 thread each"
 LAYOUTS = {
     "1 process": [],
     "1 process, micro 1": ["training.micro_batch_size=1"],
-    "dp_replicate=2": ["parallel.dp_replicate=2", "cluster.devices_per_node=2"],
-    "tp=2": ["parallel.tp=2", "cluster.devices_per_node=2"],
     "1 process, pynative": ["training.mode=pynative"],
+    "tp=2": ["parallel.tp=2", "cluster.devices_per_node=2"],
+    ALONE: ["execution.kernel_threads=1"],  # a rank's share of a 2-core host (core.runtime.settings)
+    TOGETHER: ["execution.kernel_threads=1"],
 }
-# Each pair is solved alternately until a round moves no number by more than this share; the 1-process pair first
-# (the layouts' fits need its rates; those runs have no collectives, so the second pair cannot move it).
+COPIES = {TOGETHER: 2}  # layouts run as that many independent trials at once (their median step counts)
+# Each pair is solved alternately until a round moves no number by more than this share; the jit pair first (the
+# other fits need its rates).
 PAIRS = (
     (("1 process", "matmul_efficiency", 1e-4, 1.0), ("1 process, micro 1", "launch_overhead_us", 0.0, 1e5)),
-    (("dp_replicate=2", "intra_node_bandwidth_gbps", 0.01, 1e3), ("tp=2", "intra_node_latency_us", 0.0, 1e5)),
     (("1 process, pynative", "pynative_overhead_us", 0.0, 1e6),),  # on top of the first pair's launches
+    (("tp=2", "intra_node_latency_us", 0.0, 1e5),),
 )
+PREDICTED = [name for pair in PAIRS for name, *_ in pair]  # the layouts core.perf predicts (the others: host_cores)
+LINK_RANKS = 2  # the collective micro-benchmark's ranks
 TOLERANCE, MAX_ROUNDS = 1e-6, 50
 # A fitted layout whose prediction misses its measured step by more than this share is not reproduced.
 REPRODUCED = 0.01
 REMEASURES = 2
 # Where the fitted numbers start; a null in the profile would stop the model before it is fitted.
-START = {
-    "matmul_efficiency": 1.0,
-    "intra_node_bandwidth_gbps": 1.0,
-    "intra_node_latency_us": 0.0,
-    "launch_overhead_us": 0.0,
-    "pynative_overhead_us": 0.0,
-}
+START = {"matmul_efficiency": 1.0, "launch_overhead_us": 0.0, "pynative_overhead_us": 0.0, "intra_node_latency_us": 0.0}
 _BANDWIDTH = """
 import time, numpy as np, mindspore as ms
 ms.set_device("CPU")
@@ -101,11 +108,23 @@ print(3 * 4 * n / best / 1e9)
 
 def run_trial(overrides: list[str], out: Path) -> dict:
     """One real trial through the CLI; its summary (a trial that did not end ok stops the calibration)."""
-    subprocess.run([sys.executable, "-m", "core.train", *overrides, f"trial.dir={out}"], capture_output=True)
-    summary = json.loads((out / "trial_summary.json").read_text())
-    if summary["exit_code"] != 0:  # 0: the trial contract's ok (core.trial.contract, a layer above this one)
-        raise SystemExit(f"calibration trial {overrides} ended {summary['status']}: {summary['reason']}")
-    return summary
+    return run_trials(overrides, [out])[0]
+
+
+def run_trials(overrides: list[str], outs: list[Path]) -> list[dict]:
+    """One real trial per directory of ``outs``, all at once; their summaries."""
+    command = [sys.executable, "-m", "core.train", *overrides]
+    procs = [
+        subprocess.Popen([*command, f"trial.dir={out}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for out in outs
+    ]
+    for proc in procs:
+        proc.wait()
+    summaries = [json.loads((out / "trial_summary.json").read_text()) for out in outs]
+    for summary in summaries:
+        if summary["exit_code"] != 0:  # 0: the trial contract's ok (core.trial.contract, a layer above this one)
+            raise SystemExit(f"calibration trial {overrides} ended {summary['status']}: {summary['reason']}")
+    return summaries
 
 
 def solve(cfg: TrainConfig, key: str, measured_sec: float, low: float, high: float) -> float:
@@ -157,16 +176,38 @@ def measure_bandwidth() -> float:
     return float(done.stdout.split()[-1])
 
 
+def host_cores(measured: dict[str, float]) -> float:
+    """Processes the host runs at full speed at once (``cluster.host_cores``), from the side-by-side trials: at
+    least 1, at most the cores this process may use."""
+    cores = COPIES[TOGETHER] * measured[ALONE] / measured[TOGETHER]
+    return min(max(cores, 1.0), len(os.sched_getaffinity(0)))
+
+
+def measure_link(cores: float, rounds: int = 3) -> dict:
+    """The all-reduce micro-benchmark on LINK_RANKS ranks, each size's median over ``rounds`` runs (kept): the
+    ring's bandwidth as a rank with ``cores`` to itself reaches it (``core.perf.device`` shares it when ranks
+    outnumber the cores), and its own latency per step (recorded, not the profile's: see the module docstring).
+    One run is not enough: two runs minutes apart fitted 0.63 and 0.56 GB/s."""
+    runs = [collectives.measure(LINK_RANKS) for _ in range(rounds)]
+    times = {size: statistics.median(run[size] for run in runs) for size in runs[0]}
+    latency, bandwidth = collectives.ring_fit(times, LINK_RANKS)
+    return {
+        "intra_node_bandwidth_gbps": bandwidth * max(1.0, LINK_RANKS / cores) / GBPS,
+        "all_reduce": {"latency_us": latency / US, "seconds": {str(k): v for k, v in times.items()}},
+    }
+
+
 def measure_layouts(layouts: dict[str, list[str]], base: list[str], rounds: int) -> dict[str, float]:
     """Each layout's median step (seconds) over ``rounds`` real trials, the layouts alternating within a round so
-    that load on a shared machine hits them alike."""
+    that load on a shared machine hits them alike (a layout of ``COPIES``: its copies' median)."""
     steps: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             for i, (name, overrides) in enumerate(layouts.items()):
                 trial = [o for o in overrides if not o.startswith("cluster.")]
-                summary = run_trial([*base, *trial], Path(tmp) / f"{i}_{r}")
-                steps.setdefault(name, []).append(summary["metrics"]["step_time_ms_median"] / 1000)
+                outs = [Path(tmp) / f"{i}_{r}_{c}" for c in range(COPIES.get(name, 1))]
+                medians = [s["metrics"]["step_time_ms_median"] / 1000 for s in run_trials([*base, *trial], outs)]
+                steps.setdefault(name, []).append(statistics.median(medians))
                 print(f"  {name} #{r + 1}: {steps[name][-1] * 1000:.0f} ms per step", file=sys.stderr)
     return {name: statistics.median(values) for name, values in steps.items()}
 
@@ -176,8 +217,11 @@ def calibrate(force: bool = False, rounds: int = 3) -> dict:
     if entry and not force:
         return entry
     reference_flops_per_sec("CPU")  # measured (in child processes) when this machine has none
-    profile = {"memory_bandwidth_gbps": measure_bandwidth(), **START}
     measured = measure_layouts(LAYOUTS, BASE, rounds)
+    cores = host_cores(measured)
+    link = measure_link(cores, rounds)
+    micro = link.pop("all_reduce")
+    profile = {"memory_bandwidth_gbps": measure_bandwidth(), "host_cores": cores, **link, **START}
     for attempt in range(REMEASURES + 1):
         fitted = fit(measured, dict(profile))
         missed = not_reproduced(measured, fitted)
@@ -199,6 +243,7 @@ def calibrate(force: bool = False, rounds: int = 3) -> dict:
     entry = {
         **fitted,
         "measured_step_sec": measured,
+        "all_reduce": micro,
         "not_reproduced": missed,
         "method": CALIBRATION_METHOD,
         "date": time.strftime("%Y-%m-%d"),

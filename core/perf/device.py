@@ -10,6 +10,9 @@ The achieved matmul rate is ``peak * matmul_efficiency * d / (d + matmul_half_di
 smallest dimension: a large matmul reaches the fitted efficiency, a thin one (few tokens per micro-batch, a narrow
 tensor-parallel shard) underfills the device. On ``cpu-local`` the peak is the machine's measured reference rate
 (``core.runtime.reference_rate``, read from its cache, never measured here), shared by the node's ranks.
+
+Ranks that outnumber their host's cores (``cluster.host_cores``) share them for the host's own work as well:
+launches and dispatch take ranks / cores times as long, and on CPU so do the collectives (``_host_run``).
 """
 
 from __future__ import annotations
@@ -68,30 +71,43 @@ def device(cluster: ClusterConfig, precision: str) -> Device:
     def need(key: str, value: float | None = None) -> float:
         return _need(cluster, key, measured, value)
 
+    share = _host_share(cluster, measured)
+    host = _host_run(cluster, share)
+
+    def link(tier: str, efficiency: float) -> Link:
+        bandwidth = need(f"{tier}_node_bandwidth_gbps") * GBPS * efficiency / host
+        return Link(bandwidth, need(f"{tier}_node_latency_us") * US * host, composes_collectives(cluster))
+
+    pynative = _known(cluster, "pynative_overhead_us", measured)
     return Device(
         peak_flops=need("peak_tflops_fp32", peak) * TFLOPS,
         efficiency=need("matmul_efficiency"),
         half_dim=cluster.matmul_half_dim,
         memory_bandwidth=need("memory_bandwidth_gbps") * GBPS,
         memory_bytes=None if cluster.memory_gib is None else cluster.memory_gib * 2**30,
-        launch=need("launch_overhead_us") * US,
-        intra=Link(
-            need("intra_node_bandwidth_gbps") * GBPS * cluster.collective_efficiency_intra,
-            need("intra_node_latency_us") * US,
-            composes_collectives(cluster),
-        ),
-        inter=(
-            Link(float("inf"), 0.0)  # never used: no group leaves a single node
-            if cluster.nodes == 1
-            else Link(
-                need("inter_node_bandwidth_gbps") * GBPS * cluster.collective_efficiency_inter,
-                need("inter_node_latency_us") * US,
-                composes_collectives(cluster),
-            )
-        ),
+        launch=need("launch_overhead_us") * US * share,
+        intra=link("intra", cluster.collective_efficiency_intra),
+        # a single node's groups never leave it: its inter-node link is never used
+        inter=Link(float("inf"), 0.0) if cluster.nodes == 1 else link("inter", cluster.collective_efficiency_inter),
         devices_per_node=cluster.devices_per_node,
-        pynative=None if (pynative := _known(cluster, "pynative_overhead_us", measured)) is None else pynative * US,
+        pynative=None if pynative is None else pynative * US * share,
     )
+
+
+def _host_share(cluster: ClusterConfig, measured: dict) -> float:
+    """How many of a node's ranks share each of its host cores (at least 1): the factor by which a rank's host work
+    slows (``cluster.host_cores``, else the calibration's; 1 when neither gives it)."""
+    cores = _known(cluster, "host_cores", measured)
+    return max(1.0, cluster.devices_per_node / cores) if cores else 1.0
+
+
+def _host_run(cluster: ClusterConfig, share: float) -> float:
+    """CPU workaround, priced as it runs: MindSpore's CPU collectives copy and sum on the host and wait for peers
+    that share its cores, so with more ranks per core each rank's share of the bandwidth falls and each ring step
+    takes longer, in proportion (the all-reduce micro-benchmark on 4 ranks of 2 vCPUs against 2 ranks, bandwidth
+    and latency moved by this rule: benchmarks/RESULTS.md, "Step-time model"). Accelerators' collectives run on
+    the devices and their links."""
+    return share if cluster.device == "CPU" else 1.0
 
 
 def composes_collectives(cluster: ClusterConfig) -> bool:
@@ -126,8 +142,8 @@ def calibration_path() -> Path:
 
 # What a fitted number means depends on the model it was fitted through: an entry of another method is stale
 # (2: collectives priced as the core composes them on CPU, ``composes_collectives``; 3: kernel launches priced;
-# 4: PyNative's dispatch priced).
-CALIBRATION_METHOD = 4
+# 4: PyNative's dispatch priced; 5: the link from the all-reduce micro-benchmark, host cores shared by ranks).
+CALIBRATION_METHOD = 5
 
 
 def calibration() -> dict | None:

@@ -3,6 +3,7 @@ with, the project's cache directories, the machine's reference rate, the fused C
 
     native_env.py      variables MindSpore's native libraries read as they load (before ``import mindspore``)
     cluster.py         this process's place in a multi-rank trial, from its environment (no MindSpore)
+    ranks.py           run_ranks: a script on N ranks of a cluster on this host, as msrun starts them
     settings.py        configure(cfg): threads, fusion, host queues, fused kernels, jit options
     graphs.py          jit / compiled_if / each / pick: every graph a trial compiles goes through here
     compile_cache.py   graphs saved by a finished trial, loaded by the next with the same code and graph config
@@ -26,6 +27,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
         "compile_cache": ["CompileCache", "graph_key"],
         "files": ["atomic_path", "write_atomic"],
         "graphs": ["compiled_if", "each", "jit", "pick"],
+        "ranks": ["run_ranks"],
         "reference_rate": ["reference_flops_per_sec"],
         "settings": ["HOST_BLOCKING_ENV", "configure", "cpu_kernels", "set_host_pipeline"],
     },

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from core.config import TrainConfig, to_dict
 from core.runtime.cluster import CONFIG_ENV, START_ENV, node_ranks, nodes
+from core.runtime.ranks import free_port
 from core.trial import fork_server
 from core.trial.contract import CLASSIFIED, STATUS, Exit
 from core.trial.nodes import Hub, Link
@@ -46,12 +47,6 @@ _SCHEDULER = "from mindspore.communication import init; init()"
 # How long node 0 waits for every other node's supervisor to join, and node k for node 0 (seconds; the cluster's
 # own start-up, e.g. Slurm starting the job's steps, is well within it).
 JOIN_TIMEOUT_ENV, JOIN_TIMEOUT_SEC = "MSAR_JOIN_TIMEOUT_SEC", 300.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _vm_hwm(pid: int) -> int | None:
@@ -170,7 +165,7 @@ class Supervisor:
         logs.mkdir(parents=True, exist_ok=True)
         # A scheduler (Slurm) names node 0 by host name; MindSpore's MS_SCHED_HOST wants its address.
         host = socket.gethostbyname(os.environ.get("MSAR_SCHED_HOST", "127.0.0.1"))
-        port = int(os.environ.get("MSAR_SCHED_PORT") or _free_port())
+        port = int(os.environ.get("MSAR_SCHED_PORT") or free_port())
         self.node, self.nnodes = nodes()
         first, count = node_ranks(self.world_size)
         self.join_timeout = float(os.environ.get(JOIN_TIMEOUT_ENV) or JOIN_TIMEOUT_SEC)

@@ -155,6 +155,6 @@ if __name__ == "__main__":
     sys.stdout.flush()
     sys.stderr.flush()
     # os._exit, as core.train ends a trial (MindSpore's atexit teardown was seen to abort). A rank of this test died
-    # of SIGSEGV once in CI with no error in its log; PYTHONFAULTHANDLER (tests/integration/ranks.py) will show
+    # of SIGSEGV once in CI with no error in its log; PYTHONFAULTHANDLER (core/runtime/ranks.py) will show
     # where if it happens again.
     os._exit(code)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.integration.ranks import ROOT, run_ranks
+from core.runtime.ranks import ROOT, run_ranks
 
 pytestmark = pytest.mark.slow
 

@@ -150,7 +150,7 @@ def test_resume_on_any_layout_continues_exactly(runs, tmp_path):
 
 def test_degrees_that_do_not_fit_the_cluster_exit_2(tmp_path):
     """Workers started by msrun (or a supervisor) for 2 ranks, with degrees that multiply to 4."""
-    from tests.integration.ranks import run_ranks
+    from core.runtime.ranks import run_ranks
 
     trial_dir = tmp_path / "misfit"
     ranks = run_ranks(

@@ -1,13 +1,15 @@
-"""cpu-local's calibration: the fit recovers the numbers that generated its measurements, and the profile reads
-this machine's cached entry, or says to calibrate, naming the key."""
+"""cpu-local's calibration: the fits recover the numbers that generated their measurements (the trials' and the
+all-reduce micro-benchmark's), the profile reads this machine's cached entry, or says to calibrate, naming the key,
+and ranks that outnumber the host's cores share its launches and collectives."""
 
 import json
 
 import pytest
 
 from core.config import ConfigError, load_config
-from core.perf import calibrate, device
-from core.perf.calibrate import BASE, LAYOUTS, fit
+from core.perf import calibrate, collectives, device, links
+from core.perf.calibrate import ALONE, BASE, COPIES, LAYOUTS, PREDICTED, START, TOGETHER, fit
+from core.perf.device import Link
 from core.perf.step import estimate_step, planned_config
 from core.runtime.cache_dirs import CACHE_ENV
 from core.runtime.reference_rate import machine_key
@@ -15,25 +17,59 @@ from core.runtime.reference_rate import machine_key
 PEAK = {"peak_tflops_fp32": 0.1, "memory_bandwidth_gbps": 20.0}  # a made-up host; no reference rate needed
 
 
+LINK = {"host_cores": 1.0, "intra_node_bandwidth_gbps": 0.6}  # measured before the fit (host_cores, measure_link)
+FITTED = {"matmul_efficiency": 0.55, "launch_overhead_us": 1500.0, "pynative_overhead_us": 9000.0}
+FITTED |= {"intra_node_latency_us": 3000.0}
+
+
+def _steps(truth: dict) -> dict[str, float]:
+    """The step core.perf predicts for each calibration layout it predicts, through the profile ``truth``; the
+    side-by-side pair at one rank per core."""
+    sets = [f"cluster.{k}={v}" for k, v in truth.items()]
+    steps = {name: estimate_step(planned_config([*BASE, *LAYOUTS[name], *sets])).step_time_sec for name in PREDICTED}
+    return steps | {ALONE: 0.1, TOGETHER: 0.1 * COPIES[TOGETHER] / truth["host_cores"]}
+
+
 def test_the_fit_recovers_the_numbers_behind_the_measurements():
-    truth = {**PEAK, "matmul_efficiency": 0.55, "intra_node_bandwidth_gbps": 0.3, "intra_node_latency_us": 800.0}
-    truth |= {"launch_overhead_us": 1500.0, "pynative_overhead_us": 9000.0}
-    measured = {
-        name: estimate_step(
-            planned_config([*BASE, *overrides, *(f"cluster.{k}={v}" for k, v in truth.items())])
-        ).step_time_sec
-        for name, overrides in LAYOUTS.items()
-    }
-    start = {**PEAK, "matmul_efficiency": 1.0, "intra_node_bandwidth_gbps": 1.0, "intra_node_latency_us": 0.0}
-    fitted = fit(measured, {**start, "launch_overhead_us": 0.0, "pynative_overhead_us": 0.0})
-    for key in (
-        "matmul_efficiency",
-        "intra_node_bandwidth_gbps",
-        "intra_node_latency_us",
-        "launch_overhead_us",
-        "pynative_overhead_us",
+    measured = _steps({**PEAK, **LINK, **FITTED})
+    assert calibrate.host_cores(measured) == pytest.approx(LINK["host_cores"])
+    fitted = fit(measured, {**PEAK, **LINK, **START})
+    for key, value in FITTED.items():
+        assert fitted[key] == pytest.approx(value, rel=1e-3), key
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_the_ring_fit_recovers_the_link_behind_all_reduce_times(n):
+    """Times of the ring formula (core.perf.links) at the micro-benchmark's sizes give back its latency and
+    bandwidth; a mere line through them would not (2(n-1) steps of latency, 2(n-1)/n of the bytes)."""
+    link = Link(0.25e9, 180e-6)
+    times = {b: links.all_reduce(b, n, link) for b in collectives.SIZES}
+    latency, bandwidth = collectives.ring_fit(times, n)
+    assert latency == pytest.approx(180e-6, rel=1e-6) and bandwidth == pytest.approx(0.25e9, rel=1e-6)
+
+
+def test_ranks_that_outnumber_the_cores_share_their_launches_and_links(tmp_path, monkeypatch):
+    """Four ranks on two cores: each rank's launches and PyNative dispatch take twice as long, its collectives
+    reach half the bandwidth and wait twice as long per step for their peers; two ranks on two cores, or a profile
+    without host_cores, as is."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))  # no calibration of this machine to take host_cores from
+    base = ["cluster.peak_tflops_fp32=0.1", "cluster.memory_bandwidth_gbps=20", "cluster.matmul_efficiency=0.5"]
+    base += ["cluster.launch_overhead_us=100", "cluster.pynative_overhead_us=1000"]
+    base += ["cluster.intra_node_bandwidth_gbps=0.3", "cluster.intra_node_latency_us=200"]
+
+    def rates(*overrides):
+        return device.device(load_config([*base, *overrides]).cluster, "fp32")
+
+    alone = rates()
+    for shared, share in (
+        (rates("cluster.devices_per_node=4", "cluster.host_cores=2"), 2),
+        (rates("cluster.devices_per_node=2", "cluster.host_cores=2"), 1),
+        (rates("cluster.devices_per_node=4"), 1),
     ):
-        assert fitted[key] == pytest.approx(truth[key], rel=1e-3), key
+        assert shared.launch == pytest.approx(alone.launch * share)
+        assert shared.pynative == pytest.approx(alone.pynative * share)
+        assert shared.intra.bandwidth == pytest.approx(alone.intra.bandwidth / share)
+        assert shared.intra.latency == pytest.approx(alone.intra.latency * share)
 
 
 def test_a_cpu_profile_reads_the_calibration_or_names_the_key(tmp_path, monkeypatch):
@@ -62,18 +98,14 @@ def _machine(tmp_path, monkeypatch, rate: float, remeasured: float, true_rate: f
     """A machine whose cached reference rate is ``rate``, a second measurement finds ``remeasured``, and whose
     calibration trials ran as the model predicts at efficiency 0.55 of ``true_rate``; MindSpore never runs."""
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    truth = {"memory_bandwidth_gbps": 20.0, "matmul_efficiency": 0.55, "intra_node_bandwidth_gbps": 0.3}
-    truth |= {"intra_node_latency_us": 800.0, "launch_overhead_us": 1500.0, "pynative_overhead_us": 9000.0}
+    truth = {"memory_bandwidth_gbps": 20.0, **LINK, **FITTED}
     reference = tmp_path / "reference_rate.json"
 
     def cache(flops: float) -> None:
         reference.write_text(json.dumps({machine_key("CPU"): {"flops_per_sec": flops}}))
 
     cache(true_rate)
-    measured = {
-        name: estimate_step(planned_config([*BASE, *o, *(f"cluster.{k}={v}" for k, v in truth.items())])).step_time_sec
-        for name, o in LAYOUTS.items()
-    }
+    measured = _steps(truth)
     cache(rate)
     calls = []
 
@@ -84,6 +116,8 @@ def _machine(tmp_path, monkeypatch, rate: float, remeasured: float, true_rate: f
 
     monkeypatch.setattr(calibrate, "reference_flops_per_sec", measure_again)
     monkeypatch.setattr(calibrate, "measure_bandwidth", lambda: truth["memory_bandwidth_gbps"])
+    link = {"intra_node_bandwidth_gbps": LINK["intra_node_bandwidth_gbps"], "all_reduce": {"latency_us": 200.0}}
+    monkeypatch.setattr(calibrate, "measure_link", lambda cores, rounds: dict(link))
     monkeypatch.setattr(calibrate, "measure_layouts", lambda layouts, base, rounds: measured)
     return calls
 
@@ -94,6 +128,8 @@ def test_a_reference_rate_measured_under_load_is_measured_again(tmp_path, monkey
     entry = calibrate.calibrate(force=True)
     assert calls == [False, True]
     assert entry["matmul_efficiency"] == pytest.approx(0.55, rel=1e-3) and entry["not_reproduced"] == {}
+    assert entry["host_cores"] == 1.0 and entry["all_reduce"] == {"latency_us": 200.0}
+    assert entry["intra_node_latency_us"] == pytest.approx(3000.0, rel=1e-3)
     assert json.loads(device.calibration_path().read_text())[machine_key("CPU")] == entry
 
 
