@@ -202,7 +202,8 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     act_bytes, weight_bytes = (2, 2) if bf16 else (4, 4)
     held, chunks, has_loss, in_flight = pipeline_rank(cfg, pp_rank)
     preprocess, frozen = preprocess_copy(cfg, pp_rank), frozen_names(m)
-    redone = {f"layers.{i}." for blocks, r in chunks if r == "full" for i in blocks[: cfg.memory.recompute_layers]}
+    plan = recompute_plan(cfg)
+    redone = {f"layers.{i}." for blocks, r in chunks if r == "full" for i in plan.marked(blocks)}
     n = stored = state_floats = hidden = gathered = copies = copied = sharded_ops = 0
     for name, shape in param_shapes(m).items():
         p = layout_placement(name, shape, par.tp, fsdp, ep=par.ep)
@@ -261,16 +262,10 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         activations += m.mtp_layers * (block_bytes(m.n_experts > 0) + 4 * block_input)
         scores += m.mtp_layers * scores_each
 
-    # the segmented step (core.memory.segmented) never recomputes its last segment's blocks, and its graphs hold
-    # their working memory (a rebuilt block beside them)
-    segmented = recompute_plan(cfg).segmented
-
     def saved(blocks, r: str) -> tuple[int, int, int]:
         """(bytes, their S x S scores, the rebuilt block's bytes) saved by the blocks of one stage under ``r``."""
-        first = cfg.memory.recompute_layers or len(blocks)
-        if r == "full" and segmented:
-            first = min(first, len(blocks) - 1)
-        redo, keep = blocks[:first], blocks[first:]
+        redo = plan.rerun(blocks, r)
+        keep = blocks[len(redo) :]
         kept = (sum(act[i] for i in keep), sum(sc[i] for i in keep))
         if not redo:
             return *kept, 0

@@ -11,6 +11,7 @@ How each mode runs (``core.memory.recompute`` says why):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core.config import TrainConfig
@@ -26,8 +27,24 @@ class RecomputePlan:
         return self.modes[stage]
 
     def blocks(self, n_blocks: int) -> range:
-        """The recomputed blocks of a stage with ``n_blocks`` blocks: its first ``layers`` (all if None)."""
+        """The blocks of a stage with ``n_blocks`` blocks marked for recompute: its first ``layers`` (all if
+        None). FSDP gathers plainly inside them (``core.parallel.fsdp``)."""
         return range(n_blocks if self.layers is None else min(self.layers, n_blocks))
+
+    def marked(self, blocks: Sequence[int]) -> Sequence[int]:
+        """Of one stage's blocks (in order), those marked for recompute (``blocks``)."""
+        return blocks[: len(self.blocks(len(blocks)))]
+
+    def rerun(self, blocks: Sequence[int], mode: str) -> Sequence[int]:
+        """Of one stage's blocks (in order), those whose forward runs again in backward under ``mode``: the marked
+        ones, except that the segmented step never recomputes the last block (its segment holds the loss:
+        ``core.memory.segmented``)."""
+        if mode == "none":
+            return blocks[:0]
+        marked = self.marked(blocks)
+        if mode == "full" and self.segmented and len(marked) == len(blocks):
+            return marked[:-1]
+        return marked
 
     @property
     def segmented_full(self) -> bool:

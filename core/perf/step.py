@@ -28,6 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from core.config import ConfigError, TrainConfig, compose, load_config
 from core.memory.estimate import RuntimeProfile, estimate_memory, runtime_profile
+from core.memory.plan import recompute_plan
 from core.model.flops import flops_per_token, param_groups
 from core.parallel.pipeline.mpipe import owner
 from core.parallel.pipeline.schedules import compile_schedule, schedule_of, stage_layers
@@ -136,13 +137,15 @@ def _stage_passes(cfg: TrainConfig, dev: Device) -> list[tuple[Pass, Pass]]:
     """(forward, backward) of one micro-batch through each (virtual) pipeline stage; one stage without a pipeline."""
     par, n = cfg.parallel, cfg.model.n_layers
     ranges = stage_layers(n, par.stages, par.stage_split(n)) if par.pp > 1 else [range(n)]
-    out = []
+    out, plan = [], recompute_plan(cfg)
     transposed = par.pp_transpose_layers
     ranges[0] = ranges[0][transposed:]  # mpipe: the preprocess block is timed apart (_preprocess_passes)
     for s, blocks in enumerate(ranges):
         fwd, bwd = edge_passes(cfg, dev, first=s == 0 and not transposed, last=s == len(ranges) - 1)
         mode = cfg.memory.recompute_of(s) if par.pp > 1 else cfg.memory.recompute
-        redo = set(blocks[: cfg.memory.recompute_layers or len(blocks)]) if mode != "none" else set()
+        # every marked block: the stacks the accelerator profiles price recompute them all (the core's segmented
+        # step spares the last one, ``RecomputePlan.rerun``: a block's forward, not priced)
+        redo = set(plan.marked(blocks)) if mode != "none" else set()
         for i in blocks:
             f, b = block_passes(cfg, dev, i, mode if i in redo else "none")
             fwd.add(f)
