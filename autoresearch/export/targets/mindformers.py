@@ -30,6 +30,8 @@ so a winner with SWAP exports its swap_config and lists training.mode=pynative a
 
 from __future__ import annotations
 
+import math
+
 from autoresearch.export.targets.rules import (
     TRIAL_ONLY,
     Flat,
@@ -44,6 +46,7 @@ from autoresearch.export.targets.rules import (
     stage_split,
     transpose_rule,
 )
+from core.config.model import yarn_mscale
 
 # --- data parallel: replicas x FSDP shards = data_parallel, sharded by the parallel optimizer ---
 
@@ -435,30 +438,59 @@ MTP = Rule(
 
 YARN = {"rope_factor": "factor", "rope_beta_fast": "beta_fast", "rope_beta_slow": "beta_slow"}
 YARN |= {"rope_mscale_all_dim": "mscale_all_dim", "rope_original_max_len": "original_max_position_embeddings"}
+# MindFormers' LLAMA3 (modules/layers.py, FreqsMgr; _check_llama3_scaling_factor wants exactly these four, the factor a
+# float and the original length an int)
+LLAMA3 = {
+    "rope_factor": "factor",
+    "rope_low_freq_factor": "low_freq_factor",
+    "rope_high_freq_factor": "high_freq_factor",
+}
+LLAMA3 |= {"rope_original_max_len": "original_max_position_embeddings"}
+EXTEND = {"yarn": ("YARN", YARN), "llama3": ("LLAMA3", LLAMA3)}  # the core's rope_scaling -> extend_method, keys
 
 
 def _rope_export(c: Flat) -> Flat:
     kind = c["model.rope_scaling"]
     if kind == "none":
         return {MC + "extend_method": "None"}
-    if kind != "yarn" or c["model.rope_attention_factor"] is not None:
-        raise NoCounterpart(
-            "MindFormers' extend_method YARN with DeepSeek's mscale is the only scaling verified here (Llama 3.1's "
-            "rope scaling and an explicit YaRN attention factor: set them in your model_config)"
-        )
-    # mscale 1: DeepSeek's yarn_get_mscale(factor, 1) = 0.1 ln(factor) + 1, the core's null attention factor
-    factors = {v: c[f"model.{k}"] for k, v in YARN.items()} | {"mscale": 1.0}
-    return {MC + "extend_method": "YARN", MC + "scaling_factor": factors}
+    method, keys = EXTEND[kind]
+    factors = {v: c[f"model.{k}"] for k, v in keys.items()}
+    factors["factor"] = float(factors["factor"])
+    if kind == "yarn":
+        factors["mscale"] = _mscale(c)
+    return {MC + "extend_method": method, MC + "scaling_factor": factors}
+
+
+def _mscale(c: Flat) -> float:
+    """MindFormers' YaRN ``mscale`` under which its cos and sin carry the core's factor: its table scales them by
+    yarn_mscale(f, mscale) / yarn_mscale(f, mscale_all_dim) (``FreqsMgr``; checked against it in
+    tests/unit/autoresearch/export/test_mindformers_client.py), the core by rope_attention_factor, else
+    yarn_mscale(f) (``core.model.layers.rope_frequencies``). For a DeepSeek config read from Hugging Face the core's
+    factor is that same ratio, so this gives back the config's own mscale. The softmax's factor is the model code's:
+    yarn_mscale(f, mscale_all_dim)^2 in transformers' DeepSeek-V3 and the core, yarn_mscale(f, mscale)^2 in
+    MindFormers' parallel_core MLA; the two agree when mscale = mscale_all_dim, as in DeepSeek-V3's config."""
+    f = c["model.rope_factor"]
+    if f <= 1:
+        return 1.0  # no scaling: every factor is 1
+    target = c["model.rope_attention_factor"] or yarn_mscale(f)
+    return (target * yarn_mscale(f, c["model.rope_mscale_all_dim"]) - 1) / (0.1 * math.log(f))
 
 
 def _rope_restore(doc: Flat, core: Flat) -> Flat:
-    if doc[MC + "extend_method"] == "None":
+    method = doc[MC + "extend_method"]
+    if method == "None":
         return {"model.rope_scaling": "none"}
-    return {"model.rope_scaling": "yarn", **{f"model.{k}": doc[f"{MC}scaling_factor.{v}"] for k, v in YARN.items()}}
+    kind, keys = next((k, keys) for k, (m, keys) in EXTEND.items() if m == method)
+    out = {"model.rope_scaling": kind, **{f"model.{k}": doc[f"{MC}scaling_factor.{v}"] for k, v in keys.items()}}
+    if kind == "yarn":
+        f, all_dim = out["model.rope_factor"], out["model.rope_mscale_all_dim"]
+        factor = yarn_mscale(f, doc[MC + "scaling_factor.mscale"]) / yarn_mscale(f, all_dim)
+        out["model.rope_attention_factor"] = None if math.isclose(factor, yarn_mscale(f)) else factor
+    return out
 
 
 ROPE = Rule(
-    ("model.rope_scaling", *(f"model.{k}" for k in YARN), "model.rope_attention_factor"),
+    ("model.rope_scaling", *(f"model.{k}" for k in YARN | LLAMA3), "model.rope_attention_factor"),
     (MC + "extend_method", MC + "scaling_factor"),
     hf_only(_rope_export),
     _rope_restore,

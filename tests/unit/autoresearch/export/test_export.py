@@ -4,6 +4,7 @@ core's own overrides (round trips, coverage of every parallel and memory key, pi
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import fields
 from pathlib import Path
 
@@ -290,6 +291,14 @@ CASES = {
         "model.rope_mscale_all_dim=1.0",
     ],
     "hf-qwen3": [f"model=hf:{HF}/qwen3-tiny", "parallel.tp=2", "parallel.sp=true"],
+    "hf-llama3-rope": [  # Llama 3.1's RoPE scaling, on a small HF config
+        f"model=hf:{HF}/qwen3-tiny",
+        "model.rope_scaling=llama3",
+        "model.rope_factor=8",
+        "model.rope_original_max_len=64",
+        "model.rope_low_freq_factor=1",
+        "model.rope_high_freq_factor=4",
+    ],
     "moe-ep": [
         "model=moe-tiny",
         "parallel.dp_shard=2",
@@ -477,7 +486,9 @@ def test_mindformers_writes_an_hf_models_shape_as_its_config_json_says():
         "beta_slow": 1.0,
         "mscale_all_dim": 1.0,
         "original_max_position_embeddings": 64,
-        "mscale": 1.0,
+        # cos and sin times m = 0.1 ln 4 + 1 in the core (the YaRN default), and MindFormers scales them by
+        # (0.1 mscale ln 4 + 1) / m (mscale_all_dim 1): mscale = (m^2 - 1) / (0.1 ln 4) = 2 + 0.1 ln 4
+        "mscale": pytest.approx(2 + 0.1 * math.log(4)),
     }
     # a preset sized the search only: no shape written, each key listed with the reason
     preset = export_config(TARGETS["mindformers"], flat("model=moe-tiny"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 
+import numpy as np
 import pytest
 import yaml
 
@@ -56,6 +57,33 @@ def test_mindformers_reads_every_key_the_export_writes(case, load):
             node = node[part]
         got = flatten(node) if isinstance(node, dict) else node
         assert got == value, (case, path)
+
+
+@pytest.mark.parametrize("case", ["hf-llama3-rope", "hf-deepseek-yarn", "hf-qwen3"])
+def test_mindformers_rotates_by_the_cores_angles(case, load):
+    """The exported extend_method and scaling_factor, given to MindFormers' own RoPE table (``FreqsMgr``, which
+    checks the keys as its models do), give the core's cos table (``core.model.layers.rope_tables``, float64)."""
+    import mindspore as ms
+    from mindformers.modules.layers import FreqsMgr
+
+    from core.config import load_config
+    from core.model.layers import rope_tables
+
+    overrides = CASES[case]
+    model = load_config([o for o in overrides if not o.startswith("parallel.")]).model
+    mc = export_config(TARGETS["mindformers"], flat(*overrides)).doc["model"]["model_config"]
+    table = FreqsMgr(
+        model.rope_dim,
+        max_position_embedding=mc["max_position_embeddings"],
+        rotary_dtype=ms.float32,
+        theta=mc["theta"],
+        scaling_factor=mc.get("scaling_factor", 1.0),
+        extend_method=mc["extend_method"],
+    )
+    cos, _ = rope_tables(model)  # (S, R/2): MindFormers repeats the halves
+    theirs = table.freqs_cos.asnumpy()
+    assert theirs.shape == (model.max_seq_len, model.rope_dim)
+    np.testing.assert_allclose(theirs[:, : model.rope_dim // 2], cos, atol=1e-4)
 
 
 def test_a_key_mindformers_does_not_know_is_refused(load):
