@@ -490,6 +490,11 @@ def test_mindformers_writes_an_hf_models_shape_as_its_config_json_says():
         # (0.1 mscale ln 4 + 1) / m (mscale_all_dim 1): mscale = (m^2 - 1) / (0.1 ln 4) = 2 + 0.1 ln 4
         "mscale": pytest.approx(2 + 0.1 * math.log(4)),
     }
+    # as read from a DeepSeek config (mscale = mscale_all_dim = 1: cos and sin unscaled), its own mscale comes back
+    hf_yarn = flat(*CASES["hf-deepseek-yarn"], "model.rope_attention_factor=1.0")
+    assert export_config(TARGETS["mindformers"], hf_yarn).doc["model"]["model_config"]["scaling_factor"]["mscale"] == (
+        pytest.approx(1.0)
+    )
     # a preset sized the search only: no shape written, each key listed with the reason
     preset = export_config(TARGETS["mindformers"], flat("model=moe-tiny"))
     assert "moe_config" not in preset.doc and "hidden_size" not in preset.doc["model"]["model_config"]
