@@ -533,6 +533,27 @@ MOE = Rule(
     _moe_restore,
 )
 
+# verified in MindFormers 2.1.0: modules/transformer/moe.py (_check_aux_loss_config), parallel_core/transformer_config.py
+SEQUENCE_AUX = NoCounterpart(
+    "MindFormers' YAML moe_config (MoEConfig, aux_loss_types expert|device|comm) has no sequence-wise balance loss; "
+    "its parallel_core models spell DeepSeek-V3's as moe_router_load_balancing_type: seq_aux_loss, in another "
+    "config schema: set it there"
+)
+
+
+def _sequence_aux_export(c: Flat) -> Flat:
+    if c["model.moe_aux_per_sequence"]:
+        raise SEQUENCE_AUX
+    return {}  # the batch-wise loss: moe_config's aux_loss_factor (MOE)
+
+
+SEQUENCE_AUX_RULE = Rule(
+    ("model.moe_aux_per_sequence",),
+    (),
+    hf_only(_sequence_aux_export),
+    lambda doc, core: {"model.moe_aux_per_sequence": False},
+)
+
 MODEL_RULES = (
     model_same("model.vocab_size", "vocab_size"),
     model_same("model.d_model", "hidden_size"),
@@ -548,6 +569,7 @@ MODEL_RULES = (
     MLA,
     ROPE,
     MOE,
+    SEQUENCE_AUX_RULE,
     MTP,
 )
 

@@ -495,6 +495,12 @@ def test_mindformers_writes_an_hf_models_shape_as_its_config_json_says():
     assert export_config(TARGETS["mindformers"], hf_yarn).doc["model"]["model_config"]["scaling_factor"]["mscale"] == (
         pytest.approx(1.0)
     )
+    # DeepSeek-V3's sequence-wise balance loss (its config's): MindFormers' YAML has none, and the export says where
+    # it is spelled; the batch-wise one is moe_config's aux_loss_factor, nothing dropped
+    seq = export_config(TARGETS["mindformers"], flat(*CASES["hf-deepseek"]))
+    assert "moe_router_load_balancing_type: seq_aux_loss" in seq.dropped["model.moe_aux_per_sequence"][1]
+    batch = export_config(TARGETS["mindformers"], flat(*CASES["hf-deepseek"], "model.moe_aux_per_sequence=false"))
+    assert "model.moe_aux_per_sequence" not in batch.dropped
     # a preset sized the search only: no shape written, each key listed with the reason
     preset = export_config(TARGETS["mindformers"], flat("model=moe-tiny"))
     assert "moe_config" not in preset.doc and "hidden_size" not in preset.doc["model"]["model_config"]
