@@ -36,11 +36,11 @@ from core.perf import collectives, estimate_step, links, planned_config  # noqa:
 from core.perf.calibrate import (  # noqa: E402
     ALONE,
     BASE,
-    COPIES,
     LAYOUTS,
     LINK_RANKS,
     START,
     TOGETHER,
+    copies,
     fit,
     host_cores,
     measure_bandwidth,
@@ -98,7 +98,7 @@ def main() -> None:
     )
     sets = [f"cluster.{k}={v}" for k, v in profile.items()]
     lines = [
-        f"host_cores: {COPIES[TOGETHER]} x {measured[ALONE] * 1000:.0f} ms ({ALONE}) / "
+        f"host_cores: {copies(TOGETHER)} x {measured[ALONE] * 1000:.0f} ms ({ALONE}) / "
         f"{measured[TOGETHER] * 1000:.0f} ms ({TOGETHER}) = {cores:.2f}",
         "",
         "| layout | fitted? | measured step (ms) | predicted (ms) | error |",

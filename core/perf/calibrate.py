@@ -7,9 +7,10 @@ process like any trial; one layout of more than one rank is fitted (tp=2), every
 
     memory_bandwidth_gbps      an element-wise add of 2^24 floats under MindSpore, the fastest of 20 rounds
                                (two arrays read, one written)
-    host_cores                 how many processes the host runs at full speed at once: two 1-process trials with a
-                               thread each, side by side, against one alone (2 x alone / side by side; the 2-vCPU
-                               machines this project runs on measure ~1.0: their vCPUs share one core's work)
+    host_cores                 how many processes the host runs at full speed at once: a 1-process trial with one
+                               thread per core this process may use, all at once, against one alone (copies x alone
+                               / side by side; the 2-vCPU machines this project runs on measure 1.0-1.3: their vCPUs
+                               share about one core's work)
     intra_node_bandwidth_gbps  all-reduces of 4 KiB to 16 MiB between two ranks (``core.perf.collectives``), the
                                ring model fitted to their times, as one rank with a core of its own would reach it
     matmul_efficiency          the 1-process trial: the efficiency at which core.perf predicts its median step
@@ -66,16 +67,15 @@ BASE = [
     "trial.max_steps=12",
     "training.eval_batches=1",
 ]
-ALONE, TOGETHER = "1 process, 1 thread", "2 processes at once, 1 thread each"
+ALONE, TOGETHER = "1 process, 1 thread", "a process per core at once, 1 thread each"
 LAYOUTS = {
     "1 process": [],
     "1 process, micro 1": ["training.micro_batch_size=1"],
     "1 process, pynative": ["training.mode=pynative"],
     "tp=2": ["parallel.tp=2", "cluster.devices_per_node=2"],
-    ALONE: ["execution.kernel_threads=1"],  # a rank's share of a 2-core host (core.runtime.settings)
-    TOGETHER: ["execution.kernel_threads=1"],
+    ALONE: ["execution.kernel_threads=1"],  # a rank's share when ranks are as many as cores (core.runtime.settings)
+    TOGETHER: ["execution.kernel_threads=1"],  # as many independent trials at once as copies() says
 }
-COPIES = {TOGETHER: 2}  # layouts run as that many independent trials at once (their median step counts)
 # Each pair is solved alternately until a round moves no number by more than this share; the jit pair first (the
 # other fits need its rates).
 PAIRS = (
@@ -176,11 +176,17 @@ def measure_bandwidth() -> float:
     return float(done.stdout.split()[-1])
 
 
+def copies(name: str) -> int:
+    """How many trials of calibration layout ``name`` run at once: for TOGETHER one per core this process may use
+    (their median step counts), else one."""
+    return len(os.sched_getaffinity(0)) if name == TOGETHER else 1
+
+
 def host_cores(measured: dict[str, float]) -> float:
-    """Processes the host runs at full speed at once (``cluster.host_cores``), from the side-by-side trials: at
-    least 1, at most the cores this process may use."""
-    cores = COPIES[TOGETHER] * measured[ALONE] / measured[TOGETHER]
-    return min(max(cores, 1.0), len(os.sched_getaffinity(0)))
+    """Processes the host runs at full speed at once (``cluster.host_cores``), from the side-by-side trials:
+    copies x alone / side by side, at least 1 and at most the copies."""
+    n = copies(TOGETHER)
+    return min(max(n * measured[ALONE] / measured[TOGETHER], 1.0), n)
 
 
 def measure_link(cores: float, rounds: int = 3) -> dict:
@@ -199,13 +205,13 @@ def measure_link(cores: float, rounds: int = 3) -> dict:
 
 def measure_layouts(layouts: dict[str, list[str]], base: list[str], rounds: int) -> dict[str, float]:
     """Each layout's median step (seconds) over ``rounds`` real trials, the layouts alternating within a round so
-    that load on a shared machine hits them alike (a layout of ``COPIES``: its copies' median)."""
+    that load on a shared machine hits them alike (``copies`` of a layout at once: their median)."""
     steps: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             for i, (name, overrides) in enumerate(layouts.items()):
                 trial = [o for o in overrides if not o.startswith("cluster.")]
-                outs = [Path(tmp) / f"{i}_{r}_{c}" for c in range(COPIES.get(name, 1))]
+                outs = [Path(tmp) / f"{i}_{r}_{c}" for c in range(copies(name))]
                 medians = [s["metrics"]["step_time_ms_median"] / 1000 for s in run_trials([*base, *trial], outs)]
                 steps.setdefault(name, []).append(statistics.median(medians))
                 print(f"  {name} #{r + 1}: {steps[name][-1] * 1000:.0f} ms per step", file=sys.stderr)

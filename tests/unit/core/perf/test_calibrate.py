@@ -8,7 +8,7 @@ import pytest
 
 from core.config import ConfigError, load_config
 from core.perf import calibrate, collectives, device, links
-from core.perf.calibrate import ALONE, BASE, COPIES, LAYOUTS, PREDICTED, START, TOGETHER, fit
+from core.perf.calibrate import ALONE, BASE, LAYOUTS, PREDICTED, START, TOGETHER, fit
 from core.perf.device import Link
 from core.perf.step import estimate_step, planned_config
 from core.runtime.cache_dirs import CACHE_ENV
@@ -27,7 +27,7 @@ def _steps(truth: dict) -> dict[str, float]:
     side-by-side pair at one rank per core."""
     sets = [f"cluster.{k}={v}" for k, v in truth.items()]
     steps = {name: estimate_step(planned_config([*BASE, *LAYOUTS[name], *sets])).step_time_sec for name in PREDICTED}
-    return steps | {ALONE: 0.1, TOGETHER: 0.1 * COPIES[TOGETHER] / truth["host_cores"]}
+    return steps | {ALONE: 0.1, TOGETHER: 0.1 * calibrate.copies(TOGETHER) / truth["host_cores"]}
 
 
 def test_the_fit_recovers_the_numbers_behind_the_measurements():
