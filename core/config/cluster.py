@@ -63,11 +63,12 @@ class ClusterConfig:
     Python instead of from a compiled graph, microseconds per block forward (counted as launches are). Null: not
     priced, and a pynative config is refused naming this key; on cpu-local measured by the calibration."""
     host_cores: float | None = None
-    """Cores of one host, shared by its ranks for the work the host does itself: kernel launches, PyNative's
-    dispatch, and on CPU the collectives and the kernels too. When a node's ranks outnumber them, each rank's launches
-    and dispatch take ranks / cores times as long and its collectives reach cores / ranks of the bandwidth (the
-    compute peak is shared already: ``core.perf.device``). Null: not a bottleneck (accelerators, whose hosts have a
-    core per device and more); on cpu-local the cores this process may use, recorded by the calibration."""
+    """How many processes one host runs at full speed at once, shared by its ranks for the work the host does
+    itself: kernel launches, PyNative's dispatch, and on CPU the collectives. When a node's ranks outnumber them,
+    each rank's launches and dispatch take ranks / host_cores times as long, and on CPU its collectives reach
+    host_cores / ranks of the bandwidth and wait that much longer per ring step (the compute peak is shared
+    already: ``core.perf.device``). Null: not a bottleneck (accelerators, whose hosts have a core per device and
+    more); on cpu-local measured by the calibration (about 1 on a 2-vCPU machine, whose vCPUs share one core)."""
     collective_efficiency_intra: float = 0.8
     """Achieved share of the intra-node bandwidth by a large collective."""
     collective_efficiency_inter: float = 0.8
