@@ -1,4 +1,4 @@
-"""``python -m core.perf calibrate`` on this machine, for real: five trials and a micro-benchmark, the entry
+"""``python -m core.perf calibrate`` on this machine, for real: its trials and micro-benchmarks, the entry
 cached, and ``python -m core.perf`` then predicting the 1-process trial it was fitted on at its measured step.
 
 The machine's reference rate is given, above any CPU's peak: measured here it would be measured beside the other
@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from core.perf import collectives
 from core.perf.calibrate import BASE
 from core.runtime.cache_dirs import CACHE_ENV
 from core.runtime.reference_rate import machine_key
@@ -38,6 +39,9 @@ def test_calibrate_caches_a_profile_that_reproduces_its_fit(tmp_path):
     assert 0 < entry["matmul_efficiency"] <= 1 and entry["intra_node_latency_us"] >= 0
     assert entry["launch_overhead_us"] >= 0 and entry["pynative_overhead_us"] >= 0
     assert "1 process" not in entry["not_reproduced"]
+    # measured, not fitted: the host's cores (at most those the calibration may use) and the all-reduce's timings
+    assert 1 <= entry["host_cores"] <= len(os.sched_getaffinity(0))
+    assert len(entry["all_reduce"]["seconds"]) == len(collectives.SIZES) and entry["all_reduce"]["latency_us"] > 0
     predicted = subprocess.run(
         [sys.executable, "-m", "core.perf", *BASE, "--json"], cwd=ROOT, env=env, capture_output=True, text=True
     )
