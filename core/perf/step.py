@@ -142,7 +142,7 @@ def _stage_passes(cfg: TrainConfig, dev: Device) -> list[tuple[Pass, Pass]]:
     ranges[0] = ranges[0][transposed:]  # mpipe: the preprocess block is timed apart (_preprocess_passes)
     for s, blocks in enumerate(ranges):
         fwd, bwd = edge_passes(cfg, dev, first=s == 0 and not transposed, last=s == len(ranges) - 1)
-        mode = cfg.memory.recompute_of(s) if par.pp > 1 else cfg.memory.recompute
+        mode = plan.mode(s)
         # every marked block: the stacks the accelerator profiles price recompute them all (the core's segmented
         # step spares the last one, ``RecomputePlan.rerun``: a block's forward, not priced)
         redo = set(plan.marked(blocks)) if mode != "none" else set()

@@ -114,6 +114,15 @@ def _cfg(*overrides):
     return planned_config([*CLUSTER, "model=llama3-8b", "training.precision=bf16", *overrides])
 
 
+def test_a_stages_recompute_is_read_as_the_runtime_reads_it():
+    """Without a pipeline, memory.recompute_stages of one entry is the whole model's setting (the runtime's
+    RecomputePlan), whatever memory.recompute says."""
+    base = ["cluster.devices_per_node=1", "training.seq_len=1024", "training.global_batch_size=1"]
+    staged = estimate_step(_cfg(*base, "memory.recompute=none", "memory.recompute_stages=[full]"))
+    full = estimate_step(_cfg(*base, "memory.recompute=full"))
+    assert staged.breakdown["recompute"] == full.breakdown["recompute"] > 0
+
+
 def test_tensor_parallel_traffic_is_four_all_reduces_per_block():
     base = ["cluster.devices_per_node=2", "training.seq_len=1024", "training.global_batch_size=1"]
     est = estimate_step(_cfg(*base, "parallel.tp=2"))
