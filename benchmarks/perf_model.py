@@ -110,8 +110,13 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
     seq, micro = row["seq_len"], row["micro_batch_size"] or 1
     out += [f"model.max_seq_len={seq}", f"training.seq_len={seq}", "training.precision=bf16"]
     out += [f"training.global_batch_size={row['global_batch_sequences']}", f"training.micro_batch_size={micro}"]
-    for key in ("dp_replicate", "dp_shard", "tp", "pp", "cp", "ep"):
-        out.append(f"parallel.{key}={lay[key]}")
+    degrees = {key: lay[key] for key in ("dp_replicate", "dp_shard", "tp", "pp", "cp", "ep")}
+    if "parallel_optimizer" in row["flags"]:
+        # MindSpore's optimizer parallel stores the weights and the optimizer state sliced over the data-parallel
+        # ranks and gathers each weight by an AllGather the framework inserts before its use (MindSpore docs,
+        # features/parallel/optimizer_parallel.md): the core's sharded data parallelism, not replicas
+        degrees["dp_shard"], degrees["dp_replicate"] = degrees["dp_shard"] * degrees["dp_replicate"], 1
+    out += [f"parallel.{key}={value}" for key, value in degrees.items()]
     out.append(f"parallel.sp={str(bool(lay['sp']) or lay['tp'] > 1).lower()}")
     if lay["pp"] > 1:
         virtual = _virtual(row, lay)

@@ -6,8 +6,9 @@ choice against it.
     .venv/bin/python benchmarks/plan_vs_experts.py [--limit N]
 
 The space per row: every power-of-two split of the row's GPUs into dp_shard x tp x pp x cp (tp <= 8, pp <= 16,
-cp <= the row's), sequence parallelism with tp, 1F1B or interleaved (2 virtual stages), micro-batch 1, 2, 4 or the
-row's, recompute none / selective / full; dp_replicate as published; everything else (model, cluster, batch,
+cp <= the row's), sequence parallelism with tp, 1F1B or interleaved (2 virtual stages), micro-batch 1, 2 or 4,
+recompute none / selective / full, and on each axis the row's own value (Megatron's pp 35 and 3 virtual stages,
+ZeRO-3 over 384 GPUs); dp_replicate as ``perf_model.overrides`` reads the row; everything else (model, cluster, batch,
 sequence, precision, the row's flags) fixed as ``perf_model.overrides`` gives it, with the fitted efficiencies.
 The ranking is by predicted tokens/s per device among the points that fit in memory (not only the speed-memory
 front: a slower layout with less memory is still a rank down). Writes ``benchmarks/data/plan_vs_experts.md``.
@@ -49,26 +50,36 @@ SEARCHED = (
 TOP = 5
 
 
-def space_for(row: dict, fixed: dict) -> dict:
-    gpus, lay = row["gpus"], row["layout"]
-    world = gpus // lay["dp_replicate"]
+def space_for(row: dict, typed: dict) -> dict:
+    """The layouts around ``row`` (``typed``: its overrides, parsed); each axis also holds the row's own value, so
+    that the published layout is a point of its space (pp 35, v 3, 384-way ZeRO-3 are not powers of two)."""
+    gpus, replicas = row["gpus"], typed["parallel.dp_replicate"]
+    world = gpus // replicas
     powers = [2**i for i in range(int(math.log2(world)) + 1)]
-    micro = sorted({1, 2, 4, row["micro_batch_size"] or 1})
+    fixed = {k: v for k, v in typed.items() if k not in SEARCHED}
     layers, batch = fixed.get("model.n_layers") or row["model"]["n_layers"], row["global_batch_sequences"]
+    own = published_point(typed)
+
+    def values(key: str, choices: list) -> list:
+        return sorted({*choices, own[key]})
+
     return {
         "name": f"experts-{row['id']}",
         "objective": {"metric": "tokens_per_sec", "direction": "maximize"},
         "world_size": gpus,
         "fixed": fixed,
         "params": {
-            "parallel.dp_shard": {"type": "choice", "values": powers},
-            "parallel.tp": {"type": "choice", "values": [p for p in powers if p <= 8]},
+            "parallel.dp_shard": {"type": "choice", "values": values("parallel.dp_shard", powers)},
+            "parallel.tp": {"type": "choice", "values": values("parallel.tp", [p for p in powers if p <= 8])},
             "parallel.sp": {"type": "choice", "values": [False, True]},
-            "parallel.pp": {"type": "choice", "values": [p for p in powers if p <= 16]},
-            "parallel.cp": {"type": "choice", "values": [p for p in powers if p <= max(1, lay["cp"])]},
+            "parallel.pp": {"type": "choice", "values": values("parallel.pp", [p for p in powers if p <= 16])},
+            "parallel.cp": {
+                "type": "choice",
+                "values": values("parallel.cp", [p for p in powers if p <= own["parallel.cp"]]),
+            },
             "parallel.pp_schedule": {"type": "choice", "values": ["1f1b", "interleaved"]},
-            "parallel.pp_virtual": {"type": "choice", "values": [1, 2]},
-            "training.micro_batch_size": {"type": "choice", "values": micro},
+            "parallel.pp_virtual": {"type": "choice", "values": values("parallel.pp_virtual", [1, 2])},
+            "training.micro_batch_size": {"type": "choice", "values": values("training.micro_batch_size", [1, 2, 4])},
             "memory.recompute": {"type": "choice", "values": ["none", "selective", "full"]},
         },
         "constraints": [
@@ -79,7 +90,7 @@ def space_for(row: dict, fixed: dict) -> dict:
             # what the core would refuse for this model and batch, said as constraints: stages divide the layers,
             # micro-batches the batch
             f"{layers} % (parallel.pp * parallel.pp_virtual) == 0",
-            f"{batch} % (training.micro_batch_size * parallel.dp_shard * {lay['dp_replicate']}) == 0",
+            f"{batch} % (training.micro_batch_size * parallel.dp_shard * {replicas}) == 0",
         ],
     }
 
@@ -114,12 +125,12 @@ def main() -> None:
     hits, gains, started = 0, [], time.time()
     for row in rows[: args.limit]:
         typed = parse_overrides(overrides(row, efficiency[row["device"]]))
-        fixed = {k: v for k, v in typed.items() if k not in SEARCHED}
-        profile = yaml.safe_load((ROOT / "configs" / "cluster" / f"{fixed['cluster']}.yaml").read_text())
-        fixed["device"] = profile["device"]  # the space is checked by the core's rules for that device
+        space = space_for(row, typed)
+        profile = yaml.safe_load((ROOT / "configs" / "cluster" / f"{typed['cluster']}.yaml").read_text())
+        space["fixed"]["device"] = profile["device"]  # the space is checked by the core's rules for that device
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "space.yaml"
-            path.write_text(yaml.safe_dump(space_for(row, fixed), sort_keys=False))
+            path.write_text(yaml.safe_dump(space, sort_keys=False))
             try:
                 every = plan(load_space(path))
             except (ConfigError, ValueError) as exc:
