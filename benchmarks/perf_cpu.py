@@ -19,6 +19,7 @@ ranks per core (``cluster.devices_per_node=4``: the host's rate shared four ways
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -47,7 +48,7 @@ from core.perf.calibrate import (  # noqa: E402
     measure_layouts,
     measure_link,
 )
-from core.perf.device import GBPS, US, Link  # noqa: E402
+from core.perf.device import device  # noqa: E402
 
 STEPS_FILE = ROOT / "benchmarks" / "data" / "perf_cpu_steps.json"  # the last run's measured steps (--steps-from)
 HELD_OUT = {  # name -> (trial overrides, the cluster's devices per node)
@@ -118,7 +119,7 @@ def main() -> None:
             f"| {name} | {'fitted' if fitted else 'held out'} | {measured[name] * 1000:.0f} | "
             f"{predicted * 1000:.0f} | {error:+.1%} |"
         )
-    lines += ["", *_oversubscribed(profile, micro)]
+    lines += ["", *_oversubscribed(base, sets, micro)]
     rho = spearmanr([m for m, _ in pairs], [p for _, p in pairs]).statistic
     summary = (
         f"fitted: {', '.join(f'{k} {v:.4g}' for k, v in profile.items())}\n\n"
@@ -134,14 +135,19 @@ def main() -> None:
     print(text)
 
 
-def _oversubscribed(profile: dict, micro: dict) -> list[str]:
-    """The all-reduce on 4 ranks measured against the 2-rank micro-benchmark's ring fit, moved to 4 ranks by
-    ``core.perf.device``'s host rule: bandwidth divided and latency per step multiplied by the ranks per core."""
-    n, cores, timings = 4, profile["host_cores"], micro["seconds"]
+def _oversubscribed(base: list[str], sets: list[str], micro: dict) -> list[str]:
+    """The all-reduce on 4 ranks measured against the ring model on the link ``core.perf.device`` builds for 4 ranks
+    of this host from the fitted profile (``sets``) with the micro-benchmark's own latency: the device's host rule
+    (``_host_share``, ``_host_run``) is what moves the 2-rank fit to 4 ranks, not a copy of it here."""
+    n = 4
     four = collectives.measure(n)
-    grow = max(1.0, n / cores) / max(1.0, LINK_RANKS / cores)  # the rule's factor from 2 ranks to 4
-    bandwidth = profile["intra_node_bandwidth_gbps"] * GBPS / max(1.0, n / cores)
-    link = Link(bandwidth, micro["latency_us"] * US * grow)
+    cfg = planned_config([*base, *sets])
+    cores = cfg.cluster.host_cores
+    # the micro-benchmark's latency per ring step was measured at 2 ranks; a profile's is one rank per core's
+    latency = micro["latency_us"] / max(1.0, LINK_RANKS / cores)
+    four_ranks = dataclasses.replace(cfg.cluster, devices_per_node=n, intra_node_latency_us=latency)
+    link = device(four_ranks, cfg.training.precision).intra
+    timings = micro["seconds"]
     out = [
         f"All-reduce micro-benchmark (host_cores {cores:.2f}): 4 ranks predicted from the 2-rank fit (held out); "
         f"ring latency {micro['latency_us']:.0f} us per step",
