@@ -109,7 +109,7 @@ class SegmentedStep:
                 templates[kind] = template, fns
             template, fns = templates[kind]
             self.segments.append(_Segment(fns, block.trainable_params(), block=block, template=template))
-        # the last segment's head is the model's own table (one rank holds every segment: no copy)
+        # the last segment's head (and MTP's embedding) is the model's own table (one rank holds every segment: no copy)
         last = Stage(model, range(k, n), first=False, last=True, head_copy=False)
         self.segments.append(
             _Segment(

@@ -30,10 +30,10 @@ from mindspore import Tensor, nn, ops
 from core.config import ModelConfig
 from core.model.block import Block
 from core.model.layers import Embedding, Linear, RMSNorm, linear, rope_tables
-from core.model.mtp import MTPLayer
+from core.model.mtp import CarriesMTP, MTPLayer
 
 
-class GPT(nn.Cell):
+class GPT(nn.Cell, CarriesMTP):
     """Decoder-only transformer over int32 tokens (B, S) with S <= cfg.max_seq_len.
 
     Init (GPT-2, Radford et al. 2019; Llama, Touvron et al. 2023): every matrix N(0, init_std), the residual
@@ -84,13 +84,6 @@ class GPT(nn.Cell):
         for block in self.layers:
             h = block(h, cos, sin, positions)
         return self.norm(h)  # (B, S, D)
-
-    def mtp_hidden(self, k: int, hidden, tokens, positions):
-        """Multi-token prediction module ``k`` (``core.model.mtp``): the previous depth's hidden (B, S, D) and the
-        tokens k + 1 places after each position (B, S) -> this depth's hidden (B, S, D)."""
-        cos = ops.gather(self.rope_cos, positions, 0)
-        sin = ops.gather(self.rope_sin, positions, 0)
-        return self.mtp[k](hidden, self.embed(tokens), cos, sin, positions)
 
     def logits(self, tokens):
         """hidden @ head_weight^T, (B, S, V). For tests and sampling; training uses the fused loss instead."""

@@ -46,6 +46,30 @@ class MTPLayer(nn.Cell):
         return self.norm(self.block(x, cos, sin, positions))
 
 
+class CarriesMTP:
+    """Mixed into the cells whose output feeds the MTP modules (a GPT; a pipeline's last stage): they hold ``mtp``
+    (the modules), ``embed`` (the table the modules embed with) and the RoPE tables."""
+
+    def mtp_hidden(self, k: int, hidden, tokens, positions):
+        """Module ``k``: the previous depth's hidden (B, S, D) and the tokens k + 1 places after each position
+        (B, S) -> this depth's hidden (B, S, D)."""
+        cos = ops.gather(self.rope_cos, positions, 0)
+        sin = ops.gather(self.rope_sin, positions, 0)
+        return self.mtp[k](hidden, self.embed(tokens), cos, sin, positions)
+
+
+def mtp_objective(model, loss, mtp_loss, hidden, targets, positions):
+    """The training loss of a model with MTP modules (``CarriesMTP``): ``loss`` (hidden, head, labels) on the main
+    output and on each module's, joined by ``mtp_loss`` (an ``MTPLoss``); ``hidden`` (B, S, D) the main model's
+    output, ``targets`` (B, S, 1 + D)."""
+    head = model.head_weight()
+    main, extra = loss(hidden, head, targets[:, :, 0]), 0.0
+    for k in range(model.cfg.mtp_layers):
+        hidden = model.mtp_hidden(k, hidden, targets[:, :, k], positions)
+        extra = extra + loss(hidden, head, targets[:, :, k + 1])
+    return mtp_loss(main, extra)
+
+
 class MTPLoss(nn.Cell):
     """(main loss, the modules' summed losses) -> the main loss; backward: the main loss's gradient passes, and
     the modules' sum receives it times ``weight`` / D."""

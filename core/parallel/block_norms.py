@@ -1,5 +1,5 @@
 """Run health: the L2 norm of each block's gradients and of its parameters (the embedding, every transformer block,
-the final norm, the head), the numbers Megatron and MindFormers log per layer to see which part of a model a
+the final norm, the head, each MTP module), the numbers Megatron and MindFormers log per layer to see which part of a model a
 divergence starts in. One compiled graph per call site, one collective: every rank's weighted sums of squares per
 block, all-reduced over the ranks that hold one copy of the model, then square-rooted.
 
@@ -24,14 +24,16 @@ from core.runtime.graphs import each, jit
 
 
 def block_of(name: str) -> str:
-    """The block a parameter belongs to: ``layers.<i>``, or ``embed``, ``norm``, ``lm_head``."""
+    """The block a parameter belongs to: ``layers.<i>``, ``mtp.<k>`` (a multi-token-prediction module), or
+    ``embed``, ``norm``, ``lm_head``."""
     head, _, rest = name.partition(".")
-    return f"{head}.{rest.split('.', 1)[0]}" if head == "layers" else head
+    return f"{head}.{rest.split('.', 1)[0]}" if head in ("layers", "mtp") else head
 
 
-def blocks(n_layers: int, tied: bool) -> list[str]:
+def blocks(n_layers: int, tied: bool, mtp_layers: int = 0) -> list[str]:
     """Every block of the model in order (the same on every rank, whatever it holds)."""
-    return ["embed", *(f"layers.{i}" for i in range(n_layers)), "norm", *([] if tied else ["lm_head"])]
+    head = [] if tied else ["lm_head"]
+    return ["embed", *(f"layers.{i}" for i in range(n_layers)), "norm", *head, *(f"mtp.{k}" for k in range(mtp_layers))]
 
 
 class _Norms(nn.Cell):
@@ -60,9 +62,10 @@ class BlockNorms:
         groups: dict,
         n_layers: int,
         tied_embeddings: bool,
+        mtp_layers: int = 0,
         mirrors: tuple = (),
     ):
-        self.names = blocks(n_layers, tied_embeddings)
+        self.names = blocks(n_layers, tied_embeddings, mtp_layers)
         index = {b: j for j, b in enumerate(self.names)}
         membership = np.zeros((len(params), len(self.names)), np.float32)
         for i, p in enumerate(params):

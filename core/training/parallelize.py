@@ -26,7 +26,7 @@ from core.model.gpt import transformer_blocks
 from core.model.layers import CausalAttention
 from core.model.loss import LinearCrossEntropyLoss
 from core.model.moe import moe_layers
-from core.model.mtp import MTPLoss, mtp_targets
+from core.model.mtp import MTPLoss, mtp_objective, mtp_targets
 from core.parallel import comm
 from core.parallel.context_parallel import apply_context_parallel, chunk_positions
 from core.parallel.dims import ParallelDims
@@ -72,12 +72,7 @@ class Parallelized:
         hidden = self.model(inputs, positions)  # (B, S, D)
         if not self.mtp_depth:
             return self.loss(hidden, self.model.head_weight(), targets)
-        head = self.model.head_weight()
-        main, extra = self.loss(hidden, head, targets[:, :, 0]), 0.0
-        for k in range(self.mtp_depth):
-            hidden = self.model.mtp_hidden(k, hidden, targets[:, :, k], positions)
-            extra = extra + self.loss(hidden, head, targets[:, :, k + 1])
-        return self.mtp_loss(main, extra)
+        return mtp_objective(self.model, self.loss, self.mtp_loss, hidden, targets, positions)
 
     def validation_loss(self, inputs, targets, positions):
         hidden = self.model(inputs, positions)
@@ -136,12 +131,13 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
         recompute=plan,
         frozen=frozen,
     )
+    depth = cfg.model.mtp_layers  # (with a pipeline the last stage runs the modules: core.parallel.pipeline.stages)
+    common |= dict(mtp_depth=depth, mtp_loss=MTPLoss(cfg.model.mtp_loss_weight, depth) if depth else None)
     if dims.pp == 1:
-        depth = cfg.model.mtp_layers
-        mtp_loss = MTPLoss(cfg.model.mtp_loss_weight, depth) if depth else None
-        return Parallelized(model=model, mtp_depth=depth, mtp_loss=mtp_loss, **common)
+        return Parallelized(model=model, **common)
     mirrors = tuple(name for part in parts.values() for name in part.mirrors)
-    tied = mirrors + (("embed.weight",) if 0 in parts and model.tie_embeddings else ())
+    # the last stage's copy of the table (the tied head, or what MTP embeds with) sums its gradient with stage 0's
+    tied = mirrors + (("embed.weight",) if 0 in parts and (model.tie_embeddings or depth) else ())
     held = nn.CellList(([pre] if pre is not None and 0 in parts else []) + list(parts.values()), auto_prefix=False)
     return Parallelized(model=held, stages=parts, preprocess=pre, tied=tied, mirrors=mirrors, **common)
 

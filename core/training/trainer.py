@@ -93,6 +93,7 @@ class Trainer:
                 groups=self.par.groups,
                 n_layers=cfg.model.n_layers,
                 tied_embeddings=cfg.model.tie_embeddings,
+                mtp_layers=cfg.model.mtp_layers,
                 mirrors=self.par.mirrors,
             )
         self.balance = ExpertBalance(cfg, self.par.model, self.ranks)

@@ -3,9 +3,11 @@
 ``split_stages`` cuts a GPT into ``pp * pp_virtual`` stages (``core.parallel.pipeline.schedules.stage_layers``:
 even, or ``parallel.pp_layers``) and keeps this rank's. A ``Stage`` is a GPT-shaped cell (``embed``, ``layers``,
 ``norm``, ``head_weight()``), so tensor, context and data parallelism apply to each stage as to a whole model;
-the first stage embeds, the last normalises and owns the loss. With tied embeddings the last stage holds a copy
-of the embedding table as its head (Megatron's "embedding group"): the two copies start equal, their gradients
-are summed between the first and last stage (``GradientSync``), so they stay equal; only the first is saved.
+the first stage embeds, the last normalises and owns the loss, and runs the multi-token-prediction modules
+(``core.model.mtp``) after its blocks. With tied embeddings the last stage holds a copy of the embedding table as
+its head (Megatron's "embedding group"), and with MTP as the table the modules embed the later tokens with: the two
+copies start equal, their gradients are summed between the first and last stage (``GradientSync``), so they stay
+equal; only the first is saved.
 
 How a stage runs under MindSpore's autodiff. MindSpore differentiates functions, not a recorded tape that a
 later call could run backward through: a backward is a call that runs the forward again and then its vector-
@@ -20,11 +22,12 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 
+from core.model.mtp import CarriesMTP, MTPLoss, mtp_objective
 from core.parallel.pipeline.schedules import stage_layers
 from core.runtime.graphs import compiled_if
 
 
-class Stage(nn.Cell):
+class Stage(nn.Cell, CarriesMTP):
     """Blocks ``layers`` of ``model``, with the embedding (first stage) and the final norm and head (last).
 
     construct: tokens (B, S) int32 on the first stage, else hidden (B, S, D) -> hidden (B, S, D)."""
@@ -40,13 +43,14 @@ class Stage(nn.Cell):
         self.embed = model.embed if first else None
         self.norm = model.norm if last else None
         self.mirrors: tuple[str, ...] = ()  # parameters that copy another stage's (saved there, not here)
+        self.mtp = model.mtp if last and getattr(model, "mtp_depth", 0) else None
         if last and not model.tie_embeddings:
             self.lm_head = model.lm_head
-        elif last and not first and not head_copy:
+        if last and not first and (model.tie_embeddings or self.mtp is not None) and not head_copy:
             self.embed = model.embed  # for its table only: a stage that is not first does not embed
-        elif last and not first:
+        elif last and not first and (model.tie_embeddings or self.mtp is not None):
             table = model.embed.weight
-            self.embed = type(model.embed)(*table.shape, init_std=model.cfg.init_std)  # the head's copy of the table
+            self.embed = type(model.embed)(*table.shape, init_std=model.cfg.init_std)  # a copy of the table
             self.embed.weight = Parameter(Tensor(table.asnumpy()), name=table.name)
             self.mirrors = (table.name,)
 
@@ -93,10 +97,18 @@ class StageFns:
         self.stage, self.params = stage, stage.trainable_params()
         owners = (stage, loss, eval_loss)  # the cells whose Parameters the graphs read (graphs.jit)
         wrap = compiled_if(jit, owners=owners)
-        if stage.last:
+        if stage.last and stage.mtp is not None:  # targets (B, S, 1 + D); the main loss is what it returns
+            mtp_loss = MTPLoss(stage.cfg.mtp_loss_weight, stage.cfg.mtp_layers)
+
+            def loss_fn(x, targets, positions):
+                return mtp_objective(stage, loss, mtp_loss, stage(x, positions), targets, positions)
+
+        elif stage.last:
 
             def loss_fn(x, targets, positions):
                 return loss(stage(x, positions), stage.head_weight(), targets)
+
+        if stage.last:
 
             def eval_fn(x, targets, positions):
                 return eval_loss(stage(x, positions), stage.head_weight(), targets)
