@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
             flag = meta.get("flag", f"--{f.name.replace('_', '-')}")
             ap.add_argument(flag, dest=f.name, action="store_false" if f.default else "store_true", help=help_text)
             continue
+        if hints[f.name] == bool | None:  # three ways: --x, --no-x, or neither (the field's own default, None)
+            flag = meta.get("flag", f"--{f.name.replace('_', '-')}")
+            ap.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            continue
         kind = [t for t in typing.get_args(hints[f.name]) if t is not type(None)] or [hints[f.name]]
         kwargs = {"type": str if meta.get("shell") or kind[0] is str else kind[0]}
         if f.default is dataclasses.MISSING:

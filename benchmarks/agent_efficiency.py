@@ -232,10 +232,13 @@ METHODS = {
     "tpe+memory": ("tpe", True, "autoresearch.core_adapter:estimate_with_core"),
     "tpe+dominance (no gate)": ("tpe", True, None),
     "random+memory": ("random", True, "autoresearch.core_adapter:estimate_with_core"),
+    # the agent's default: it plans where the step-time model answers without measuring first (a throughput
+    # objective on a calibrated machine: autoresearch.run.session)
     "gp": ("gp", True, "autoresearch.core_adapter:estimate_with_core"),
+    "gp-noplan": ("gp", True, "autoresearch.core_adapter:estimate_with_core"),  # --no-plan
     "gp+plan": ("gp", True, "autoresearch.core_adapter:estimate_with_core"),  # --plan: the step-time model first
 }
-PLANNED = ("gp+plan",)
+PLAN = {"gp+plan": True, "gp-noplan": False}  # --plan, --no-plan; other methods: the agent's default
 SEEDLESS = ("grid",)  # the grid walks the same order whatever the seed
 
 
@@ -301,7 +304,7 @@ def replay_once(
         learn=learn,
         progress=False,
         confirm=0,
-        plan=method in PLANNED,
+        plan=PLAN.get(method),
     )  # the search alone
     session, ended = make_replay_session(opts, proposer, best_key, budget, max_proposals)
     with contextlib.redirect_stdout(io.StringIO()) as out:  # anything the agent logs

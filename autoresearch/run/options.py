@@ -18,12 +18,14 @@ class AgentOptions:
     """Search space YAML: a path, or a name in search_spaces/."""
     proposer: str = field(default="auto", metadata={"choices": PROPOSERS})
     """Who proposes trials. auto: hybrid (Claude + gp) when ANTHROPIC_API_KEY is set, else gp."""
-    plan: bool = False
+    plan: bool | None = field(default=None, metadata={"flag": "--plan"})
     """Plan before paying: rank the space by the core's step-time model (python -m autoresearch.plan) and search
     from it: the first trial is the plan's best runnable point, the gp models the runs' errors against the plan,
     and every run refits the model's efficiency factors (autoresearch.search.prior); Claude is shown the plan's
-    best predictions. Needs a tokens_per_sec or step_time_ms_median objective and a proposer that uses it (auto,
-    gp, hybrid, claude); a CPU cluster is calibrated first (python -m core.perf calibrate, once per machine)."""
+    best predictions. Needs a tokens_per_sec or step_time_ms_median objective of core.train's trials and a proposer
+    that uses it (auto, gp, hybrid, claude). By default the agent plans where the model answers without measuring
+    first (an accelerator's profile, or a CPU this machine has calibrated) and says so; --plan insists (a CPU
+    cluster is calibrated first: python -m core.perf calibrate, minutes, once per machine), --no-plan never."""
     trials: int | None = field(default=None, metadata={"metavar": "N"})
     """Stop when the study holds N finished trials (COMPLETE or PRUNED; errors and reaped trials don't count);
     default: the space's budget, else 20."""
@@ -96,7 +98,7 @@ class AgentOptions:
                 f"--confirm must be >= 0 and --repeats >= 1 (got {self.confirm}, {self.repeats}); --confirm 0 "
                 "skips the confirmation"
             )
-        if self.plan and self.proposer not in PLANNED:
+        if self.plan and self.proposer not in PLANNED:  # (by default the plan serves only those)
             return (
                 f"--plan informs the gp and Claude; --proposer {self.proposer} uses neither (use {'/'.join(PLANNED)})"
             )

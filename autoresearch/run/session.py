@@ -26,11 +26,11 @@ from autoresearch.execute import Executor, Job, LocalExecutor, Resources, SlurmE
 from autoresearch.execute.slots import Slot
 from autoresearch.records import ABANDONED, RAN, Attr, Status, TrialResult, foreknowledge
 from autoresearch.run import scheduler
-from autoresearch.run.options import AgentOptions
+from autoresearch.run.options import PLANNED, AgentOptions
 from autoresearch.run.scheduler import SKIPPED, Exhausted
 from autoresearch.search import Chooser, Gate, SearchExhausted, build_proposer, make_sampler, sampler_for
 from autoresearch.search.prior import StepPrior
-from autoresearch.space import load_space
+from autoresearch.space import SpaceError, load_space
 from autoresearch.study import confirm, ledger
 from autoresearch.study import storage as st
 from autoresearch.study.reaper import abandon, mark_running, reap_stale
@@ -133,7 +133,7 @@ class Session:
         self.max_cost = opts.max_cost if opts.max_cost is not None else budget.dollars
         self.sampler_name = sampler_for(proposer_name)
         self.gate = Gate(self.space, opts.estimator, learn=opts.learn)
-        self.prior = StepPrior(self.space) if opts.plan else None  # a SpaceError for an objective it cannot predict
+        self.prior, self.plan_note = self._prior(proposer_name)
         proposer = build_proposer(proposer_name, opts.model, opts.claude_fraction, opts.seed, prior=self.prior)
         self.chooser = Chooser(self.space, self.gate, proposer=proposer, sampler_name=self.sampler_name, seed=opts.seed)
         self.errors_in_a_row = 0
@@ -147,6 +147,32 @@ class Session:
         self.adopted: list[Launch] = []  # jobs of a dead agent this session waits for before anything new
 
     # --- set-up ---
+
+    def _prior(self, proposer_name: str) -> tuple[StepPrior | None, str]:
+        """The step-time model as the search's prior, and what to tell the user about it. ``--plan``: always (a
+        SpaceError for a space it cannot serve). By default, where it answers without measuring first: a
+        throughput objective of core.train's trials, a proposer that reads the plan, and a cluster whose numbers
+        are known (an accelerator's profile, or a CPU this machine has calibrated), the model predicting the
+        space's first points; the note says when it plans, and when it does not, why, and how to have it."""
+        plan = self.opts.plan
+        if plan:
+            return StepPrior(self.space), ""
+        if plan is False or proposer_name not in PLANNED:
+            return None, ""
+        try:
+            prior = StepPrior(self.space)
+        except SpaceError:  # an objective or a command the model does not predict: nothing to plan
+            return None, ""
+        if cluster_device({**self.space.fixed, **prior.grid[0]}) == "CPU" and calibration() is None:
+            return None, (
+                "step-time model: this machine is not calibrated, so the search does not plan; `python -m core.perf "
+                "calibrate` (minutes, once per machine) or --plan (calibrates now) lets it plan before it pays"
+            )
+        try:
+            prior.validate()
+        except SpaceError as exc:
+            return None, f"step-time model: the search does not plan ({exc})"
+        return prior, "step-time model: the search plans before it pays (the default here; --no-plan: without)"
 
     def measure_reference_rate(self, device: str) -> None:
         """MFU's denominator (``core.runtime.reference_rate``), measured now while no trial runs: once per
@@ -226,6 +252,8 @@ class Session:
         study = self.open()
         device = str(self.space.fixed.get("device", "CPU"))
         self.measure_reference_rate(device)
+        if self.plan_note:
+            self.listener.note(self.plan_note)
         if self.prior is not None:
             self.prepare_plan()
         slots = self.executor.slots(self.opts.workers, device, self.space.world_size)

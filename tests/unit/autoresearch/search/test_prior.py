@@ -19,6 +19,7 @@ from autoresearch.search.proposers.model_based import ModelBasedProposer
 from autoresearch.space import SpaceError, load_space
 from autoresearch.study.storage import trial_rows
 from core.perf import estimate_step, planned_config
+from core.runtime.cache_dirs import CACHE_ENV
 from tests.agent_support import load, run_agent
 
 MBS, REC = "training.micro_batch_size", "memory.recompute"
@@ -214,3 +215,30 @@ def test_claude_is_shown_the_plans_best_unrun_configs(space, monkeypatch, tmp_pa
     listed = [line.split(" | ")[0].lstrip("| ") for line in plan.splitlines() if line.startswith('| {"')]
     assert listed[0] == json.dumps(order[1], sort_keys=True, separators=(",", ":"))  # the run one is gone
     assert len(listed) == 10
+
+
+def _session(tmp_path, doc: dict, plan: bool | None = None):
+    from autoresearch.run.options import AgentOptions
+    from autoresearch.run.session import Session
+
+    path = tmp_path / f"{doc['name']}.yaml"
+    path.write_text(yaml.safe_dump({**doc, "trial_command": "core.train"}, sort_keys=False))
+    return Session(AgentOptions(space=str(path), trials_dir=str(tmp_path / "trials"), plan=plan), "gp")
+
+
+def test_by_default_the_agent_plans_where_the_model_answers_without_measuring(tmp_path, monkeypatch):
+    """Without --plan or --no-plan: an accelerator's profile is known, so the gp plans (and says so); --no-plan
+    searches without; a CPU this machine has not calibrated is not measured unasked (the note says how to have the
+    plan); an objective the model does not predict has nothing to plan, and nothing is said."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))  # a machine with no calibration
+    planned = _session(tmp_path, SPACE)
+    assert planned.prior is not None and "plans before it pays" in planned.plan_note
+    assert _session(tmp_path, SPACE, plan=False).prior is None
+    cpu = {**SPACE, "name": "cpu", "fixed": {"model": "tiny", "training.global_batch_size": 8}, "world_size": 2}
+    cpu["params"] = {DP: {"type": "choice", "values": [1, 2]}, MBS: {"type": "choice", "values": [1, 2]}}
+    cpu["constraints"] = []
+    uncalibrated = _session(tmp_path, cpu)
+    assert uncalibrated.prior is None and "python -m core.perf calibrate" in uncalibrated.plan_note
+    loss = {**SPACE, "name": "loss", "objective": {"metric": "val_loss", "direction": "minimize"}}
+    unplanned = _session(tmp_path, loss)
+    assert unplanned.prior is None and unplanned.plan_note == ""
