@@ -287,17 +287,6 @@ def bf16_training_is_built(cfg: TrainConfig) -> None:
     )
 
 
-def mtp_runs_where_built(cfg: TrainConfig) -> None:
-    if not cfg.model.mtp_layers:
-        return
-    require(
-        cfg.parallel.pp == 1 or cfg.parallel.pp_schedule != "mpipe",
-        "model.mtp_layers",
-        "multi-token prediction does not run under the mpipe schedule yet (its modules embed on the last stage, "
-        "mpipe's preprocess block moves the embedding); use another parallel.pp_schedule or model.mtp_layers=0",
-    )
-
-
 def ranks_split_over_the_nodes(cfg: TrainConfig, n: int) -> None:
     """A trial over ``n`` nodes (``core.runtime.cluster.nodes``: the agent's Slurm job says) gives each the same
     share of the ranks."""
@@ -332,7 +321,7 @@ CROSS_SECTION_RULES = (
 
 # What this build can run, beyond what is valid: checked by ``core.train`` before it starts a trial, not by the
 # estimates, which answer for configs the trainer does not run yet.
-RUN_RULES = (bf16_training_is_built, mtp_runs_where_built)
+RUN_RULES = (bf16_training_is_built,)
 
 
 def check_runnable(cfg: TrainConfig, *, nodes: int = 1) -> None:

@@ -1,7 +1,7 @@
 """MPipe Transpose run by real worker processes reproduces the 1-process run (per-step losses, validation loss,
 consolidated parameters within 1e-5 over 10 steps): T = 0, 1, 2 under both overflow policies, with AdamW and Muon,
-with an interleaved body, with a frozen preprocess block, with data-parallel replicas, with FSDP, and with tensor
-and sequence parallelism under full recompute (context and expert parallelism ran equal to one process by hand, 3
+with an interleaved body, with a frozen preprocess block, with a multi-token-prediction module (untied head), with
+data-parallel replicas, with FSDP, and with tensor and sequence parallelism under full recompute (context and expert parallelism ran equal to one process by hand, 3
 steps; left out for time). 4 micro-batches on 2 stages: micro-batches 0 and 1 are transposed (rank 1
 preprocesses 1), 2 and 3 overflow (full: rank 0 takes 2 and rank 1 takes 3; min: rank 0 both)."""
 
@@ -28,10 +28,12 @@ BASE = (
 MPIPE = ("parallel.pp=2", "parallel.pp_schedule=mpipe")
 # the preprocess block frozen (a pretrained tower): nothing sent each step, nothing recomputed
 FROZEN = ("model.tie_embeddings=false", "model.freeze_embedding=true", "model.freeze_layers=1")
+# a multi-token-prediction module on the last stage, embedding with its copy of the preprocess block's table
+MTP = ("model.mtp_layers=1", "model.tie_embeddings=false")
 LAYOUTS = {
     "T=0 full": (*MPIPE, "parallel.pp_transpose_layers=0"),
     "T=0 min, interleaved": (*MPIPE, "parallel.pp_transpose_overflow=min", "parallel.pp_virtual=2"),
-    "T=1 min": (*MPIPE, "parallel.pp_transpose_layers=1", "parallel.pp_transpose_overflow=min"),
+    "T=1 min, MTP": (*MPIPE, "parallel.pp_transpose_layers=1", "parallel.pp_transpose_overflow=min", *MTP),
     "T=1 full, dp_replicate=2": (*MPIPE, "parallel.pp_transpose_layers=1", "parallel.dp_replicate=2"),
     "T=1 min, dp_shard=2": (
         *MPIPE,
@@ -56,7 +58,7 @@ LAYOUTS = {
     ),
     "T=1 frozen": (*MPIPE, "parallel.pp_transpose_layers=1", *FROZEN),
 }
-REFERENCE = {"T=2 min, muon": ("optim=muon",), "T=1 frozen": FROZEN}
+REFERENCE = {"T=2 min, muon": ("optim=muon",), "T=1 frozen": FROZEN, "T=1 min, MTP": MTP}
 
 
 @pytest.fixture(scope="module")
