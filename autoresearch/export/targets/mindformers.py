@@ -458,7 +458,26 @@ def _rope_export(c: Flat) -> Flat:
     factors["factor"] = float(factors["factor"])
     if kind == "yarn":
         factors["mscale"] = _mscale(c)
+        if c["model.attention"] == "mla":
+            _check_mla_softmax(c, factors["mscale"])
     return {MC + "extend_method": method, MC + "scaling_factor": factors}
+
+
+def _check_mla_softmax(c: Flat, mscale: float) -> None:
+    """MindFormers' MLA (parallel_core, 2.1.0: multi_latent_attention.py) scales its softmax by yarn_mscale(f,
+    mscale)^2, where the core (and transformers' DeepSeek-V3) uses yarn_mscale(f, mscale_all_dim)^2, or 1 without
+    mscale_all_dim: one ``mscale`` sets both its cos/sin factor and its softmax factor, so a run whose two factors no
+    single mscale gives has no counterpart (DeepSeek's configs have mscale = mscale_all_dim: cos and sin unscaled)."""
+    f, all_dim = c["model.rope_factor"], c["model.rope_mscale_all_dim"]
+    ours = yarn_mscale(f, all_dim) ** 2 if all_dim else 1.0
+    theirs = yarn_mscale(f, mscale) ** 2
+    if not math.isclose(ours, theirs, rel_tol=1e-9):
+        raise NoCounterpart(
+            f"MindFormers' MLA scales its softmax by (0.1 mscale ln factor + 1)^2 with the mscale that also sets its "
+            f"cos and sin: for this run's cos/sin factor that is {theirs:.4g}, the core's softmax factor is "
+            f"{ours:.4g}; set model.rope_attention_factor=1 and model.rope_mscale_all_dim to the mscale wanted "
+            "(DeepSeek's convention) for a run MindFormers reproduces"
+        )
 
 
 def _mscale(c: Flat) -> float:
@@ -468,7 +487,8 @@ def _mscale(c: Flat) -> float:
     yarn_mscale(f) (``core.model.layers.rope_frequencies``). For a DeepSeek config read from Hugging Face the core's
     factor is that same ratio, so this gives back the config's own mscale. The softmax's factor is the model code's:
     yarn_mscale(f, mscale_all_dim)^2 in transformers' DeepSeek-V3 and the core, yarn_mscale(f, mscale)^2 in
-    MindFormers' parallel_core MLA; the two agree when mscale = mscale_all_dim, as in DeepSeek-V3's config."""
+    MindFormers' parallel_core MLA; the two agree when mscale = mscale_all_dim, as in DeepSeek-V3's config
+    (``_check_mla_softmax`` refuses an MLA run where they do not)."""
     f = c["model.rope_factor"]
     if f <= 1:
         return 1.0  # no scaling: every factor is 1

@@ -283,14 +283,21 @@ CASES = {
         "model.mtp_loss_weight=0.1",
         "model.moe_capacity_factor=1.25",
     ],
-    "hf-deepseek-yarn": [
+    "hf-deepseek-yarn": [  # DeepSeek's convention: mscale = mscale_all_dim, cos and sin unscaled
         f"model=hf:{HF}/deepseek-tiny",
         "model.rope_scaling=yarn",
         "model.rope_factor=4",
         "model.rope_original_max_len=64",
         "model.rope_mscale_all_dim=1.0",
+        "model.rope_attention_factor=1.0",
     ],
     "hf-qwen3": [f"model=hf:{HF}/qwen3-tiny", "parallel.tp=2", "parallel.sp=true"],
+    "hf-qwen3-yarn": [  # YaRN's default cos and sin factor, 0.1 ln 4 + 1 (no softmax factor on GQA)
+        f"model=hf:{HF}/qwen3-tiny",
+        "model.rope_scaling=yarn",
+        "model.rope_factor=4",
+        "model.rope_original_max_len=64",
+    ],
     "hf-llama3-rope": [  # Llama 3.1's RoPE scaling, on a small HF config
         f"model=hf:{HF}/qwen3-tiny",
         "model.rope_scaling=llama3",
@@ -480,21 +487,28 @@ def test_mindformers_writes_an_hf_models_shape_as_its_config_json_says():
         "use_gating_sigmoid": True,
     }
     yarn = export_config(TARGETS["mindformers"], flat(*CASES["hf-deepseek-yarn"])).doc["model"]["model_config"]
+    # as read from a DeepSeek config (mscale = mscale_all_dim = 1: cos and sin unscaled), its own mscale comes back
     assert yarn["extend_method"] == "YARN" and yarn["scaling_factor"] == {
         "factor": 4.0,
         "beta_fast": 32.0,
         "beta_slow": 1.0,
         "mscale_all_dim": 1.0,
         "original_max_position_embeddings": 64,
-        # cos and sin times m = 0.1 ln 4 + 1 in the core (the YaRN default), and MindFormers scales them by
-        # (0.1 mscale ln 4 + 1) / m (mscale_all_dim 1): mscale = (m^2 - 1) / (0.1 ln 4) = 2 + 0.1 ln 4
-        "mscale": pytest.approx(2 + 0.1 * math.log(4)),
+        "mscale": pytest.approx(1.0),
     }
-    # as read from a DeepSeek config (mscale = mscale_all_dim = 1: cos and sin unscaled), its own mscale comes back
-    hf_yarn = flat(*CASES["hf-deepseek-yarn"], "model.rope_attention_factor=1.0")
-    assert export_config(TARGETS["mindformers"], hf_yarn).doc["model"]["model_config"]["scaling_factor"]["mscale"] == (
-        pytest.approx(1.0)
-    )
+    # cos and sin times m = 0.1 ln 4 + 1 in the core (the YaRN default): MindFormers scales them by
+    # (0.1 mscale ln 4 + 1) / m (mscale_all_dim 1), so mscale = (m^2 - 1) / (0.1 ln 4) = 2 + 0.1 ln 4, which would
+    # scale its MLA's softmax by (0.1 mscale ln 4 + 1)^2 = 1.68 where the core's is m^2 = 1.30: no counterpart
+    default = [o for o in CASES["hf-deepseek-yarn"] if not o.startswith("model.rope_attention_factor")]
+    dropped = export_config(TARGETS["mindformers"], flat(*default)).dropped
+    reason = dropped["model.rope_scaling"][1]
+    assert "softmax" in reason and f"{(0.1 * (2 + 0.1 * math.log(4)) * math.log(4) + 1) ** 2:.4g}" in reason
+    assert f"{(0.1 * math.log(4) + 1) ** 2:.4g}" in reason
+    # on a GQA model (no mscale_all_dim) nothing else reads mscale: MindFormers' cos and sin factor is
+    # 0.1 mscale ln 4 + 1, the core's YaRN default at mscale 1
+    gqa = CASES["hf-qwen3-yarn"]
+    factors = export_config(TARGETS["mindformers"], flat(*gqa)).doc["model"]["model_config"]["scaling_factor"]
+    assert factors["mscale"] == pytest.approx(1.0)
     # DeepSeek-V3's sequence-wise balance loss (its config's): MindFormers' YAML has none, and the export says where
     # it is spelled; the batch-wise one is moe_config's aux_loss_factor, nothing dropped
     seq = export_config(TARGETS["mindformers"], flat(*CASES["hf-deepseek"]))

@@ -59,7 +59,7 @@ def test_mindformers_reads_every_key_the_export_writes(case, load):
         assert got == value, (case, path)
 
 
-@pytest.mark.parametrize("case", ["hf-llama3-rope", "hf-deepseek-yarn", "hf-qwen3"])
+@pytest.mark.parametrize("case", ["hf-llama3-rope", "hf-deepseek-yarn", "hf-qwen3-yarn", "hf-qwen3"])
 def test_mindformers_rotates_by_the_cores_angles(case, load):
     """The exported extend_method and scaling_factor, given to MindFormers' own RoPE table (``FreqsMgr``, which
     checks the keys as its models do), give the core's cos table (``core.model.layers.rope_tables``, float64)."""
@@ -84,6 +84,26 @@ def test_mindformers_rotates_by_the_cores_angles(case, load):
     theirs = table.freqs_cos.asnumpy()
     assert theirs.shape == (model.max_seq_len, model.rope_dim)
     np.testing.assert_allclose(theirs[:, : model.rope_dim // 2], cos, atol=1e-4)
+
+
+def test_mindformers_mla_scales_the_softmax_as_the_core(load):
+    """The exported YaRN mscale, through MindFormers' own factor (``_yarn_get_mscale``, squared on the softmax scale
+    by its MLA: parallel_core multi_latent_attention.py), gives the core's softmax scale."""
+    import math
+
+    from mindformers.parallel_core.training_graph.base_models.common.embeddings.yarn_rotary_pos_embedding import (
+        _yarn_get_mscale,
+    )
+
+    from core.config import load_config
+
+    model = load_config(CASES["hf-deepseek-yarn"]).model
+    factors = export_config(TARGETS["mindformers"], flat(*CASES["hf-deepseek-yarn"])).doc["model"]["model_config"][
+        "scaling_factor"
+    ]
+    theirs = _yarn_get_mscale(factors["factor"], factors["mscale"]) ** 2 / math.sqrt(model.qk_head_size)
+    assert model.softmax_scale > 1.2 / math.sqrt(model.qk_head_size)  # YaRN's factor is in it (m^2 = 1.30)
+    assert theirs == pytest.approx(model.softmax_scale, rel=1e-9)
 
 
 def test_a_key_mindformers_does_not_know_is_refused(load):
