@@ -32,7 +32,7 @@ from core.parallel.context_parallel import apply_context_parallel, chunk_positio
 from core.parallel.dims import ParallelDims
 from core.parallel.expert_parallel import apply_moe_parallel
 from core.parallel.fsdp import apply_fsdp
-from core.parallel.pipeline.stages import preprocess, split_stages
+from core.parallel.pipeline.stages import preprocess, reads_table_last, split_stages
 from core.parallel.placement import Placement, replicated
 from core.parallel.tensor_parallel import apply_tensor_parallel
 
@@ -137,7 +137,7 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
         return Parallelized(model=model, **common)
     mirrors = tuple(name for part in parts.values() for name in part.mirrors)
     # the last stage's copy of the table (the tied head, or what MTP embeds with) sums its gradient with stage 0's
-    tied = mirrors + (("embed.weight",) if 0 in parts and (model.tie_embeddings or depth) else ())
+    tied = mirrors + (("embed.weight",) if 0 in parts and reads_table_last(model) else ())
     held = nn.CellList(([pre] if pre is not None and 0 in parts else []) + list(parts.values()), auto_prefix=False)
     return Parallelized(model=held, stages=parts, preprocess=pre, tied=tied, mirrors=mirrors, **common)
 

@@ -46,13 +46,14 @@ class Stage(nn.Cell, CarriesMTP):
         self.mtp = model.mtp if last and getattr(model, "mtp_depth", 0) else None
         if last and not model.tie_embeddings:
             self.lm_head = model.lm_head
-        if last and not first and (model.tie_embeddings or self.mtp is not None) and not head_copy:
-            self.embed = model.embed  # for its table only: a stage that is not first does not embed
-        elif last and not first and (model.tie_embeddings or self.mtp is not None):
-            table = model.embed.weight
-            self.embed = type(model.embed)(*table.shape, init_std=model.cfg.init_std)  # a copy of the table
-            self.embed.weight = Parameter(Tensor(table.asnumpy()), name=table.name)
-            self.mirrors = (table.name,)
+        if last and not first and reads_table_last(model):  # (for its table only: a stage not first does not embed)
+            if head_copy:
+                table = model.embed.weight
+                self.embed = type(model.embed)(*table.shape, init_std=model.cfg.init_std)  # a copy of the table
+                self.embed.weight = Parameter(Tensor(table.asnumpy()), name=table.name)
+                self.mirrors = (table.name,)
+            else:
+                self.embed = model.embed
 
     def head_weight(self):
         """The (V, D) head on the last stage; None elsewhere."""
@@ -67,6 +68,12 @@ class Stage(nn.Cell, CarriesMTP):
         for block in self.layers:
             h = block(h, cos, sin, positions)
         return self.norm(h) if self.last else h
+
+
+def reads_table_last(model: nn.Cell) -> bool:
+    """Whether the last stage reads the embedding table: as its tied head, or for the MTP modules to embed with
+    (another stage's table: a copy whose gradient is summed with the first stage's)."""
+    return model.tie_embeddings or bool(getattr(model, "mtp_depth", 0))
 
 
 def split_stages(
@@ -97,18 +104,17 @@ class StageFns:
         self.stage, self.params = stage, stage.trainable_params()
         owners = (stage, loss, eval_loss)  # the cells whose Parameters the graphs read (graphs.jit)
         wrap = compiled_if(jit, owners=owners)
-        if stage.last and stage.mtp is not None:  # targets (B, S, 1 + D); the main loss is what it returns
-            mtp_loss = MTPLoss(stage.cfg.mtp_loss_weight, stage.cfg.mtp_layers)
-
-            def loss_fn(x, targets, positions):
-                return mtp_objective(stage, loss, mtp_loss, stage(x, positions), targets, positions)
-
-        elif stage.last:
-
-            def loss_fn(x, targets, positions):
-                return loss(stage(x, positions), stage.head_weight(), targets)
-
         if stage.last:
+            if stage.mtp is not None:  # targets (B, S, 1 + D); the main loss is what it returns
+                mtp_loss = MTPLoss(stage.cfg.mtp_loss_weight, stage.cfg.mtp_layers)
+
+                def loss_fn(x, targets, positions):
+                    return mtp_objective(stage, loss, mtp_loss, stage(x, positions), targets, positions)
+
+            else:
+
+                def loss_fn(x, targets, positions):
+                    return loss(stage(x, positions), stage.head_weight(), targets)
 
             def eval_fn(x, targets, positions):
                 return eval_loss(stage(x, positions), stage.head_weight(), targets)
