@@ -61,7 +61,7 @@ def require_torch():
     return torch
 
 
-# ---- the PyTorch peer: its own process, `peer_torch.py _torch peer=eager|compile params=N <core overrides>` ----
+# ---- the PyTorch peer: its own process, `peer_torch.py _torch peer=eager|compile|eager-bf16 params=N <overrides>` ----
 def torch_trial(argv: list[str]) -> None:
     """One PyTorch trial from the core's own overrides; writes a trial_summary.json as the core's CLI does."""
     torch = require_torch()
@@ -93,8 +93,12 @@ def torch_trial(argv: list[str]) -> None:
         groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay, fused=True
     )
 
+    bf16 = opts["peer"].endswith("-bf16")  # autocast: bf16 matmuls (oneDNN), norms/softmax/loss in fp32
+
     def loss_fn(inputs, targets):
-        return F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(inputs)
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
     if opts["peer"] == "compile":
         loss_fn = torch.compile(loss_fn, dynamic=False)
@@ -124,6 +128,7 @@ def torch_trial(argv: list[str]) -> None:
                 "status": status,
                 "reason": reason,
                 "step_times_ms": [round(x * 1000, 1) for x in times],
+                "losses": losses,
                 "torch": f"{torch.__version__}, {torch.get_num_threads()} threads, "
                 f"{torch.backends.cpu.get_cpu_capability()}",
                 "metrics": {

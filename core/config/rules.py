@@ -276,17 +276,6 @@ def checkpoints_fit_the_budget(cfg: TrainConfig) -> None:
     )
 
 
-def bf16_training_is_built(cfg: TrainConfig) -> None:
-    require(
-        cfg.training.precision == "fp32",
-        "training.precision",
-        "the trainer runs fp32 only so far; bf16 is for the estimates (python -m core.perf, python -m core.memory), "
-        "and on CPU it could not run: MindSpore 2.10 has no CPU bf16 kernel for MatMul, BatchMatMul, Softmax, "
-        "Sigmoid, Rsqrt, ReduceSum or Gather (benchmarks/RESULTS.md, 'bf16 on CPU'); train with "
-        "training.precision=fp32",
-    )
-
-
 def ranks_split_over_the_nodes(cfg: TrainConfig, n: int) -> None:
     """A trial over ``n`` nodes (``core.runtime.cluster.nodes``: the agent's Slurm job says) gives each the same
     share of the ranks."""
@@ -321,7 +310,7 @@ CROSS_SECTION_RULES = (
 
 # What this build can run, beyond what is valid: checked by ``core.train`` before it starts a trial, not by the
 # estimates, which answer for configs the trainer does not run yet.
-RUN_RULES = (bf16_training_is_built,)
+RUN_RULES = ()
 
 
 def check_runnable(cfg: TrainConfig, *, nodes: int = 1) -> None:

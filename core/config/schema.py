@@ -335,8 +335,8 @@ class TrainingConfig:
     """Profile the steps after the first two (``core.runtime.profiling``): ``metrics.comm_time_share``."""
     precision: str = "fp32"
     """fp32, or bf16: bf16 compute copies of the weights and bf16 activations, fp32 master weights, gradient
-    reductions, optimizer state and loss. The estimates (``core.perf``, ``core.memory``) count either; the trainer
-    runs fp32."""
+    reductions, optimizer state and loss (``core.model.precision``). On CPU bf16 is emulated
+    (``TrainConfig.compute_precision``): bf16's numbers at fp32's speed and memory."""
 
     def __post_init__(self):
         positive("training", self, "global_batch_size", "seq_len", "log_interval", "eval_batches")
@@ -503,6 +503,20 @@ class TrainConfig:
         t, dp = self.training, self.parallel.dp
         if t.micro_batch_size is None and t.global_batch_size % dp == 0:
             t.micro_batch_size = t.global_batch_size // dp
+
+    @property
+    def compute_precision(self) -> str:
+        """How the trainer computes ``training.precision``: ``fp32``, ``bf16``, or ``bf16-emulated`` on CPU.
+
+        CPU workaround: MindSpore 2.10 has no CPU bf16 kernel for MatMul, BatchMatMul, Softmax, Sigmoid,
+        Rsqrt, ReduceSum or Gather (benchmarks/RESULTS.md, "bf16 on CPU"), so on CPU every value an accelerator
+        would hold in bf16 is rounded to bf16 and kept in fp32 storage, and the arithmetic runs in fp32 (as an
+        accelerator's matmul accumulates). The loss curve is bf16's; step time and memory are fp32's plus the
+        rounding, so the estimates count an emulated run as fp32.
+        """
+        if self.training.precision == "bf16" and self.device == "CPU":
+            return "bf16-emulated"
+        return self.training.precision
 
     @property
     def grad_accum_steps(self) -> int:

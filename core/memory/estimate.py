@@ -197,8 +197,9 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     muon = cfg.optim.name == "muon"
     # bf16: activations and compute copies of the weights in bf16 (FSDP gathers them in bf16; without FSDP each
     # rank keeps one beside its fp32 master), gradients, states and the loss in fp32. Accelerators run flash
-    # attention (no S x S matrices saved) and accumulate gradients in place.
-    bf16, accelerator = t.precision == "bf16", cfg.device != "CPU"
+    # attention (no S x S matrices saved) and accumulate gradients in place. CPU emulates bf16 in fp32 storage
+    # (TrainConfig.compute_precision): counted as fp32.
+    bf16, accelerator = cfg.compute_precision == "bf16", cfg.device != "CPU"
     act_bytes, weight_bytes = (2, 2) if bf16 else (4, 4)
     held, chunks, has_loss, in_flight = pipeline_rank(cfg, pp_rank)
     preprocess, frozen = preprocess_copy(cfg, pp_rank), frozen_names(m)

@@ -95,6 +95,7 @@ class SegmentedStep:
                     tie_embeddings=model.tie_embeddings,
                     rope_cos=model.rope_cos,
                     rope_sin=model.rope_sin,
+                    compute_precision=model.compute_precision,
                     layers=[template],
                     embed=None,
                     norm=None,

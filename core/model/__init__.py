@@ -9,6 +9,7 @@ documents.
     mtp.py      multi-token prediction modules (DeepSeek-V3) and their loss
     moe.py      a top-k router over grouped experts, capacity-bounded or dropless
     loss.py     fused linear + cross-entropy with a hand-written backward (the logits never held whole)
+    precision.py  mixed precision: where values leave fp32 (bf16 on accelerators, emulated on CPU)
     flops.py    parameter shapes, FLOPs per token, expert capacity: counted from the config (no MindSpore)
 
 Names are imported on first use (``lazy_loader``): the memory estimate reads ``flops`` without loading MindSpore.

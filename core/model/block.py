@@ -12,9 +12,10 @@ from mindspore import nn
 from core.model.layers import MLP, Attention, RMSNorm
 from core.model.mla import MLAttention
 from core.model.moe import MoE
+from core.model.precision import Computes, to_compute
 
 
-class Block(nn.Cell):
+class Block(nn.Cell, Computes):
     """Pre-norm residual block (GPT-2 / Llama): x + attn(norm(x)), then + mlp(norm(.)); the attention is GQA or
     MLA (core.model.mla) as ``cfg.attention`` says, the MLP a mixture of experts (core.model.moe) with ``moe``.
 
@@ -35,5 +36,6 @@ class Block(nn.Cell):
             self.mlp = MLP(cfg.d_model, cfg.ffn_hidden, init_std=cfg.init_std, out_std=out_std, dtype=dtype)
 
     def construct(self, x, cos, sin, positions):
-        x = x + self.attn(self.attn_norm(x), cos, sin, positions)  # (B, S, D)
-        return x + self.mlp(self.mlp_norm(x))
+        p = self.compute_precision  # the residual stream's (an MoE's fp32 gates would promote it)
+        x = to_compute(x + self.attn(self.attn_norm(x), cos, sin, positions), p)  # (B, S, D)
+        return to_compute(x + self.mlp(self.mlp_norm(x)), p)

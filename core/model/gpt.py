@@ -25,15 +25,16 @@ import zlib
 
 import mindspore as ms
 import numpy as np
-from mindspore import Tensor, nn, ops
+from mindspore import Tensor, nn
 
 from core.config import ModelConfig
 from core.model.block import Block
-from core.model.layers import Embedding, Linear, RMSNorm, linear, rope_tables
+from core.model.layers import Embedding, Linear, RMSNorm, linear, rope_at, rope_tables
 from core.model.mtp import CarriesMTP, MTPLayer
+from core.model.precision import Computes
 
 
-class GPT(nn.Cell, CarriesMTP):
+class GPT(nn.Cell, CarriesMTP, Computes):
     """Decoder-only transformer over int32 tokens (B, S) with S <= cfg.max_seq_len.
 
     Init (GPT-2, Radford et al. 2019; Llama, Touvron et al. 2023): every matrix N(0, init_std), the residual
@@ -78,8 +79,7 @@ class GPT(nn.Cell, CarriesMTP):
         gives each rank its chunks' positions) -> hidden (B, S, D)."""
         if positions is None:
             positions = self.arange[: tokens.shape[1]]
-        cos = ops.gather(self.rope_cos, positions, 0)  # (S, E/2)
-        sin = ops.gather(self.rope_sin, positions, 0)  # (S, E/2)
+        cos, sin = rope_at(self.rope_cos, self.rope_sin, positions, self.compute_precision)  # (S, E/2) each
         h = self.embed(tokens)  # (B, S, D)
         for block in self.layers:
             h = block(h, cos, sin, positions)

@@ -23,6 +23,7 @@ from mindspore import Parameter, Tensor, mint, nn, ops
 from mindspore.common.initializer import initializer
 
 from core.config.model import yarn_mscale
+from core.model.precision import Computes, to_compute, written
 
 
 def parameter(shape, dtype) -> Parameter:
@@ -64,18 +65,20 @@ def _heads_first(x):
     return ops.transpose(x, (0, 2, 1, 3))
 
 
-class MatMul(nn.Cell):
-    """The op of a Linear: (x (..., in), w (out, in)) -> x @ w^T (..., out)."""
+class MatMul(nn.Cell, Computes):
+    """The op of a Linear: (x (..., in), w (out, in)) -> x @ w^T (..., out), in the compute precision."""
 
     def construct(self, x, w):
-        return linear(x, w)
+        p = self.compute_precision
+        return written(linear(to_compute(x, p), to_compute(w, p)), p)
 
 
-class AddBias(nn.Cell):
+class AddBias(nn.Cell, Computes):
     """The op of a Bias: (y (..., out), b (out,)) -> y + b."""
 
     def construct(self, y, b):
-        return y + b
+        p = self.compute_precision
+        return written(y + to_compute(b, p), p)
 
 
 class Bias(nn.Cell):
@@ -113,12 +116,13 @@ class Linear(nn.Cell):
         return self.bias(y) if self.has_bias else y
 
 
-class Lookup(nn.Cell):
+class Lookup(nn.Cell, Computes):
     """The op of an Embedding: (tokens (B, S) int32, table (V, D)) -> rows (B, S, D), a gather (mint's embedding
-    kernel is missing on CPU; ops.gather and its gradient work)."""
+    kernel is missing on CPU; ops.gather and its gradient work). The rows, not the table, are cast: the activations
+    start in the compute precision here, and the table's gradient is a scatter of fp32 rows."""
 
     def construct(self, tokens, table):
-        return ops.gather(table, tokens, 0)
+        return to_compute(ops.gather(table, tokens, 0), self.compute_precision)
 
 
 class Embedding(nn.Cell):
@@ -137,7 +141,7 @@ class Embedding(nn.Cell):
         return self.op(tokens, self.weight)  # (B, S) int32 -> (B, S, D)
 
 
-class RMSNormOp(nn.Cell):
+class RMSNormOp(nn.Cell, Computes):
     """The op of an RMSNorm: (x (..., D), w (D,)) -> x / sqrt(mean(x^2) + eps) * w, statistics in float32.
 
     Over (N, D) rows: MindSpore's CPU reductions over the last axis of a 3-D tensor take a slow path, several times
@@ -152,9 +156,10 @@ class RMSNormOp(nn.Cell):
         self.eps = eps
 
     def construct(self, x, w):
+        p = self.compute_precision
         x32 = x.reshape(-1, x.shape[-1]).astype(ms.float32)  # (N, D)
         inv_rms = mint.rsqrt(mint.mean(x32 * x32, dim=-1, keepdim=True) + self.eps)  # (N, 1)
-        return ((x32 * inv_rms).astype(x.dtype) * w).reshape(x.shape)
+        return written(to_compute(x32 * inv_rms, p) * to_compute(w, p), p).reshape(x.shape)
 
 
 class RMSNorm(nn.Cell):
@@ -182,7 +187,7 @@ def causal_mask(q_positions, k_positions, dtype):
     return ops.select(allowed, ops.zeros(allowed.shape, dtype), ops.fill(dtype, allowed.shape, -np.inf))
 
 
-class CausalAttention(nn.Cell):
+class CausalAttention(nn.Cell, Computes):
     """Scaled dot-product attention with a causal mask from positions (Vaswani et al. 2017): q (B, H, Sq, E),
     k (B, K, Sk, E) and v (B, K, Sk, Ev) with their positions, K dividing H (GQA: each KV head serves H / K query
     heads); by hand, as the fused kernels are Ascend-only."""
@@ -212,9 +217,11 @@ class CausalAttention(nn.Cell):
         # CPU a repeated k / v costs a broadcast forward and a 5-D ReduceSum backward, the largest sums of medium's
         # step. The figures behind this and the two choices below: benchmarks/RESULTS.md,
         # "Slow kernel paths: reductions over 3-D tensors and broadcasting element-wise ops".
+        p = self.compute_precision  # q, k, v in it (after RoPE: written), the softmax in fp32, cast back
+        q, k, v = written(q, p), written(k, p), written(v, p)
         q = q.reshape(B, K, n_rep * Sq, E)
         mask = causal_mask(_tile(q_positions, (n_rep,)), k_positions, ms.float32)  # (n_rep * Sq, Sk)
-        scores = _bmm_nt(q, k) * self.scale  # (B, K, n_rep * Sq, Sk)
+        scores = written(_bmm_nt(q, k), p) * self.scale  # (B, K, n_rep * Sq, Sk)
         # The mask written out to the scores' shape (one tensor the graph shares across layers): a broadcasting Add
         # takes MindSpore's per-element slow path on CPU, several times an Add of equal shapes.
         scores = scores + ops.broadcast_to(mask, scores.shape)
@@ -223,8 +230,8 @@ class CausalAttention(nn.Cell):
             ops.assign(self.max_logit, ops.maximum(self.max_logit, largest))
         # Softmax in float32 (exp of low-precision logits loses the small probabilities), over 2-D rows: MindSpore's
         # CPU reductions (softmax's backward) run several times slower over a 4-D tensor's last axis than a 2-D one's.
-        probs = mint.softmax(scores.reshape(-1, Sk).astype(ms.float32), dim=-1).astype(v.dtype)
-        return _bmm(probs.reshape(scores.shape), v).reshape(B, H, Sq, Ev)  # (B, H, Sq, Ev)
+        probs = to_compute(mint.softmax(scores.reshape(-1, Sk).astype(ms.float32), dim=-1), p)
+        return written(_bmm(probs.reshape(scores.shape), v), p).reshape(B, H, Sq, Ev)  # (B, H, Sq, Ev)
 
 
 class SDPA(nn.Cell):
@@ -285,6 +292,11 @@ def rope_tables(cfg):
     inv_freq, scale = rope_frequencies(cfg)
     angles = np.outer(np.arange(cfg.max_seq_len, dtype=np.float64), inv_freq)  # (S, E/2)
     return np.cos(angles) * scale, np.sin(angles) * scale
+
+
+def rope_at(cos, sin, positions, precision: str):
+    """The RoPE tables (max_S, R/2) at ``positions`` (S,), in the compute precision: (S, R/2) each."""
+    return to_compute(ops.gather(cos, positions, 0), precision), to_compute(ops.gather(sin, positions, 0), precision)
 
 
 def apply_rope(x, cos, sin):

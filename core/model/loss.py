@@ -42,6 +42,8 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import nn, ops
 
+from core.model.precision import Computes, rounded
+
 IGNORE_INDEX = -100
 # Rows per chunk default to about this many fp32 logits (32 MiB; 256 rows at V = 32768): small next to the (N, V)
 # tensors avoided (512 MiB at N = 4096), big enough that the chunk matmuls run at full speed. Under jit the
@@ -220,12 +222,14 @@ def linear_cross_entropy_eval(hidden, weight, labels, ignore_index: int = IGNORE
     return loss
 
 
-class LinearCrossEntropyLoss(nn.Cell):
+class LinearCrossEntropyLoss(nn.Cell, Computes):
     """The trainer's loss head as an op: (hidden (B, S, D), weight (V, D), labels (B, S)) -> mean NLL.
 
     ``train=True``: ``linear_cross_entropy`` (gradients made in the forward pass); ``False``: the evaluation loss.
     A Cell that takes the head weight as an input, so that tensor parallelism can swap it for the vocab-parallel
     loss and FSDP can wrap it to gather a sharded weight, like every other weight's op (core.model.layers).
+    In mixed precision the hidden states and the head come in the compute precision's values and the loss runs in
+    fp32 arithmetic on them (``core.model.precision.rounded``).
     """
 
     def __init__(self, train: bool = True):
@@ -233,8 +237,9 @@ class LinearCrossEntropyLoss(nn.Cell):
         self.train = train
 
     def construct(self, hidden, weight, labels):
-        h = hidden.reshape(-1, hidden.shape[-1])  # (B*S, D)
-        y = labels.reshape(-1)  # (B*S,)
+        p = self.compute_precision
+        h = rounded(hidden.reshape(-1, hidden.shape[-1]), p)  # (B*S, D)
+        w, y = rounded(weight, p), labels.reshape(-1)  # (V, D), (B*S,)
         if self.train:
-            return linear_cross_entropy(h, weight, y)
-        return linear_cross_entropy_eval(h, weight, y)
+            return linear_cross_entropy(h, w, y)
+        return linear_cross_entropy_eval(h, w, y)

@@ -41,11 +41,12 @@ from mindspore import Parameter, Tensor, mint, nn, ops
 
 from core.model.flops import moe_capacity
 from core.model.layers import MLP, Linear, normal, parameter
+from core.model.precision import Computes, to_compute, written
 
 _bmm_nt = ops.BatchMatMul(transpose_b=True)
 
 
-class GroupedExperts(nn.Cell):
+class GroupedExperts(nn.Cell, Computes):
     """X SwiGLU experts as stacked weights: w_gate, w_up (X, F, D), w_down (X, D, F); (X, C, D) -> (X, C, D)."""
 
     def __init__(self, n_experts: int, d_model: int, hidden: int, *, init_std: float, out_std: float, dtype=ms.float32):
@@ -60,8 +61,12 @@ class GroupedExperts(nn.Cell):
             w.set_data(normal(rng, w.shape, std, w.dtype))
 
     def construct(self, x):
-        h = mint.nn.functional.silu(_bmm_nt(x, self.w_gate)) * _bmm_nt(x, self.w_up)  # (X, C, F)
-        return _bmm_nt(h, self.w_down)  # (X, C, D)
+        p = self.compute_precision
+        x = to_compute(x, p)  # (X, C, D)
+        gate = written(_bmm_nt(x, to_compute(self.w_gate, p)), p)  # (X, C, F)
+        up = written(_bmm_nt(x, to_compute(self.w_up, p)), p)  # (X, C, F)
+        h = written(mint.nn.functional.silu(gate) * up, p)  # (X, C, F)
+        return written(_bmm_nt(h, to_compute(self.w_down, p)), p)  # (X, C, D)
 
 
 class AuxLoss(nn.Cell):
@@ -104,6 +109,7 @@ class MoE(nn.Cell):
         self.capacity_factor = cfg.moe_capacity_factor
         hidden = cfg.moe_ffn_hidden or cfg.ffn_hidden
         self.router = Linear(cfg.d_model, X, init_std=cfg.init_std, dtype=dtype)
+        self.router.op.in_fp32 = True
         self.experts = GroupedExperts(X, cfg.d_model, hidden, init_std=cfg.init_std, out_std=out_std, dtype=dtype)
         self.shared = (
             MLP(cfg.d_model, hidden * cfg.moe_shared_experts, init_std=cfg.init_std, out_std=out_std, dtype=dtype)
@@ -121,7 +127,8 @@ class MoE(nn.Cell):
         return moe_capacity(tokens, self.top_k, self.n_experts, self.capacity_factor)
 
     def construct(self, x):
-        logits = self.gather_logits(self.router(x))  # (B, s, D) -> (B, S, X)
+        # the router in fp32 whatever the precision (its matmul, scores and gates: core.model.precision)
+        logits = self.gather_logits(self.router(x.astype(ms.float32)))  # (B, s, D) -> (B, S, X)
         # after the logits: two gathers over one group must come in the same order on every rank
         xs = self.gather_tokens(ops.depend(x, logits))  # (B, S, D)
         B, S, D = xs.shape

@@ -26,7 +26,7 @@ import numpy as np
 from mindspore import nn, ops
 
 from core.model.block import Block
-from core.model.layers import Linear, RMSNorm
+from core.model.layers import Linear, RMSNorm, rope_at
 
 
 class MTPLayer(nn.Cell):
@@ -48,13 +48,13 @@ class MTPLayer(nn.Cell):
 
 class CarriesMTP:
     """Mixed into the cells whose output feeds the MTP modules (a GPT; a pipeline's last stage): they hold ``mtp``
-    (the modules), ``embed`` (the table the modules embed with) and the RoPE tables."""
+    (the modules), ``embed`` (the table the modules embed with), the RoPE tables and their compute precision
+    (``core.model.precision.Computes``)."""
 
     def mtp_hidden(self, k: int, hidden, tokens, positions):
         """Module ``k``: the previous depth's hidden (B, S, D) and the tokens k + 1 places after each position
         (B, S) -> this depth's hidden (B, S, D)."""
-        cos = ops.gather(self.rope_cos, positions, 0)
-        sin = ops.gather(self.rope_sin, positions, 0)
+        cos, sin = rope_at(self.rope_cos, self.rope_sin, positions, self.compute_precision)
         return self.mtp[k](hidden, self.embed(tokens), cos, sin, positions)
 
 

@@ -22,6 +22,7 @@ import mindspore as ms
 from mindspore import nn, ops
 
 from core.model.loss import IGNORE_INDEX, rows_per_chunk
+from core.model.precision import Computes, rounded
 from core.parallel import comm
 
 _softmax = ops.Softmax(-1)
@@ -117,7 +118,7 @@ class _VocabParallelEval(_VocabBlock):
         return loss
 
 
-class VocabParallelCrossEntropyLoss(nn.Cell):
+class VocabParallelCrossEntropyLoss(nn.Cell, Computes):
     """The trainer's loss op with the head weight split by vocabulary rows over ``group``:
     (hidden (B, S, D) or, with sequence parallelism, (B, S/tp, D); weight (V/tp, D); labels (B, S)) -> mean NLL,
     the same number on every rank of the group."""
@@ -133,8 +134,9 @@ class VocabParallelCrossEntropyLoss(nn.Cell):
             self.ce = _VocabParallelEval(group, vocab_start)
 
     def construct(self, hidden, weight, labels):
+        p = self.compute_precision  # the loss in fp32 on the compute precision's values (LinearCrossEntropyLoss)
         h = self.enter(hidden)  # (B, S, D)
-        h = h.reshape(-1, h.shape[-1])
+        h, weight = rounded(h.reshape(-1, h.shape[-1]), p), rounded(weight, p)
         c = rows_per_chunk(h.shape[0], weight.shape[0])
         if self.train:
             return self.ce(h, weight, labels.reshape(-1), c)[0]

@@ -82,7 +82,7 @@ class Shape:
 
     @classmethod
     def of(cls, cfg: TrainConfig) -> Shape:
-        t, bf16 = cfg.training, cfg.training.precision == "bf16"
+        t, bf16 = cfg.training, cfg.compute_precision == "bf16"  # CPU's emulated bf16 moves fp32
         return cls(
             tokens=t.micro_batch_size * t.seq_len / cfg.parallel.cp,
             act_bytes=2 if bf16 else 4,

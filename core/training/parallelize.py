@@ -27,6 +27,7 @@ from core.model.layers import CausalAttention
 from core.model.loss import LinearCrossEntropyLoss
 from core.model.moe import moe_layers
 from core.model.mtp import MTPLoss, mtp_objective, mtp_targets
+from core.model.precision import set_precision
 from core.parallel import comm
 from core.parallel.context_parallel import apply_context_parallel, chunk_positions
 from core.parallel.dims import ParallelDims
@@ -119,6 +120,10 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
                 for _, cell in block.attn.cells_and_names():
                     if isinstance(cell, CausalAttention):
                         cell.track(label)
+    # after every wrapper (context parallelism builds attention cells of its own): graph mode reads it as a constant
+    set_precision(
+        [model, *parts.values(), *(c for c in (pre, loss, eval_loss) if c is not None)], cfg.compute_precision
+    )
     S = cfg.training.seq_len
     positions = chunk_positions(S, dims.cp, dims.index("cp")) if dims.cp > 1 else np.arange(S, dtype=np.int32)
     common = dict(

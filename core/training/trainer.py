@@ -61,6 +61,12 @@ class Trainer:
         self.ranks = Ranks(self.dist.world_size, self.dims.pp)
         configure(cfg, node_ranks(self.dist.world_size)[1])
         self.train_data, self.val_data = datasets_for(cfg)
+        if cfg.compute_precision != cfg.training.precision:  # bf16 on CPU
+            log.info(
+                "training.precision=%s runs %s here (TrainConfig.compute_precision): its values, fp32's speed and memory",
+                cfg.training.precision,
+                cfg.compute_precision,
+            )
         self.par = parallelize(GPT(cfg.model, seed=cfg.seed), self.dims, cfg)
         self.positions = Tensor(self.par.positions)
         self.params = list(self.par.model.trainable_params())  # the frozen (model.freeze_*) are not among them

@@ -290,6 +290,52 @@ LIMIT = Rule(
 )
 
 
+# --- precision ---
+
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+_MODEL = "model.model_config."
+
+
+def _precision_export(c: Flat) -> Flat:
+    """The core's mixed precision (core.model.precision) in MindFormers' dtype keys: weights cast to compute_dtype
+    where used, activations and the residual stream in it, RoPE's tables too (MindFormers' default computes RoPE in
+    fp32); norms' statistics, softmax, the MoE router and the parameters in fp32. In bf16 each key is written, the
+    defaults too, so that a target whose defaults move still computes as the trial did."""
+    compute = _DTYPES[c["training.precision"]]
+    if compute == "float32":
+        return {_MODEL + "compute_dtype": compute}
+    keys = {
+        "compute_dtype": compute,
+        "rotary_dtype": compute,
+        "layernorm_compute_dtype": "float32",
+        "softmax_compute_dtype": "float32",
+        "params_dtype": "float32",
+        "fp32_residual_connection": False,
+    }
+    if c["model.n_experts"]:
+        keys["moe_router_dtype"] = "float32"
+    return {_MODEL + k: v for k, v in keys.items()}
+
+
+PRECISION = Rule(
+    ("training.precision",),
+    tuple(
+        _MODEL + k
+        for k in (
+            "compute_dtype",
+            "rotary_dtype",
+            "layernorm_compute_dtype",
+            "softmax_compute_dtype",
+            "params_dtype",
+            "fp32_residual_connection",
+            "moe_router_dtype",
+        )
+    ),
+    _precision_export,
+    lambda doc, core: {"training.precision": {v: k for k, v in _DTYPES.items()}[doc[_MODEL + "compute_dtype"]]},
+)
+
+
 # --- optimizer and learning rate ---
 
 
@@ -634,7 +680,7 @@ MINDFORMERS = Target(
         same("training.mode", "context.mode", {"jit": 0, "pynative": NoCounterpart(GRAPH_ONLY)}),  # 0: GRAPH_MODE
         same("execution.jit_level", "context.jit_config.jit_level"),
         same("execution.graph_kernel_fusion", "context.enable_graph_kernel"),
-        same("training.precision", "model.model_config.compute_dtype", {"fp32": "float32", "bf16": "bfloat16"}),
+        PRECISION,
         same("seed", "seed"),
         same(
             "device",

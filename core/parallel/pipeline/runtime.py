@@ -26,6 +26,7 @@ from mindspore import Tensor, nn, ops
 
 from core.config import TrainConfig
 from core.data import micro_batches
+from core.model.precision import activation_dtype
 from core.parallel.comm import enable_p2p, recv, send
 from core.parallel.dims import ParallelDims
 from core.parallel.pipeline.schedules import Action, build, schedule_of
@@ -62,6 +63,7 @@ class PipelineStep:
         self.pp, self.ranks, self.mbs = len(pp_ranks), pp_ranks, t.micro_batch_size
         # hidden states between stages are split on the sequence by cp, and by tp with sequence parallelism
         self.seq_split, self.d_model = (dims.tp if dims.sp else 1), next(iter(stages.values())).cfg.d_model
+        self.act_dtype = activation_dtype(next(iter(stages.values())).compute_precision)  # bf16 between stages
         self.index = next(s for s in stages) % self.pp
         self.fns = {
             s: StageFns(stage, loss=losses[0], eval_loss=losses[1], jit=jit, jit_eval=cfg.eval_compiled)
@@ -120,7 +122,7 @@ class PipelineStep:
                 # (the message is here), so that the time between is waiting for the peer (the bubble)
                 ms.runtime.synchronize()
                 t0 = time.perf_counter()
-                box[(a.op[-1], a.mb, a.stage)] = recv(shape, ms.float32, self.ranks[a.peer])
+                box[(a.op[-1], a.mb, a.stage)] = recv(shape, self.act_dtype, self.ranks[a.peer])
                 ms.runtime.synchronize()
                 self.wait_sec += time.perf_counter() - t0
             elif a.op == "send_F" or a.op == "send_B":
@@ -199,7 +201,7 @@ class PipelineStep:
             if self.pre is None:
                 box[("P", a.mb, 0)] = recv(tokens_shape, ms.int32, self.ranks[a.peer])
             else:
-                box[("P", a.mb, 0)] = recv(shape, ms.float32, self.ranks[a.peer])
+                box[("P", a.mb, 0)] = recv(shape, self.act_dtype, self.ranks[a.peer])
             if self.trains:
                 box[("tokens", a.mb)] = recv(tokens_shape, ms.int32, self.ranks[a.peer])
             ms.runtime.synchronize()

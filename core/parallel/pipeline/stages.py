@@ -20,14 +20,16 @@ The last stage runs forward and backward at once (``StageFns.loss_and_grads``). 
 from __future__ import annotations
 
 import mindspore as ms
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Parameter, Tensor, nn
 
+from core.model.layers import rope_at
 from core.model.mtp import CarriesMTP, MTPLoss, mtp_objective
+from core.model.precision import Computes
 from core.parallel.pipeline.schedules import stage_layers
 from core.runtime.graphs import compiled_if
 
 
-class Stage(nn.Cell, CarriesMTP):
+class Stage(nn.Cell, CarriesMTP, Computes):
     """Blocks ``layers`` of ``model``, with the embedding (first stage) and the final norm and head (last).
 
     construct: tokens (B, S) int32 on the first stage, else hidden (B, S, D) -> hidden (B, S, D)."""
@@ -39,6 +41,7 @@ class Stage(nn.Cell, CarriesMTP):
         self.first, self.last = first, last
         self.cfg, self.tie_embeddings = model.cfg, model.tie_embeddings
         self.rope_cos, self.rope_sin = model.rope_cos, model.rope_sin
+        self.compute_precision = model.compute_precision  # (a stage built after set_precision: segmented recompute)
         self.layers = nn.CellList([model.layers[i] for i in layers], auto_prefix=False)
         self.embed = model.embed if first else None
         self.norm = model.norm if last else None
@@ -62,8 +65,7 @@ class Stage(nn.Cell, CarriesMTP):
         return self.embed.weight if self.tie_embeddings else self.lm_head.weight
 
     def construct(self, x, positions):
-        cos = ops.gather(self.rope_cos, positions, 0)  # (S, E/2)
-        sin = ops.gather(self.rope_sin, positions, 0)  # (S, E/2)
+        cos, sin = rope_at(self.rope_cos, self.rope_sin, positions, self.compute_precision)  # (S, E/2) each
         h = self.embed(x) if self.first else x  # (B, S, D)
         for block in self.layers:
             h = block(h, cos, sin, positions)

@@ -292,6 +292,7 @@ CASES = {
         "model.rope_attention_factor=1.0",
     ],
     "hf-qwen3": [f"model=hf:{HF}/qwen3-tiny", "parallel.tp=2", "parallel.sp=true"],
+    "hf-deepseek-bf16": [f"model=hf:{HF}/deepseek-tiny", "training.precision=bf16", "device=Ascend"],
     "hf-qwen3-yarn": [  # YaRN's default cos and sin factor, 0.1 ln 4 + 1 (no softmax factor on GQA)
         f"model=hf:{HF}/qwen3-tiny",
         "model.rope_scaling=yarn",

@@ -9,6 +9,7 @@ skipped with the reason elsewhere."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import numpy as np
@@ -113,3 +114,26 @@ def test_a_key_mindformers_does_not_know_is_refused(load):
     doc["moe_config"]["expert_count"] = 8
     with pytest.raises(KeyError, match="moe_config.*expert_count"):
         load(doc)
+
+
+def test_mindformers_computes_in_the_cores_precisions(load):
+    """Each dtype key the export writes for a bf16 run is a field of MindFormers' TransformerConfig, spelled as its
+    own converter reads it, and says what core.model.precision does: bf16 compute, RoPE and residual stream; fp32
+    parameters, norm statistics, softmax and router."""
+    import mindspore as ms
+    from mindformers.parallel_core.transformer_config import TransformerConfig, convert_str_to_mstype
+
+    mc = load(export_config(TARGETS["mindformers"], flat(*CASES["hf-deepseek-bf16"])).doc)["model"]["model_config"]
+    fields = {f.name for f in dataclasses.fields(TransformerConfig)}
+    dtypes = ("compute_dtype", "rotary_dtype", "layernorm_compute_dtype", "softmax_compute_dtype", "params_dtype")
+    assert {*dtypes, "moe_router_dtype", "fp32_residual_connection"} <= fields
+    got = {k: convert_str_to_mstype(mc[k]) for k in (*dtypes, "moe_router_dtype")}
+    assert got == {
+        "compute_dtype": ms.bfloat16,
+        "rotary_dtype": ms.bfloat16,
+        "layernorm_compute_dtype": ms.float32,
+        "softmax_compute_dtype": ms.float32,
+        "params_dtype": ms.float32,
+        "moe_router_dtype": ms.float32,
+    }
+    assert mc["fp32_residual_connection"] is False

@@ -4,9 +4,7 @@ copy (gathered by FSDP instead of kept), halves the saved activations, and on ac
 
 import math
 
-import pytest
-
-from core.config import ConfigError, load_config
+from core.config import load_config
 from core.config.rules import check_runnable
 from core.memory.estimate import terms
 from core.model.flops import param_shapes
@@ -41,9 +39,9 @@ def test_cpu_keeps_its_measured_accounting():
     assert accumulating.grads == 3 * cpu.params  # the old sum, the new gradient and the new sum
 
 
-def test_the_trainer_refuses_bf16_naming_the_field():
-    cfg = _cfg("training.precision=bf16", device="CPU")
-    with pytest.raises(ConfigError) as info:
-        check_runnable(cfg)
-    assert info.value.field == "training.precision"
-    check_runnable(_cfg(device="CPU"))  # fp32 runs
+def test_cpu_emulates_bf16_and_counts_it_as_fp32():
+    cpu = _cfg("training.precision=bf16", device="CPU")
+    check_runnable(cpu)  # runs: bf16's values in fp32 storage (TrainConfig.compute_precision)
+    assert (cpu.compute_precision, _cfg("training.precision=bf16").compute_precision) == ("bf16-emulated", "bf16")
+    assert terms(cpu) == terms(_cfg(device="CPU"))
+    assert terms(cpu) != terms(_cfg("training.precision=bf16"))

@@ -1,0 +1,81 @@
+"""Mixed precision: where the model's values leave fp32, and how (``TrainConfig.compute_precision`` says which).
+
+The parameters stay fp32 (the master weights the optimizer updates); each op casts its weight to the compute
+precision where it uses it, so autodiff's cast-back hands the parameter an fp32 gradient, and FSDP gathers and
+reduces fp32 shards (fp32 reductions; it wraps the op from outside). Activations run in the compute precision from
+the embedding's output on: every matmul's operands and output, the residual stream, attention's q, k, v and
+probabilities. Kept in fp32 whatever the precision, as MindFormers' and Megatron's defaults do: RMSNorm's
+statistics, softmax, the MoE router (its matmul, scores and gates: ``moe_router_dtype``), the loss (the head's
+logits are made from bf16 operands in fp32 arithmetic: ``rounded``).
+
+Precisions (``cells.compute_precision``, a plain string that graph mode reads as a constant):
+- ``fp32``: every function below is the identity;
+- ``bf16``: real bf16 tensors (Ascend, GPU);
+- ``bf16-emulated``: on CPU, whose MindSpore 2.10 kernels lack bf16 (``TrainConfig.compute_precision``): the same
+  values rounded to bf16 and stored in fp32, each op's output rounded where an accelerator writes bf16
+  (``written``), the arithmetic in fp32;
+- ``fp16``: real fp16 tensors, for tests only: CPU has fp16 kernels, so the real-cast path (the one Ascend runs
+  in bf16) runs here and shows any op that mixes precisions wrongly. Not a ``training.precision``: fp16 training
+  wants loss scaling, which the trainer does not do.
+
+Casts, not copies kept: a weight's compute copy lives while its op runs (and in the graph's saved inputs for
+backward), as MindFormers' ``compute_dtype`` does.
+"""
+
+import mindspore as ms
+from mindspore import nn
+
+FP32, BF16, EMULATED, FP16 = "fp32", "bf16", "bf16-emulated", "fp16"
+_REAL = {BF16: ms.bfloat16, FP16: ms.float16}
+
+
+class Computes:
+    """Mixed into the cells that cast (ops with a weight, attention, a block, a loss); ``set_precision`` sets it
+    unless ``in_fp32`` (the MoE router's matmul: fp32 whatever the precision)."""
+
+    compute_precision = FP32
+    in_fp32 = False
+
+
+def _round_bf16(x):
+    # fp32 -> bf16 -> fp32: round to nearest even on 8 mantissa bits; the backward rounds the gradient likewise
+    return x.astype(ms.bfloat16).astype(ms.float32)
+
+
+def to_compute(x, precision: str):
+    """``x`` (a weight or an activation) in the compute precision: a cast, or on CPU a rounding."""
+    if precision == FP32:
+        return x
+    if precision == EMULATED:
+        return _round_bf16(x)
+    return x.astype(_REAL[precision])
+
+
+def written(y, precision: str):
+    """An op's output as the device writes it: emulated bf16 rounds the fp32 result of bf16 operands (an
+    accelerator's output already has the compute dtype, so elsewhere this is the identity)."""
+    return _round_bf16(y) if precision == EMULATED else y
+
+
+def rounded(x, precision: str):
+    """``x``'s value in the compute precision, in fp32 storage (the loss: bf16 operands, fp32 arithmetic)."""
+    if precision == FP32:
+        return x
+    if precision == EMULATED:
+        return _round_bf16(x)
+    return x.astype(_REAL[precision]).astype(ms.float32)
+
+
+def set_precision(cells: list[nn.Cell], precision: str) -> None:
+    """Make every ``Computes`` cell in ``cells``' trees compute in ``precision``; before anything compiles."""
+    if precision != FP32 and precision not in _REAL and precision != EMULATED:
+        raise ValueError(f"precision must be one of fp32, bf16, bf16-emulated, fp16 (got {precision!r})")
+    for root in cells:
+        for _, cell in root.cells_and_names():
+            if isinstance(cell, Computes) and not cell.in_fp32:
+                cell.compute_precision = precision
+
+
+def activation_dtype(precision: str):
+    """The dtype of the activations between stages (and their gradients) in ``precision``."""
+    return _REAL.get(precision, ms.float32)

@@ -1,0 +1,66 @@
+"""``training.precision=bf16`` through ``core.train`` on this CPU, where it is emulated (bf16's values in fp32
+storage: ``TrainConfig.compute_precision``):
+
+- its loss curve follows fp32's over 50 steps and its validation loss lands where fp32's does, apart by about
+  bf16's rounding and not equal to it (the rounding is in effect);
+- a pipeline passes bf16 activations between stages as one process holds them (equal within 1e-5), and tensor
+  parallelism, whose partial sums round to bf16 in another order, stays within bf16's rounding of one process.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.integration.conftest import assert_same_run, losses, run_trial
+
+pytestmark = pytest.mark.slow
+
+CURVE = ("model=tiny", "seed=1", "trial.max_steps=50", "training.eval_interval=0")
+LAYOUT = (
+    "model=moe-tiny",
+    "seed=3",
+    "trial.max_steps=8",
+    "checkpoint.interval=8",
+    "training.global_batch_size=8",
+    "training.micro_batch_size=4",
+    "training.seq_len=64",
+    "training.precision=bf16",
+)
+
+
+def _ok(run):
+    assert run.code == 0, run.output + "".join(p.read_text()[-2000:] for p in (run.dir / "logs").glob("rank_*.log"))
+    return run
+
+
+def test_the_bf16_loss_curve_follows_fp32(tmp_path):
+    fp32 = _ok(run_trial(tmp_path / "fp32", *CURVE))
+    bf16 = _ok(run_trial(tmp_path / "bf16", *CURVE, "training.precision=bf16"))
+    assert "runs bf16-emulated here" in (bf16.dir / "train.log").read_text()
+    a, b = losses(bf16), losses(fp32)
+    assert sorted(a) == sorted(b) == list(range(1, 51))
+    diff = np.abs(np.array([a[s] - b[s] for s in sorted(b)]))
+    # Measured (loss 5.5 -> 2.7): the first 10 steps within 0.0015, the median step 0.004; later the two runs,
+    # chaotic at the peak learning rate, part by up to 0.12 on single steps, which neither bound reads.
+    assert diff[:10].max() < 0.01 and np.median(diff) < 0.02
+    assert diff.max() > 1e-4  # not fp32's run again
+    assert bf16.summary["metrics"]["val_loss"] == pytest.approx(fp32.summary["metrics"]["val_loss"], abs=0.05)
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    return _ok(run_trial(tmp_path_factory.mktemp("bf16") / "one", *LAYOUT))
+
+
+def test_a_pipeline_passes_bf16_activations_as_one_process_holds_them(one_process, tmp_path):
+    run = _ok(run_trial(tmp_path / "pp2", *LAYOUT, "parallel.pp=2", "parallel.pp_layers=[1,2]"))
+    assert_same_run(run, one_process, 8)
+
+
+def test_tensor_parallel_bf16_stays_within_its_rounding(one_process, tmp_path):
+    run = _ok(run_trial(tmp_path / "tp2", *LAYOUT, "parallel.tp=2"))
+    got, want = losses(run), losses(one_process)
+    assert sorted(got) == sorted(want)
+    diff = max(abs(got[s] - want[s]) for s in want)
+    assert diff < 5e-3  # measured 9e-4 over 10 steps; fp32 layouts agree within 1e-5 (tests/integration/test_mesh.py)
