@@ -1,8 +1,8 @@
 """Mixed precision: where the model's values leave fp32, and how (``TrainConfig.compute_precision`` says which).
 
 The parameters stay fp32 (the master weights the optimizer updates); each op casts its weight to the compute
-precision where it uses it, so autodiff's cast-back hands the parameter an fp32 gradient, and FSDP gathers and
-reduces fp32 shards (fp32 reductions; it wraps the op from outside). Activations run in the compute precision from
+precision where it uses it, so autodiff's cast-back hands the parameter an fp32 gradient (FSDP casts the shard
+before its gather instead, and the gradient back to fp32 before its reduce-scatter: ``core.parallel.fsdp``). Activations run in the compute precision from
 the embedding's output on: every matmul's operands and output, the residual stream, attention's q, k, v and
 probabilities. Kept in fp32 whatever the precision, as MindFormers' and Megatron's defaults do: RMSNorm's
 statistics, softmax, the MoE router (its matmul, scores and gates: ``moe_router_dtype``), the loss (the head's
@@ -55,6 +55,11 @@ def written(y, precision: str):
     """An op's output as the device writes it: emulated bf16 rounds the fp32 result of bf16 operands (an
     accelerator's output already has the compute dtype, so elsewhere this is the identity)."""
     return _round_bf16(y) if precision == EMULATED else y
+
+
+def to_fp32(x, precision: str):
+    """``x`` (a gradient of a compute copy) back in fp32, for an fp32 reduction: a cast where the copy was real."""
+    return x.astype(ms.float32) if precision in _REAL else x
 
 
 def rounded(x, precision: str):

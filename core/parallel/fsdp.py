@@ -31,6 +31,11 @@ asks for it (``regather_after_grad``: an MoE router whose tokens are gathered ov
 free re-gather ran against that group's gather) gets ``GradOrderedShardedOp``. Not every ordering is guaranteed
 by construction: each layout runs in the tests.
 
+In mixed precision (``core.model.precision``) a shard is cast to the compute precision before its gather (bf16:
+half the bytes and half the gathered buffer, as torch FSDP's param_dtype and the estimates count it), and the
+weight's gradient back to fp32 before its reduce-scatter (fp32 reductions). The MoE router's weight gathers in fp32,
+as its matmul runs in fp32.
+
 The gradient leaves the bprop summed over the fsdp ranks; ``GradientSync`` then sums over ``dp_replicate`` and
 divides by the number of ranks whose losses average into the global loss.
 """
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 from mindspore import Parameter, Tensor, nn, ops
 
+from core.model.precision import Computes, to_compute, to_fp32
 from core.parallel import comm
 from core.parallel.placement import Placement, replicated
 
@@ -74,7 +80,7 @@ class _ShardGrad(nn.Cell):
         return self.scatter(flat)  # (n,)
 
 
-class ShardedOp(nn.Cell):
+class ShardedOp(nn.Cell, Computes):
     """FSDP around ``op(x, w)``: takes ``w`` as this rank's shard (see the module docstring)."""
 
     def __init__(self, op: nn.Cell, group: comm.Group, placement: Placement):
@@ -85,11 +91,12 @@ class ShardedOp(nn.Cell):
         self.grad = ops.GradOperation(get_all=True, sens_param=True)
 
     def construct(self, x, shard):
-        return self.op(x, self.unshard(ops.depend(shard, x)))
+        return self.op(x, self.unshard(to_compute(ops.depend(shard, x), self.compute_precision)))
 
     def bprop(self, x, shard, out, dout):
-        dx, dw = self.grad(self.op)(x, self.unshard_again(shard), dout)
-        return dx, self.shard_grad(dw)
+        p = self.compute_precision
+        dx, dw = self.grad(self.op)(x, self.unshard_again(to_compute(shard, p)), dout)
+        return dx, self.shard_grad(to_fp32(dw, p))
 
 
 class GradOrderedShardedOp(ShardedOp):
@@ -97,11 +104,12 @@ class GradOrderedShardedOp(ShardedOp):
     re-gather would otherwise race a collective of another group)."""
 
     def bprop(self, x, shard, out, dout):
-        dx, dw = self.grad(self.op)(x, self.unshard_again(ops.depend(shard, dout)), dout)
-        return dx, self.shard_grad(dw)
+        p = self.compute_precision
+        dx, dw = self.grad(self.op)(x, self.unshard_again(to_compute(ops.depend(shard, dout), p)), dout)
+        return dx, self.shard_grad(to_fp32(dw, p))
 
 
-class _GatherShard(nn.Cell):
+class _GatherShard(nn.Cell, Computes):
     """flat shard -> the full (TP-block) weight; backward: the gradient reduce-scattered back to the shard."""
 
     def __init__(self, group: comm.Group, placement: Placement):
@@ -109,10 +117,10 @@ class _GatherShard(nn.Cell):
         self.unshard, self.shard_grad = _Unshard(group, placement), _ShardGrad(group, placement)
 
     def construct(self, shard):
-        return self.unshard(shard)
+        return self.unshard(to_compute(shard, self.compute_precision))
 
     def bprop(self, shard, out, dout):
-        return (self.shard_grad(dout),)
+        return (self.shard_grad(to_fp32(dout, self.compute_precision)),)
 
 
 class ShardedLoss(nn.Cell):
@@ -177,6 +185,8 @@ def apply_fsdp(
                 else ShardedOp
             )
             cell.op = wrap(cell.op, group, seen[id(cell.weight)])
+            if getattr(cell.op.op, "in_fp32", False):  # the router's: gathered in fp32 (module docstring)
+                (cell.op.gather if isinstance(cell.op, GatheredOp) else cell.op).in_fp32 = True
     head = model.head_weight()
     if head is None:  # a pipeline stage without the head
         return loss, eval_loss

@@ -4,7 +4,8 @@ storage: ``TrainConfig.compute_precision``):
 - its loss curve follows fp32's over 50 steps and its validation loss lands where fp32's does, apart by about
   bf16's rounding and not equal to it (the rounding is in effect);
 - a pipeline passes bf16 activations between stages as one process holds them (equal within 1e-5), and tensor
-  parallelism, whose partial sums round to bf16 in another order, stays within bf16's rounding of one process.
+  parallelism and FSDP with expert parallelism, whose sums round to bf16 in another order, stay within bf16's
+  rounding of one process.
 """
 
 from __future__ import annotations
@@ -58,8 +59,10 @@ def test_a_pipeline_passes_bf16_activations_as_one_process_holds_them(one_proces
     assert_same_run(run, one_process, 8)
 
 
-def test_tensor_parallel_bf16_stays_within_its_rounding(one_process, tmp_path):
-    run = _ok(run_trial(tmp_path / "tp2", *LAYOUT, "parallel.tp=2"))
+@pytest.mark.parametrize("layout", [("parallel.tp=2",), ("parallel.dp_shard=2", "parallel.ep=2")])
+def test_a_layout_that_sums_in_another_order_stays_within_bf16s_rounding(one_process, tmp_path, layout):
+    # FSDP gathers each shard cast to bf16 (the router's in fp32) and reduce-scatters fp32 gradients
+    run = _ok(run_trial(tmp_path / "run", *LAYOUT, *layout))
     got, want = losses(run), losses(one_process)
     assert sorted(got) == sorted(want)
     diff = max(abs(got[s] - want[s]) for s in want)
