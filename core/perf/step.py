@@ -67,9 +67,22 @@ def check_devices(cfg: TrainConfig) -> None:
         )
 
 
+def check_precision(cfg: TrainConfig) -> None:
+    """bf16 on a CPU cluster is emulated by the trainer (``TrainConfig.compute_precision``), whose casts the model
+    does not price: a ConfigError naming training.precision rather than an fp32 step 4x too fast."""
+    if cfg.compute_precision == "bf16-emulated":
+        raise ConfigError(
+            "training.precision",
+            "bf16 on a CPU cluster is emulated by the trainer (bf16's values in fp32, TrainConfig.compute_precision), "
+            "at 3.8-4.4x fp32's step (benchmarks/RESULTS.md, 'bf16 training on CPU'), which this model does not "
+            "price; predict training.precision=fp32 here, or bf16 on an accelerator cluster",
+        )
+
+
 def planned_config(overrides: list[str]) -> TrainConfig:
     """The config of ``overrides`` as planned on its cluster: ``device`` is the cluster's (its rules apply, e.g.
-    flash attention and in-place accumulation on accelerators), and the ranks must be the cluster's devices."""
+    flash attention and in-place accumulation on accelerators), the ranks must be the cluster's devices, and bf16
+    must be real (``check_precision``)."""
     try:  # the cluster's device first, from the composed tree: the rules depend on the device
         device = compose(overrides).cluster.device
     except (HydraException, OmegaConfBaseException):
@@ -77,6 +90,7 @@ def planned_config(overrides: list[str]) -> TrainConfig:
         raise
     cfg = load_config([f"device={device}", *overrides])
     check_devices(cfg)
+    check_precision(cfg)
     return cfg
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.config import load_config
+from core.config import ConfigError, load_config
 from core.memory.estimate import terms
 from core.model.flops import param_groups, param_shapes
 from core.parallel.pipeline.schedules import build, compile_schedule, simulate
@@ -332,3 +332,13 @@ def test_mpipe_without_a_block_is_1f1b_and_the_schedule_times_its_messages():
     slow = schedule.time(lambda op, s: cost[(op, s)], {"F": 0.1, "B": 0.1, "P": 0.2, "W": 3.0})
     fast = schedule.time(lambda op, s: cost[(op, s)], {"F": 0.1, "B": 0.1, "P": 0.2, "W": 0.0})
     assert slow.makespan > fast.makespan
+
+
+def test_bf16_on_a_cpu_cluster_is_refused_naming_the_field():
+    """The trainer emulates bf16 on CPU at several times fp32's step, which the model does not price."""
+    with pytest.raises(ConfigError) as info:
+        planned_config(["cluster=cpu-local", "model=tiny", "training.precision=bf16"])
+    assert info.value.field == "training.precision"
+    assert planned_config(["cluster=cpu-local", "model=tiny"]).compute_precision == "fp32"
+    bf16 = planned_config([*CLUSTER, "cluster.devices_per_node=1", "model=llama3-8b", "training.precision=bf16"])
+    assert bf16.compute_precision == "bf16"
