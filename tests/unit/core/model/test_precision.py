@@ -31,6 +31,17 @@ def test_emulated_bf16_rounds_like_bf16_forward_and_backward():
     assert np.all(grad == _bf16(c))
 
 
+def test_emulated_bf16_rounds_ties_to_even_as_bf16_does():
+    # every 8-bit leading pattern, with the 16 bits bf16 drops just below, at and just above the tie, at exponents
+    # from the smallest normal to the largest the split allows, both signs
+    high = np.arange(256, dtype=np.uint32) << 16
+    low = np.array([0x0000, 0x7FFF, 0x8000, 0x8001, 0xFFFF], np.uint32)
+    exponents = np.array([1, 40, 120, 127, 128, 140, 220], np.uint32) << 23
+    bits = (exponents[:, None, None] | high[None, :, None] | low[None, None, :]).reshape(-1)
+    x = np.concatenate([bits, bits | np.uint32(0x80000000)]).view(np.float32)
+    assert np.array_equal(to_compute(Tensor(x), EMULATED).asnumpy(), _bf16(x))
+
+
 def test_emulated_matmul_is_bf16_operands_fp32_arithmetic_bf16_output():
     rng = np.random.default_rng(1)
     x, w = rng.standard_normal((8, 32)).astype(np.float32), rng.standard_normal((5, 32)).astype(np.float32)
