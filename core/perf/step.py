@@ -69,12 +69,12 @@ def check_devices(cfg: TrainConfig) -> None:
 
 def check_precision(cfg: TrainConfig) -> None:
     """bf16 on a CPU cluster is emulated by the trainer (``TrainConfig.compute_precision``), whose casts the model
-    does not price: a ConfigError naming training.precision rather than an fp32 step 4x too fast."""
+    does not price: a ConfigError naming training.precision rather than an fp32 step that is not the one it runs."""
     if cfg.compute_precision == "bf16-emulated":
         raise ConfigError(
             "training.precision",
             "bf16 on a CPU cluster is emulated by the trainer (bf16's values in fp32, TrainConfig.compute_precision), "
-            "at 3.8-4.4x fp32's step (benchmarks/RESULTS.md, 'bf16 training on CPU'), which this model does not "
+            "at 1.2-1.3x fp32's step (benchmarks/RESULTS.md, 'bf16 training on CPU'), which this model does not "
             "price; predict training.precision=fp32 here, or bf16 on an accelerator cluster",
         )
 
