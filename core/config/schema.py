@@ -336,7 +336,7 @@ class TrainingConfig:
     precision: str = "fp32"
     """fp32, or bf16: bf16 compute copies of the weights and bf16 activations, fp32 master weights, gradient
     reductions, optimizer state and loss (``core.model.precision``). On CPU bf16 is emulated
-    (``TrainConfig.compute_precision``): bf16's numbers at fp32's speed and memory."""
+    (``TrainConfig.compute_precision``): bf16's numbers at about fp32's speed and memory."""
 
     def __post_init__(self):
         positive("training", self, "global_batch_size", "seq_len", "log_interval", "eval_batches")

@@ -119,7 +119,8 @@ class Linear(nn.Cell):
 class Lookup(nn.Cell, Computes):
     """The op of an Embedding: (tokens (B, S) int32, table (V, D)) -> rows (B, S, D), a gather (mint's embedding
     kernel is missing on CPU; ops.gather and its gradient work). The rows, not the table, are cast: the activations
-    start in the compute precision here, and the table's gradient is a scatter of fp32 rows."""
+    start in the compute precision here, and the table's gradient is a scatter of fp32 rows (under FSDP the gathered
+    table is already bf16, as torch FSDP's and Megatron's are: core.parallel.fsdp)."""
 
     def construct(self, tokens, table):
         return to_compute(ops.gather(table, tokens, 0), self.compute_precision)
