@@ -128,7 +128,8 @@ class MoE(nn.Cell):
 
     def construct(self, x):
         # the router in fp32 whatever the precision (its matmul, scores and gates: core.model.precision)
-        logits = self.gather_logits(self.router(x.astype(ms.float32)))  # (B, s, D) -> (B, S, X)
+        x32 = x if x.dtype == ms.float32 else x.astype(ms.float32)  # (no Cast kernel in fp32 op by op)
+        logits = self.gather_logits(self.router(x32))  # (B, s, D) -> (B, S, X)
         # after the logits: two gathers over one group must come in the same order on every rank
         xs = self.gather_tokens(ops.depend(x, logits))  # (B, S, D)
         B, S, D = xs.shape
