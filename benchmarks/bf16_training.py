@@ -8,8 +8,9 @@ Needs the optional extra ``pip install -e '.[bench]'`` (PyTorch). Rows per model
 PyTorch eager in fp32 and under ``torch.autocast("cpu", bfloat16)`` (real bf16 matmuls through oneDNN; norms,
 softmax and the loss in fp32), the peer a user would run bf16 on this CPU with. Per row: median step time, the
 core's peak memory, and the loss curve against the same framework's fp32 run (median, mean and largest |difference|
-over the steps, at the last step; the largest reads the first spike either run takes alone): does the core's emulated bf16 move the curve as much as PyTorch's real bf16 does?
-The figures go to benchmarks/RESULTS.md, "bf16 on CPU".
+over the steps, at the last step; the largest reads the first spike either run takes alone): does the core's
+emulated bf16 move the curve as much as PyTorch's real bf16 does? The figures go to benchmarks/RESULTS.md, "bf16
+training on CPU".
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 The parameters stay fp32 (the master weights the optimizer updates); each op casts its weight to the compute
 precision where it uses it, so autodiff's cast-back hands the parameter an fp32 gradient (FSDP casts the shard
-before its gather instead, and the gradient back to fp32 before its reduce-scatter: ``core.parallel.fsdp``). Activations run in the compute precision from
-the embedding's output on: every matmul's operands and output, the residual stream, attention's q, k, v and
+before its gather instead, and the gradient back to fp32 before its reduce-scatter: ``core.parallel.fsdp``).
+Activations run in the compute precision from the embedding's output on: every matmul's operands and output, the residual stream, attention's q, k, v and
 probabilities. Kept in fp32 whatever the precision, as MindFormers' and Megatron's defaults do: RMSNorm's
 statistics, softmax, the MoE router (its matmul, scores and gates: ``moe_router_dtype``), the loss (the head's
 logits are made from bf16 operands in fp32 arithmetic: ``rounded``).
@@ -84,16 +84,12 @@ def to_fp32(x, precision: str):
 
 def rounded(x, precision: str):
     """``x``'s value in the compute precision, in fp32 storage (the loss: bf16 operands, fp32 arithmetic)."""
-    if precision == FP32:
-        return x
-    if precision == EMULATED:
-        return _round_bf16(x)
-    return x.astype(_REAL[precision]).astype(ms.float32)
+    return to_fp32(to_compute(x, precision), precision)
 
 
 def set_precision(cells: list[nn.Cell], precision: str) -> None:
     """Make every ``Computes`` cell in ``cells``' trees compute in ``precision``; before anything compiles."""
-    if precision != FP32 and precision not in _REAL and precision != EMULATED:
+    if precision not in (FP32, EMULATED, *_REAL):
         raise ValueError(f"precision must be one of fp32, bf16, bf16-emulated, fp16 (got {precision!r})")
     for root in cells:
         for _, cell in root.cells_and_names():
