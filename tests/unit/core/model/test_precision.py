@@ -13,6 +13,7 @@ from core.config import load_config
 from core.model.gpt import GPT
 from core.model.layers import MatMul
 from core.model.loss import LinearCrossEntropyLoss
+from core.model.moe import MoE
 from core.model.precision import EMULATED, FP16, FP32, set_precision, to_compute
 
 
@@ -95,3 +96,13 @@ def test_fp32_is_the_identity():
     with pytest.raises(ValueError, match="fp32, bf16"):
         set_precision([MatMul()], "fp8")
     assert ops.equal(MatMul()(x, x), x @ x.T).all()
+
+
+def test_the_moe_router_stays_fp32_in_every_precision():
+    model = GPT(load_config(["model=deepseek-tiny"]).model)
+    set_precision([model], FP16)
+    moes = [c for _, c in model.cells_and_names() if isinstance(c, MoE)]
+    assert moes and all(m.router.op.compute_precision == FP32 for m in moes)
+    assert all(m.experts.compute_precision == FP16 and m.router.weight.dtype == ms.float32 for m in moes)
+    x = Tensor(np.random.default_rng(4).standard_normal((1, 4, model.cfg.d_model)).astype(np.float16))
+    assert moes[0].router(x.astype(ms.float32)).dtype == ms.float32  # as MoE.construct calls it
