@@ -2,6 +2,10 @@
 parallelism I", Measure): the table the agent's ``parallel.yaml`` study searches.
 
     .venv/bin/python benchmarks/layouts.py [--models small medium] [--steps 12] [--rounds 2]
+    .venv/bin/python benchmarks/layouts.py --models small --layouts "1 process" tp=2 "tp=2 sp" --against f7a01a7
+
+``--against REV`` runs each layout also at another commit (a git worktree of it, the same interpreter), the two
+alternating within each round (which runs first alternating too), and prints the two side by side: what a change to the core did, in one run.
 
 Each (model, layout) is a real trial through the CLI (AdamW, global batch 8 x 64 tokens, jit); layouts alternate
 within each round so that load on this shared machine hits them alike; medians over rounds. Reported: median step
@@ -44,11 +48,12 @@ LAYOUTS = {  # name -> (overrides, held out of the memory fit)
 }
 
 
-def run(overrides: list[str], out: Path) -> dict:
+def run(overrides: list[str], out: Path, cwd: Path = ROOT) -> dict:
+    """One trial of the core checked out at ``cwd`` (``python -m`` imports the ``core`` of its working directory)."""
     # compile_cache=false: every layout compiles its graphs (their memory is part of the peak on CPU)
     subprocess.run(
         [sys.executable, "-m", "core.train", *overrides, "execution.compile_cache=false", f"trial.dir={out}"],
-        cwd=ROOT,
+        cwd=cwd,
         capture_output=True,
     )
     s = json.loads((out / "trial_summary.json").read_text())
@@ -95,7 +100,10 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["small", "medium"])
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--layouts", nargs="+", choices=list(LAYOUTS), default=list(LAYOUTS))
+    ap.add_argument("--against", metavar="REV", help="run each layout at this commit too, side by side")
     args = ap.parse_args()
+    layouts = {name: LAYOUTS[name] for name in args.layouts}
     base = [
         "training.global_batch_size=8",
         "training.seq_len=64",
@@ -104,14 +112,17 @@ def main() -> None:
     ]
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
+        if args.against:
+            against(args, layouts, base, Path(tmp))
+            return
         for r in range(args.rounds):
             for model in args.models:
-                for i, (name, (overrides, _)) in enumerate(LAYOUTS.items()):
+                for i, (name, (overrides, _)) in enumerate(layouts.items()):
                     s = run([f"model={model}", *base, *overrides], Path(tmp) / f"{model}{i}_{r}")
                     results.setdefault((model, name), []).append(s)
                     print(f"  {model} {name} #{r + 1}: {s['metrics']['step_time_ms_median']:.0f} ms", file=sys.stderr)
         for model in args.models:
-            for i, (name, (overrides, _)) in enumerate(LAYOUTS.items()):
+            for i, (name, (overrides, _)) in enumerate(layouts.items()):
                 s = run([f"model={model}", *base, *overrides, "training.profile=true"], Path(tmp) / f"{model}{i}_p")
                 results[(model, name, "profiled")] = s
     print(
@@ -128,7 +139,7 @@ def main() -> None:
             "state MiB per rank (vs 1 process) | estimate error |"
         )
         print("|---|---:|---:|---:|---:|---:|---|---:|---:|")
-        for name, (overrides, held_out) in LAYOUTS.items():
+        for name, (overrides, held_out) in layouts.items():
             runs = results[(model, name)]
             ms = statistics.median(s["metrics"]["step_time_ms_median"] for s in runs)
             tps = statistics.median(s["metrics"]["tokens_per_sec"] for s in runs)
@@ -145,6 +156,48 @@ def main() -> None:
                 f"{'-' if comm is None else f'{100 * comm:.0f}%'} | "
                 f"{' / '.join(f'{p / MiB:.0f}' for p in peaks)} | {st / MiB:.1f} ({st / ref_state:.2f}) | "
                 f"{100 * err:+.1f}%{' (held out)' if held_out else ''} |"
+            )
+
+
+def against(args: argparse.Namespace, layouts: dict, base: list[str], tmp: Path) -> None:
+    """Each layout at this checkout and at ``args.against``, alternating, printed side by side."""
+    rev = subprocess.run(["git", "rev-parse", "--short", args.against], cwd=ROOT, capture_output=True, text=True)
+    if rev.returncode:
+        raise SystemExit(f"--against {args.against}: not a revision of this repository")
+    tree = tmp / "against"
+    subprocess.run(["git", "worktree", "add", "--detach", str(tree), args.against], cwd=ROOT, check=True)
+    try:
+        sides = {"this checkout": ROOT, rev.stdout.strip(): tree}
+        results: dict = {}
+        for r in range(args.rounds):
+            for model in args.models:
+                for i, (name, (overrides, _)) in enumerate(layouts.items()):
+                    order = list(sides.items())[:: -1 if r % 2 else 1]  # neither side always runs first
+                    for j, (side, cwd) in enumerate(order):
+                        s = run([f"model={model}", *base, *overrides], tmp / f"{model}{i}{j}_{r}", cwd=cwd)
+                        results.setdefault((model, name, side), []).append(s)
+                        ms = s["metrics"]["step_time_ms_median"]
+                        print(f"  {model} {name} at {side} #{r + 1}: {ms:.0f} ms", file=sys.stderr)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=True)
+    this, other = sides
+    print(
+        f"\n### Layouts at {git_commit()} against {other} — {time.strftime('%Y-%m-%d')}, {args.rounds} alternating "
+        f"rounds of {args.steps} steps, AdamW, jit, global batch 8 x 64\n"
+    )
+    print(f"| model | layout | step (ms), {other} | step (ms), this | ratio | peak MiB per rank, {other} | this |")
+    print("|---|---|---:|---:|---:|---|---|")
+    for model in args.models:
+        for name in layouts:
+            ms, peaks = {}, {}
+            for side in sides:
+                runs = results[(model, name, side)]
+                ms[side] = statistics.median(s["metrics"]["step_time_ms_median"] for s in runs)
+                cols = zip(*(s["metrics"]["peak_memory_bytes_per_rank"] for s in runs), strict=True)
+                peaks[side] = " / ".join(f"{max(p or 0 for p in col) / MiB:.0f}" for col in cols)
+            print(
+                f"| {model} | {name} | {ms[other]:.0f} | {ms[this]:.0f} | {ms[this] / ms[other]:.2f}x | "
+                f"{peaks[other]} | {peaks[this]} |"
             )
 
 

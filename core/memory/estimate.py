@@ -101,7 +101,10 @@ def activation_parts(
     that saves them (core.memory.swap's ``memory.swap_ops``): a rough, documented count. ``seq`` is the whole sequence;
     this rank holds seq / cp of its tokens.
 
-    Per token: norm inputs and residuals 4D (split over tp only with sequence parallelism): ``norm``; q and attention
+    Per token: the two norms' inputs 2D (split over tp only with sequence parallelism) and outputs 2D, the input
+    attention's and the MLP's projections save (under sequence parallelism gathered whole where a region's
+    column-parallel projections read it, once per region as ``core.parallel.tensor_parallel`` enters it; split
+    where MLA's down-projections and an MoE's router read this rank's tokens): ``norm``; q and attention
     output 2D, k/v 2*kv (MLA: its heads' widths, and its latents unsplit by tp): ``attention``; MLP gate/up/silu/product 4F (split over tp): ``mlp``. Per head,
     ``attention``'s scores and probabilities, this rank's tokens times the whole sequence (the S x S matrices dominate
     at long sequences); context parallelism keeps the gathered keys and values of the whole sequence. ``selective``
@@ -126,9 +129,11 @@ def activation_parts(
     scores = score_floats(m, seq, tp, cp) if not (selective or accelerator) else 0
     gathered_kv = (m.kv_width // tp) * seq if cp > 1 else 0
     latent = m.latent_width // (tp if sp else 1)  # MLA's latents: per token, replicated over tp
+    # the norms' inputs, then their outputs: gathered whole under SP where GQA's or a (shared) MLP's projections read
+    D, gqa, dense = m.d_model, not m.mla, not moe or m.moe_shared_experts > 0
     b = element_bytes
     return {
-        "norm": b * batch * local * ((4 * m.d_model) // (tp if sp else 1)),
+        "norm": b * batch * local * sum(D // (tp if sp and not whole else 1) for whole in (False, False, gqa, dense)),
         "attention": b
         * batch
         * (local * ((m.q_width + m.attn_width + m.kv_width) // tp + latent) + scores + gathered_kv),

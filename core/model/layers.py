@@ -9,6 +9,10 @@ Seams for parallelism (the layers know nothing of ranks; ``core.training.paralle
 - every layer with a weight applies it through an op Cell, ``self.op(x, self.weight)``, that takes the weight
   as an input: tensor parallelism wraps the op (column/row-parallel, vocab-parallel), FSDP wraps it again to
   gather a sharded weight (the bprop-Cell form that carries gradients under ``mindspore.jit``);
+- attention and the MLP pass their input through one ``self.enter`` (an ``Identity``) before the projections
+  that read it: tensor parallelism makes it the region's one entry (an all-reduce of the input gradient, or with
+  sequence parallelism an all-gather of the sequence), shared by those projections as Megatron-LM's fused QKV and
+  gate/up matmuls share theirs, so each region pays one collective each way and saves one gathered input;
 - attention calls one ``self.sdpa(q, k, v, positions)``, which context parallelism replaces;
 - RoPE and the causal mask come from token positions, not from an assumed ``[:S]`` start.
 
@@ -34,6 +38,13 @@ def parameter(shape, dtype) -> Parameter:
 def normal(rng: np.random.Generator, shape, std: float, dtype) -> Tensor:
     # Drawn in float32 on the host so every rank and machine gets the same bits, then cast to the model dtype.
     return Tensor(rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(dtype)
+
+
+class Identity(nn.Cell):
+    """A seam: the identity here, a collective where ``core.training.parallelize`` puts one."""
+
+    def construct(self, x):
+        return x
 
 
 _matmul_nt = ops.MatMul(transpose_b=True)
@@ -322,7 +333,7 @@ class Attention(nn.Cell):
     n_kv_heads key/value heads are shared by groups of n_heads / n_kv_heads query heads; query head h reads
     KV head h // group. Head counts and the sequence length are read from the projections' outputs at run time,
     so a tensor-parallel wrapper may shard wq/wk/wv/wo by heads, and sequence parallelism may hand in a slice of
-    the sequence that the projections gather, without touching this code.
+    the sequence that ``enter`` gathers once for the three projections, without touching this code.
     """
 
     def __init__(self, cfg, *, out_std: float, dtype=ms.float32):
@@ -337,9 +348,11 @@ class Attention(nn.Cell):
         self.q_norm = RMSNorm(E, cfg.norm_eps, dtype) if cfg.qk_norm else None  # (..., E): each head's vector
         self.k_norm = RMSNorm(E, cfg.norm_eps, dtype) if cfg.qk_norm else None
         self.sdpa = SDPA(cfg.softmax_scale)
+        self.enter = Identity()
 
     def construct(self, x, cos, sin, positions):
         E = self.head_dim
+        x = self.enter(x)  # (B, S, D): the sequence whole again under sequence parallelism
         q, k, v = self.wq(x), self.wk(x), self.wv(x)  # (B, S, H*E), (B, S, K*E) x 2
         B, S = q.shape[0], q.shape[1]
         q, k = q.reshape(B, S, -1, E), k.reshape(B, S, -1, E)  # (B, S, H, E), (B, S, K, E)
@@ -372,6 +385,8 @@ class MLP(nn.Cell):
         self.w_up = Linear(d_model, ffn_hidden, init_std=init_std, dtype=dtype)
         self.w_down = Linear(ffn_hidden, d_model, init_std=out_std, dtype=dtype)
         self.act = SwiGLU()
+        self.enter = Identity()
 
     def construct(self, x):
+        x = self.enter(x)  # (B, S, D): as Attention's
         return self.w_down(self.act(self.w_gate(x), self.w_up(x)))  # (B, S, F) -> (B, S, D)

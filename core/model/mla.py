@@ -27,12 +27,7 @@ R RoPE width, V value width.
 import mindspore as ms
 from mindspore import nn, ops
 
-from core.model.layers import SDPA, Linear, RMSNorm, _heads_first, apply_rope
-
-
-class _Identity(nn.Cell):
-    def construct(self, x):
-        return x
+from core.model.layers import SDPA, Identity, Linear, RMSNorm, _heads_first, apply_rope
 
 
 class MLAttention(nn.Cell):
@@ -54,7 +49,7 @@ class MLAttention(nn.Cell):
         self.kv_a_norm = RMSNorm(self.latent, cfg.norm_eps, dtype)
         self.wkv_b = Linear(self.latent, H * (self.nope + self.v_dim), init_std=std, dtype=dtype)
         self.wo = Linear(cfg.attn_width, D, init_std=out_std, dtype=dtype)
-        self.share_key = _Identity()
+        self.share_key = Identity()
         self.sdpa = SDPA(cfg.softmax_scale)
 
     def construct(self, x, cos, sin, positions):

@@ -40,7 +40,7 @@ import numpy as np
 from mindspore import Parameter, Tensor, mint, nn, ops
 
 from core.model.flops import moe_capacity
-from core.model.layers import MLP, Linear, normal, parameter
+from core.model.layers import MLP, Identity, Linear, normal, parameter
 from core.model.precision import Computes, to_compute, written
 
 _bmm_nt = ops.BatchMatMul(transpose_b=True)
@@ -84,11 +84,6 @@ class AuxLoss(nn.Cell):
         return dout, ops.ones_like(aux) * self.scale
 
 
-class _Identity(nn.Cell):
-    def construct(self, x):
-        return x
-
-
 class MoE(nn.Cell):
     """(B, S, D) -> (B, S, D): routed experts (plus shared experts, which every token uses)."""
 
@@ -118,8 +113,8 @@ class MoE(nn.Cell):
         )
         self.aux_loss = AuxLoss(cfg.moe_aux_loss_weight)
         # The mesh's seams (module docstring).
-        self.gather_tokens, self.gather_logits, self.take_tokens = _Identity(), _Identity(), _Identity()
-        self.dispatch, self.combine = _Identity(), _Identity()
+        self.gather_tokens, self.gather_logits, self.take_tokens = Identity(), Identity(), Identity()
+        self.dispatch, self.combine = Identity(), Identity()
         # Not trainable: the (token, choice) pairs this layer dropped in its last forward (a metric).
         self.dropped = Parameter(Tensor(0.0, ms.float32), requires_grad=False)
 

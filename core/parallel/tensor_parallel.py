@@ -10,11 +10,15 @@ Each block's two matmul pairs are split so that only two all-reduces per block p
     embedding:  vocab-parallel rows; a token outside this rank's rows reads zeros, and the ranks' rows are summed
     head:       vocab-parallel rows, the loss computed without gathering logits (``vocab_parallel_loss``)
 
-A column-parallel op enters the region with ``CopyTo`` (identity; all-reduce of the input gradient) and a
-row-parallel op leaves it with ``ReduceFrom`` (all-reduce of the partial outputs). With sequence parallelism the
-norm/residual regions hold 1/tp of the sequence: the entry all-gathers the sequence (``GatherFrom``, backward
-reduce-scatter) and the exit reduce-scatters it (``ReduceScatterTo``, backward all-gather) — the same traffic as
-the all-reduce they replace, with the norm and residual activations divided by tp. The norm gains then see a
+A region is entered with ``CopyTo`` (identity; all-reduce of the input gradient) and a row-parallel op leaves it
+with ``ReduceFrom`` (all-reduce of the partial outputs). Attention's q/k/v and the MLP's gate/up read one input,
+so the entry is their region's ``enter`` seam, once for all of them (as Megatron's fused QKV and gate/up matmuls):
+the input gradients of the three (two) projections are summed on the rank, then reduced once, and under sequence
+parallelism one gathered input is saved for their weight gradients, not one each. MLA's up-projections read
+latents of their own, so each enters by its own ``ColumnParallel``. With sequence parallelism the norm/residual
+regions hold 1/tp of the sequence: the entry all-gathers the sequence (``GatherFrom``, backward reduce-scatter)
+and the exit reduce-scatters it (``ReduceScatterTo``, backward all-gather) — the same traffic as the all-reduce
+they replace, with the norm and residual activations divided by tp. The norm gains then see a
 slice of the tokens each, so their gradients are summed over the group after backward (``GradientSync``).
 
 Only ops and weights change here; the model code is untouched (its ``op`` seams, core.model.layers).
@@ -25,20 +29,25 @@ from __future__ import annotations
 from mindspore import Parameter, Tensor, nn, ops
 
 from core.model.gpt import transformer_blocks
-from core.model.layers import MLP, Linear
+from core.model.layers import MLP, Attention, Linear
 from core.model.mla import MLAttention
 from core.parallel import comm
 from core.parallel.placement import Placement, tp_split_dim
 from core.parallel.vocab_parallel_loss import VocabParallelCrossEntropyLoss
 
 
+def entry(group: comm.Group, sequence_parallel: bool) -> nn.Cell:
+    """Where activations enter a column-parallel region: CopyTo, or GatherFrom the sequence with SP."""
+    return comm.GatherFrom(group, 1) if sequence_parallel else comm.CopyTo(group)
+
+
 class ColumnParallel(nn.Cell):
-    """op(enter(x), W_t): this rank's output columns; ``enter`` is CopyTo, or GatherFrom the sequence with SP."""
+    """op(entry(x), W_t): this rank's output columns, for an op that enters its region alone (MLA's)."""
 
     def __init__(self, op: nn.Cell, group: comm.Group, sequence_parallel: bool):
         super().__init__()
         self.op = op
-        self.enter = comm.GatherFrom(group, 1) if sequence_parallel else comm.CopyTo(group)
+        self.enter = entry(group, sequence_parallel)
 
     def construct(self, x, w):
         return self.op(self.enter(x), w)
@@ -97,17 +106,23 @@ def apply_tensor_parallel(
     for block in transformer_blocks(model):
         # an MoE block's experts split in core.parallel.expert_parallel; its shared experts are an MLP like this
         mlp = block.mlp if isinstance(block.mlp, MLP) else block.mlp.shared
-        mlp_linears = (mlp.w_gate, mlp.w_up, mlp.w_down) if mlp is not None else ()
-        attn_linears = [c for _, c in block.attn.cells_and_names() if isinstance(c, Linear)]
-        for linear in (*attn_linears, *mlp_linears):
-            if tp_split_dim(linear.weight.name) is None:  # MLA's down-projections: per token, replicated
+        for region in (block.attn, mlp):
+            if region is None:
                 continue
-            wrap = ColumnParallel if _split(linear, group, placements).tp_dim == 0 else RowParallel
-            linear.op = wrap(linear.op, group, sp)
-            if linear.bias is not None:  # a column-parallel linear's: added to this rank's outputs, no traffic
-                _split(linear.bias, group, placements)
+            entered = isinstance(region, (Attention, MLP))  # their column-parallel ops share one ``enter``
+            if entered:
+                region.enter = entry(group, sp)
+            for linear in (c for _, c in region.cells_and_names() if isinstance(c, Linear)):
+                if tp_split_dim(linear.weight.name) is None:  # MLA's down-projections: per token, replicated
+                    continue
+                if _split(linear, group, placements).tp_dim == 1:
+                    linear.op = RowParallel(linear.op, group, sp)
+                elif not entered:
+                    linear.op = ColumnParallel(linear.op, group, sp)
+                if linear.bias is not None:  # a column-parallel linear's: added to this rank's outputs, no traffic
+                    _split(linear.bias, group, placements)
         if isinstance(block.attn, MLAttention):  # the RoPE key part every head shares enters the heads' region
-            block.attn.share_key = comm.GatherFrom(group, 1) if sp else comm.CopyTo(group)
+            block.attn.share_key = entry(group, sp)
     # A pipeline stage may lack the embedding or the head (core.parallel.pipeline); the rows follow from V either way.
     start = group.index * model.cfg.vocab_size // group.size
     if model.embed is not None:
