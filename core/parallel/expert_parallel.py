@@ -34,7 +34,7 @@ from mindspore import Parameter, Tensor, nn
 
 from core.model.moe import moe_layers
 from core.parallel import comm
-from core.parallel.context_parallel import chunk_positions
+from core.parallel.context_parallel import key_positions
 from core.parallel.dims import ParallelDims
 from core.parallel.placement import layout_placement
 
@@ -42,7 +42,7 @@ from core.parallel.placement import layout_placement
 def sequence_order(seq_len: int, cp: int) -> np.ndarray:
     """(S,): entry i is where sequence position i sits in the concatenation, in group order, of the parts of the
     ranks that split a sequence (cp-major: each context-parallel rank's two chunks, cut in tp parts with SP)."""
-    return np.argsort(np.concatenate([chunk_positions(seq_len, cp, c) for c in range(cp)])).astype(np.int32)
+    return np.argsort(key_positions(seq_len, cp)).astype(np.int32)
 
 
 def apply_moe_parallel(model: nn.Cell, dims: ParallelDims, groups: dict, placements: dict, seq_len: int) -> None:

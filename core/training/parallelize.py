@@ -179,7 +179,7 @@ def _parallelize_part(
     if dims.tp > 1:
         loss, eval_loss = apply_tensor_parallel(model, groups["tp"], dims.sp, placements)
     if dims.cp > 1:
-        apply_context_parallel(model, groups["cp"])
+        apply_context_parallel(model, groups["cp"], cfg.training.seq_len)
     apply_moe_parallel(model, dims, groups, placements, cfg.training.seq_len)
     mode, blocks = plan.mode(stage), plan.blocks(len(model.layers))
     if mode == "selective":
