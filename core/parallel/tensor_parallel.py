@@ -21,7 +21,8 @@ and the exit reduce-scatters it (``ReduceScatterTo``, backward all-gather) — t
 they replace, with the norm and residual activations divided by tp. The norm gains then see a
 slice of the tokens each, so their gradients are summed over the group after backward (``GradientSync``).
 
-Only ops and weights change here; the model code is untouched (its ``op`` seams, core.model.layers).
+Only ops, seams and weights change here; the model code is untouched (its ``op`` and ``enter`` seams,
+core.model.layers).
 """
 
 from __future__ import annotations
