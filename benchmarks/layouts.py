@@ -5,7 +5,8 @@ parallelism I", Measure): the table the agent's ``parallel.yaml`` study searches
     .venv/bin/python benchmarks/layouts.py --models small --layouts "1 process" tp=2 "tp=2 sp" --against f7a01a7
 
 ``--against REV`` runs each layout also at another commit (a git worktree of it, the same interpreter), the two
-alternating within each round (which runs first alternating too), and prints the two side by side: what a change to the core did, in one run.
+alternating within each round (which runs first alternating too), and prints the two side by side: what a change
+to the core did, in one run.
 
 Each (model, layout) is a real trial through the CLI (AdamW, global batch 8 x 64 tokens, jit); layouts alternate
 within each round so that load on this shared machine hits them alike; medians over rounds. Reported: median step

@@ -103,15 +103,15 @@ def activation_parts(
 
     Per token: the two norms' inputs 2D (split over tp only with sequence parallelism) and outputs 2D, the input
     attention's and the MLP's projections save (under sequence parallelism gathered whole where a region's
-    column-parallel projections read it, once per region as ``core.parallel.tensor_parallel`` enters it; split
-    where MLA's down-projections and an MoE's router read this rank's tokens): ``norm``; q and attention
-    output 2D, k/v 2*kv (MLA: its heads' widths, and its latents unsplit by tp): ``attention``; MLP gate/up/silu/product 4F (split over tp): ``mlp``. Per head,
-    ``attention``'s scores and probabilities, this rank's tokens times the whole sequence (the S x S matrices dominate
-    at long sequences); context parallelism keeps the gathered keys and values of the whole sequence. ``selective``
-    recompute (``core.memory.recompute``) keeps neither the S x S matrices nor the SwiGLU's silu; on an
-    ``accelerator`` flash attention never forms the S x S matrices and a grouped matmul runs the experts over the
-    routed (token, choice) pairs only (times the capacity factor), where the core's static dispatch on CPU holds
-    every expert's C slots. ``element_bytes``: 4 (fp32) or 2 (bf16 activations).
+    column-parallel projections read it, once per region as ``core.parallel.tensor_parallel`` enters it; split where
+    MLA's down-projections and an MoE's router read this rank's tokens): ``norm``; q and attention output 2D, k/v 2*kv
+    (MLA: its heads' widths, and its latents unsplit by tp): ``attention``; MLP gate/up/silu/product 4F (split over tp):
+    ``mlp``. Per head, ``attention``'s scores and probabilities, this rank's tokens times the whole sequence (the S x S
+    matrices dominate at long sequences); context parallelism keeps the gathered keys and values of the whole sequence.
+    ``selective`` recompute (``core.memory.recompute``) keeps neither the S x S matrices nor the SwiGLU's silu; on an
+    ``accelerator`` flash attention never forms the S x S matrices and a grouped matmul runs the experts over the routed
+    (token, choice) pairs only (times the capacity factor), where the core's static dispatch on CPU holds every expert's
+    C slots. ``element_bytes``: 4 (fp32) or 2 (bf16 activations).
     The per-token count is Korthikanti et al. 2022's for a Llama block (SwiGLU's three MLP tensors in place of
     GELU's). (The layout rules make tp divide D, kv and F, so the parts' divisions by tp are exact.)
     """

@@ -1,12 +1,12 @@
 """Mixed precision: where the model's values leave fp32, and how (``TrainConfig.compute_precision`` says which).
 
-The parameters stay fp32 (the master weights the optimizer updates); each op casts its weight to the compute
-precision where it uses it, so autodiff's cast-back hands the parameter an fp32 gradient (FSDP casts the shard
-before its gather instead, and the gradient back to fp32 before its reduce-scatter: ``core.parallel.fsdp``).
-Activations run in the compute precision from the embedding's output on: every matmul's operands and output, the residual stream, attention's q, k, v and
-probabilities. Kept in fp32 whatever the precision, as MindFormers' and Megatron's defaults do: RMSNorm's
-statistics, softmax, the MoE router (its matmul, scores and gates: ``moe_router_dtype``), the loss (the head's
-logits are made from bf16 operands in fp32 arithmetic: ``rounded``).
+The parameters stay fp32 (the master weights the optimizer updates); each op casts its weight to the compute precision
+where it uses it, so autodiff's cast-back hands the parameter an fp32 gradient (FSDP casts the shard before its gather
+instead, and the gradient back to fp32 before its reduce-scatter: ``core.parallel.fsdp``). Activations run in the
+compute precision from the embedding's output on: every matmul's operands and output, the residual stream, attention's
+q, k, v and probabilities. Kept in fp32 whatever the precision, as MindFormers' and Megatron's defaults do: RMSNorm's
+statistics, softmax, the MoE router (its matmul, scores and gates: ``moe_router_dtype``), the loss (the head's logits
+are made from bf16 operands in fp32 arithmetic: ``rounded``).
 
 Precisions (``cells.compute_precision``, a plain string that graph mode reads as a constant):
 - ``fp32``: every function below is the identity;

@@ -37,18 +37,13 @@ from core.parallel.placement import Placement, tp_split_dim
 from core.parallel.vocab_parallel_loss import VocabParallelCrossEntropyLoss
 
 
-def entry(group: comm.Group, sequence_parallel: bool) -> nn.Cell:
-    """Where activations enter a column-parallel region: CopyTo, or GatherFrom the sequence with SP."""
-    return comm.GatherFrom(group, 1) if sequence_parallel else comm.CopyTo(group)
-
-
 class ColumnParallel(nn.Cell):
-    """op(entry(x), W_t): this rank's output columns, for an op that enters its region alone (MLA's)."""
+    """op(enter_region(x), W_t): this rank's output columns, for an op that enters its region alone (MLA's)."""
 
     def __init__(self, op: nn.Cell, group: comm.Group, sequence_parallel: bool):
         super().__init__()
         self.op = op
-        self.enter = entry(group, sequence_parallel)
+        self.enter = comm.enter_region(group, sequence_parallel)
 
     def construct(self, x, w):
         return self.op(self.enter(x), w)
@@ -112,7 +107,7 @@ def apply_tensor_parallel(
                 continue
             entered = isinstance(region, (Attention, MLP))  # their column-parallel ops share one ``enter``
             if entered:
-                region.enter = entry(group, sp)
+                region.enter = comm.enter_region(group, sp)
             for linear in (c for _, c in region.cells_and_names() if isinstance(c, Linear)):
                 if tp_split_dim(linear.weight.name) is None:  # MLA's down-projections: per token, replicated
                     continue
@@ -123,7 +118,7 @@ def apply_tensor_parallel(
                 if linear.bias is not None:  # a column-parallel linear's: added to this rank's outputs, no traffic
                     _split(linear.bias, group, placements)
         if isinstance(block.attn, MLAttention):  # the RoPE key part every head shares enters the heads' region
-            block.attn.share_key = entry(group, sp)
+            block.attn.share_key = comm.enter_region(group, sp)
     # A pipeline stage may lack the embedding or the head (core.parallel.pipeline); the rows follow from V either way.
     start = group.index * model.cfg.vocab_size // group.size
     if model.embed is not None:

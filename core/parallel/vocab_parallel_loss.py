@@ -126,7 +126,7 @@ class VocabParallelCrossEntropyLoss(nn.Cell, Computes):
     def __init__(self, group: comm.Group, *, vocab_start: int, sequence_parallel: bool, train: bool = True):
         super().__init__()
         # Enter the region: the backward of either sums the partial d loss / d hidden over the group.
-        self.enter = comm.GatherFrom(group, 1) if sequence_parallel else comm.CopyTo(group)
+        self.enter = comm.enter_region(group, sequence_parallel)
         self.train = train
         if train:
             self.ce = _VocabParallelLinearCrossEntropy(group, vocab_start)

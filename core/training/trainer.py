@@ -63,7 +63,8 @@ class Trainer:
         self.train_data, self.val_data = datasets_for(cfg)
         if cfg.compute_precision != cfg.training.precision:  # bf16 on CPU
             log.info(
-                "training.precision=%s runs %s here (TrainConfig.compute_precision): its values, about fp32's speed and memory",
+                "training.precision=%s runs %s here (TrainConfig.compute_precision): its values, "
+                "about fp32's speed and memory",
                 cfg.training.precision,
                 cfg.compute_precision,
             )

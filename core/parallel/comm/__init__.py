@@ -5,7 +5,7 @@ with its backward), and point-to-point messages.
     collectives.py  all_reduce, all_gather, reduce_scatter, broadcast, all_to_all: no gradient of their own; the
                     CPU compositions from AllReduce(sum) behind one switch
     mappings.py     CopyTo / ReduceFrom, GatherFrom / ReduceScatterTo, ScatterTo, GatherRepeated, AllToAll,
-                    BroadcastFrom: bprop-Cells whose backward is the paired collective
+                    BroadcastFrom: bprop-Cells whose backward is the paired collective; enter_region
     p2p.py          send / recv between global ranks (pipeline stages), outside graphs
 """
 
@@ -30,6 +30,7 @@ from core.parallel.comm.mappings import (
     ReduceFrom,
     ReduceScatterTo,
     ScatterTo,
+    enter_region,
     own_part,
 )
 from core.parallel.comm.p2p import enable_p2p, recv, send
@@ -54,6 +55,7 @@ __all__ = [
     "chunk",
     "compose_from_all_reduce",
     "enable_p2p",
+    "enter_region",
     "init_distributed",
     "mesh_groups",
     "new_group",

@@ -111,6 +111,12 @@ class GatherFrom(_Paired):
         super().__init__(all_gather(group, dim), reduce_scatter(group, dim))
 
 
+def enter_region(group: Group, sequence_parallel: bool) -> nn.Cell:
+    """Where activations enter a tensor-parallel region: ``CopyTo``, or with sequence parallelism ``GatherFrom``
+    the sequence (dim 1); the backward of either sums the partial input gradients over the group."""
+    return GatherFrom(group, 1) if sequence_parallel else CopyTo(group)
+
+
 class ReduceScatterTo(_Paired):
     """Forward: reduce-scatter along ``dim``. Backward: all-gather along ``dim``."""
 
