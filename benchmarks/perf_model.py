@@ -6,11 +6,14 @@ For each device profile one named row fits ``cluster.matmul_efficiency`` (bisect
 equals the published one; ``FIT``); every other row is held out: predicted from its model, layout, batch,
 precision and recompute with that efficiency, and compared with what its source measured, in the source's own
 metric (tokens/s per GPU; or TFLOP/s per GPU by the source's FLOP formula; or MFU). Rows the model cannot
-represent are listed with the reason and not scored: FP8 (the model counts bf16/fp16 peaks), pipeline rows
-whose micro-batch size is not published, models that change the architecture (MegaScale's parallel blocks).
+represent are listed with the reason and not scored: pipeline rows whose micro-batch size is not published,
+models that change the architecture (MegaScale's parallel blocks). FP8 rows (torchtitan's Float8Linear, Megatron's
+Transformer Engine recipes) are predicted as ``training.precision=fp8``, with the efficiency fitted on bf16 rows:
+none is fitted.
 
-Reported: median and worst |error| on the held-out rows, and for every pair of held-out rows of one source, model
-and device count that differ only in layout or schedule, whether the model orders them as measured.
+Reported: median and worst |error| on the held-out rows (and on the FP8 ones apart), for every pair of held-out
+rows of one source, model and device count that differ only in layout or schedule whether the model orders them as
+measured, and for every pair that differs only in precision (bf16 against FP8) the speed-up published and predicted.
 """
 
 from __future__ import annotations
@@ -63,9 +66,14 @@ SCHEDULES = {"interleaved_1f1b": "interleaved", "Interleaved1F1B": "interleaved"
 GPT_VOCAB = 51200  # Megatron's GPT vocabulary, padded (the SC'21 runs)
 
 
+def precision(row: dict) -> str:
+    """fp8 where the row's matmuls ran in FP8 (its precision, a float8 flag or an FP8 label), else bf16 (fp16's
+    rows too: the same peak)."""
+    fp8 = row["precision"] == "fp8" or any("float8" in f or f.startswith("precision_label=FP8") for f in row["flags"])
+    return "fp8" if fp8 else "bf16"
+
+
 def skip_reason(row: dict) -> str | None:
-    if row["precision"] == "fp8" or any("float8" in f or f.startswith("precision_label=FP8") for f in row["flags"]):
-        return "FP8: the model counts bf16/fp16 peaks"
     if row["source"].startswith("megatron-bridge") and row["precision"] is None:
         return "precision not published (the next release labels the same configs FP8)"
     if "parallel_transformer_block" in row["flags"]:
@@ -108,7 +116,7 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
             "model.tie_embeddings=false",
         ]
     seq, micro = row["seq_len"], row["micro_batch_size"] or 1
-    out += [f"model.max_seq_len={seq}", f"training.seq_len={seq}", "training.precision=bf16"]
+    out += [f"model.max_seq_len={seq}", f"training.seq_len={seq}", f"training.precision={precision(row)}"]
     out += [f"training.global_batch_size={row['global_batch_sequences']}", f"training.micro_batch_size={micro}"]
     degrees = {key: lay[key] for key in ("dp_replicate", "dp_shard", "tp", "pp", "cp", "ep")}
     if "parallel_optimizer" in row["flags"]:
@@ -228,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         fitted = row["id"] in FIT.values()
         results[row["id"]] = value
         if not fitted:
-            scored.append(error)
+            scored.append((row, error))
         gib = est.peak_memory_bytes_per_rank / 2**30
         memory = row["measured"].get("memory_gib")
         if memory:
@@ -239,21 +247,31 @@ def main(argv: list[str] | None = None) -> int:
         )
     pairs = _pairs(runs, results)
     right = sum(ok for *_, ok in pairs)
+    fp8 = [e for row, e in scored if precision(row) == "fp8"]
+    speedups = _precision_pairs(runs, results)
     summary = [
         "efficiencies: "
         + ", ".join(
             f"{d} {e:.3f} ({FIT.get(d, 'as ' + ('h100-sxm' if d == 'h200' else 'a100-80gb'))})"
             for d, e in efficiency.items()
         ),
-        f"held-out rows: {len(scored)}; median |error| {statistics.median(abs(e) for e in scored):.1%}, "
-        f"worst {max(abs(e) for e in scored):.1%}",
+        f"held-out rows: {len(scored)}; median |error| {statistics.median(abs(e) for _, e in scored):.1%}, "
+        f"worst {max(abs(e) for _, e in scored):.1%}",
+        f"of them FP8: {len(fp8)}; median |error| {statistics.median(abs(e) for e in fp8):.1%}, worst "
+        f"{max(fp8, key=abs):+.1%}",
         f"pairs differing only in layout or schedule: {right} of {len(pairs)} ordered as measured",
+        f"pairs differing only in precision: {len(speedups)}; FP8's speed-up over bf16, median published "
+        f"{statistics.median(pub for *_, pub, _ in speedups):.2f}x, predicted "
+        f"{statistics.median(pred for *_, pred in speedups):.2f}x",
         f"peak memory against the {len(memory_errors)} rows that publish it (nothing fitted): median |error| "
         f"{statistics.median(abs(e) for e in memory_errors):.1%}, worst {max(memory_errors, key=abs):+.1%}",
     ]
     text = "\n".join(["# Step-time model against published runs", "", *summary, "", *lines, "", "Pairs:", ""])
     text += "\n".join(
         f"- {a} vs {b}: published {pa:g} vs {pb:g}, {'right' if ok else 'WRONG'}" for a, b, pa, pb, ok in pairs
+    )
+    text += "\n\nFP8 against bf16 (speed-up published, predicted):\n\n" + "\n".join(
+        f"- {b} vs {a}: {pub:.2f}x, {pred:.2f}x" for a, b, pub, pred in speedups
     )
     text += "\n\nNot scored:\n\n" + "\n".join(f"- {i}: {why}" for i, why in skipped) + "\n"
     args.out.write_text(text)
@@ -275,6 +293,27 @@ def _pairs(runs: list[dict], results: dict) -> list[tuple]:
             if pa == pb:
                 continue
             out.append((a["id"], b["id"], pa, pb, (pa > pb) == (results[a["id"]] > results[b["id"]])))
+    return out
+
+
+def _precision_pairs(runs: list[dict], results: dict) -> list[tuple]:
+    """(bf16 row, FP8 row, published speed-up, predicted speed-up) for scored rows of one source, model, device,
+    GPU count, sequence, batch, layout, recompute and flags (FP8's own aside) that differ in precision."""
+    keys = ("source", "gpus", "seq_len", "device", "model", "layout", "global_batch_sequences", "micro_batch_size")
+    keys += ("activation_checkpointing",)
+
+    def flags(row: dict) -> set[str]:
+        return {f for f in row["flags"] if not ("float8" in f or "fp8" in f or f.startswith("precision_label="))}
+
+    scored = [r for r in runs if r["id"] in results]
+    out = []
+    for a in scored:
+        for b in scored:
+            same = all(a[k] == b[k] for k in keys) and flags(a) == flags(b)
+            if precision(a) == "bf16" and precision(b) == "fp8" and same:
+                if measured(a)[0] == measured(b)[0]:
+                    pub = measured(b)[1] / measured(a)[1]
+                    out.append((a["id"], b["id"], pub, results[b["id"]] / results[a["id"]]))
     return out
 
 

@@ -32,6 +32,9 @@ class ClusterConfig:
     (``core.runtime.reference_rate``)."""
     peak_tflops_bf16: float | None = None
     """Dense BF16 peak, TFLOP/s per device (no sparsity); null: the device has no faster BF16 path (FP32's)."""
+    peak_tflops_fp8: float | None = None
+    """Dense FP8 tensor-core peak, TFLOP/s per device (no sparsity): the rate of ``training.precision=fp8``'s block
+    matmuls; null: the device has no FP8 matmuls, and fp8 is refused."""
     memory_gib: float | None = None
     """Device memory per device, GiB; null: no limit is checked (cpu-local: a study's memory gate uses
     memory.limit_gb and the measured runtime profile instead)."""
@@ -111,6 +114,7 @@ class ClusterConfig:
         for key in (
             "peak_tflops_fp32",
             "peak_tflops_bf16",
+            "peak_tflops_fp8",
             "memory_gib",
             "memory_bandwidth_gbps",
             "intra_node_bandwidth_gbps",

@@ -287,6 +287,25 @@ def ranks_split_over_the_nodes(cfg: TrainConfig, n: int) -> None:
     )
 
 
+def fp8_needs_fp8_matmuls(cfg: TrainConfig) -> None:
+    c = cfg.cluster
+    require(
+        cfg.training.precision != "fp8" or c.peak_tflops_fp8 is not None,
+        "training.precision",
+        f"fp8 runs the blocks' matmuls on FP8 tensor cores, and profile {c.name!r} has none (cluster.peak_tflops_fp8 "
+        "null): estimate it on cluster=h100-sxm or h200, or choose training.precision=bf16",
+    )
+
+
+def fp8_is_estimated_not_trained(cfg: TrainConfig) -> None:
+    require(
+        cfg.training.precision != "fp8",
+        "training.precision",
+        "fp8 is estimated (`python -m core.perf`, core.memory) for the stacks that train it, not trained here: the "
+        "core's blocks build no FP8 matmuls; train training.precision=bf16",
+    )
+
+
 # In order: a rule may rely on the ones before it (the micro-batch rules on the data-parallel split).
 CROSS_SECTION_RULES = (
     fused_kernels_run_on_the_host,
@@ -306,11 +325,12 @@ CROSS_SECTION_RULES = (
     batch_splits_into_micro_batches,
     interleaving_fills_every_rank,
     checkpoints_fit_the_budget,
+    fp8_needs_fp8_matmuls,
 )
 
 # What this build can run, beyond what is valid: checked by ``core.train`` before it starts a trial, not by the
 # estimates, which answer for configs the trainer does not run yet.
-RUN_RULES = ()
+RUN_RULES = (fp8_is_estimated_not_trained,)
 
 
 def check_runnable(cfg: TrainConfig, *, nodes: int = 1) -> None:

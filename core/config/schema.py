@@ -23,7 +23,7 @@ PP_TRANSPOSE_OVERFLOWS = ("full", "min")
 RECOMPUTE = ("none", "selective", "full")
 SWAP_OPS = ("attention", "mlp", "norm")  # the parts of a block memory.swap_ops chooses from (core.memory.swap)
 DEVICES = ("CPU", "Ascend", "GPU")
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp8")
 DEFAULT_GRACE_SEC = 30.0  # trial.grace_sec: the one home of the grace default (the agent's watchdog reads it)
 
 
@@ -334,9 +334,12 @@ class TrainingConfig:
     profile: bool = False
     """Profile the steps after the first two (``core.runtime.profiling``): ``metrics.comm_time_share``."""
     precision: str = "fp32"
-    """fp32, or bf16: bf16 compute copies of the weights and bf16 activations, fp32 master weights, gradient
-    reductions, optimizer state and loss (``core.model.precision``). On CPU bf16 is emulated
-    (``TrainConfig.compute_precision``): bf16's numbers at about fp32's speed and memory."""
+    """fp32, bf16 or fp8. bf16: bf16 compute copies of the weights and bf16 activations, fp32 master weights,
+    gradient reductions, optimizer state and loss (``core.model.precision``); on CPU emulated
+    (``TrainConfig.compute_precision``): bf16's numbers at about fp32's speed and memory. fp8: bf16 whose blocks'
+    weight matmuls run in FP8 with dynamic scaling (torchtitan's Float8Linear, Transformer Engine's current
+    scaling), on a cluster with FP8 matmuls (``cluster.peak_tflops_fp8``): estimated (``core.perf``,
+    ``core.memory``) for the stacks that train it, not trained by the core (``core.config.rules.RUN_RULES``)."""
 
     def __post_init__(self):
         positive("training", self, "global_batch_size", "seq_len", "log_interval", "eval_batches")
@@ -506,7 +509,8 @@ class TrainConfig:
 
     @property
     def compute_precision(self) -> str:
-        """How the trainer computes ``training.precision``: ``fp32``, ``bf16``, or ``bf16-emulated`` on CPU.
+        """How the trainer computes ``training.precision``: ``fp32``, ``bf16``, or ``bf16-emulated`` on CPU (fp8: as
+        bf16).
 
         CPU workaround: MindSpore 2.10 has no CPU bf16 kernel for MatMul, BatchMatMul, Softmax, Sigmoid,
         Rsqrt, ReduceSum or Gather (benchmarks/RESULTS.md, "bf16 on CPU"), so on CPU every value an accelerator
@@ -514,9 +518,9 @@ class TrainConfig:
         accelerator's matmul accumulates). The loss curve is bf16's; step time and memory are fp32's plus the
         rounding, so the estimates count an emulated run as fp32.
         """
-        if self.training.precision == "bf16" and self.device == "CPU":
-            return "bf16-emulated"
-        return self.training.precision
+        p = self.training.precision
+        p = "bf16" if p == "fp8" else p  # fp8 is its matmuls' rate (core.perf); every value it holds is bf16's
+        return "bf16-emulated" if p == "bf16" and self.device == "CPU" else p
 
     @property
     def grad_accum_steps(self) -> int:

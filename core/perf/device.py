@@ -39,7 +39,7 @@ class Link:
 
 @dataclass(frozen=True)
 class Device:
-    peak_flops: float  # FLOP/s of one device at the trial's precision
+    peak_flops: float  # FLOP/s of one device at the trial's precision (fp8: bf16's, its FP8 matmuls' in fp8_flops)
     efficiency: float
     half_dim: int
     memory_bandwidth: float  # bytes/s
@@ -49,12 +49,15 @@ class Device:
     inter: Link
     devices_per_node: int
     pynative: float | None = None  # host seconds more per block forward under PyNative; None: not priced
+    fp8_flops: float | None = None  # FLOP/s of an FP8 matmul (training.precision=fp8); None: none run in FP8
 
-    def matmul_seconds(self, flops: float, smallest_dim: float) -> float:
+    def matmul_seconds(self, flops: float, smallest_dim: float, *, fp8: bool = False) -> float:
+        """A matmul of ``flops`` whose smallest dimension is ``smallest_dim``; ``fp8``: one that a trial in fp8
+        runs in FP8 (at the same fitted efficiency: FP8 rows are held out, none fitted)."""
         if flops <= 0:
             return 0.0
-        rate = self.peak_flops * self.efficiency * smallest_dim / (smallest_dim + self.half_dim)
-        return flops / rate
+        peak = self.fp8_flops if fp8 and self.fp8_flops else self.peak_flops
+        return flops / (peak * self.efficiency * smallest_dim / (smallest_dim + self.half_dim))
 
     def memory_seconds(self, nbytes: float) -> float:
         return nbytes / self.memory_bandwidth
@@ -63,7 +66,8 @@ class Device:
 def device(cluster: ClusterConfig, precision: str) -> Device:
     """The rates of ``cluster``'s devices at ``precision``; a number the profile leaves null and nothing measured
     gives is a ConfigError naming the key."""
-    peak = cluster.peak_tflops_bf16 if precision == "bf16" and cluster.peak_tflops_bf16 else cluster.peak_tflops_fp32
+    half = precision in ("bf16", "fp8") and cluster.peak_tflops_bf16  # fp8: its other matmuls run in bf16
+    peak = cluster.peak_tflops_bf16 if half else cluster.peak_tflops_fp32
     if peak is None and cluster.device == "CPU":
         peak = _reference_rate(cluster) / TFLOPS / cluster.devices_per_node  # the node's cores, shared by its ranks
     measured = (calibration() or {}) if cluster.device == "CPU" else {}
@@ -91,6 +95,7 @@ def device(cluster: ClusterConfig, precision: str) -> Device:
         inter=Link(float("inf"), 0.0) if cluster.nodes == 1 else link("inter", cluster.collective_efficiency_inter),
         devices_per_node=cluster.devices_per_node,
         pynative=None if pynative is None else pynative * US * share,
+        fp8_flops=need("peak_tflops_fp8") * TFLOPS if precision == "fp8" else None,
     )
 
 

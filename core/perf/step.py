@@ -13,7 +13,8 @@ its backward; the accelerator profiles price the stacks their published rows com
 activations of each micro-batch in flight instead (``core.memory.estimate`` counts them either way).
 
 MFU is model FLOPs (``core.model.flops.flops_per_token``: 6N + the attention term, no recompute) per second per
-device over the profile's peak at the trial's precision. Peak memory per rank is ``core.memory``'s estimate with
+device over the profile's peak at the trial's precision (fp8: bf16's, as torchtitan reports its FP8 runs' MFU;
+the FP8 matmuls are priced at ``cluster.peak_tflops_fp8``). Peak memory per rank is ``core.memory``'s estimate with
 the cluster's accounting (per tensor and precision, its allocator margin and reserved memory on accelerators;
 the measured runtime profile on CPU).
 """

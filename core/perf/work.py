@@ -18,6 +18,11 @@ of heads, FFN width and vocabulary (D: width, kv: key/value width, F: FFN width,
                          attention core where the S x S matrices are not kept by flash attention)
     launches             the host's kernel launches, ``cluster.launch_overhead_us`` per block forward, twice
                          backward, once more with full recompute (selective's few kernels are not counted)
+    fp8                  the weight matmuls above (not the router, the attention core or the head, which the
+                         FP8 recipes of torchtitan and Transformer Engine keep in bf16) at ``cluster.peak_tflops_fp8``;
+                         each casts its input and weight forward, its output gradient, input and weight backward
+                         (dynamic scaling: read in bf16, written in FP8, 3 bytes an element; the scale's reduction
+                         fused into it). FSDP gathers bf16 weights (torchtitan's FP8 all-gather is not priced)
 
 Collectives per block and micro-batch (bytes of the whole tensor; ``core.perf.links`` prices them):
 
@@ -44,6 +49,7 @@ from core.perf import links
 from core.perf.device import Device
 
 FLASH_BACKWARD = 2.5  # flash attention's backward FLOPs over its forward's
+FP8_CAST_BYTES = 3  # a bf16 element read, its FP8 copy written
 
 
 @dataclass
@@ -95,20 +101,38 @@ class Shape:
 class BlockWork:
     """One micro-batch's forward through one block on one rank."""
 
-    matmuls: list[tuple[float, float]]  # (FLOPs, smallest dimension) of each weight matmul
+    matmuls: list[tuple[float, float]]  # (FLOPs, smallest dimension) of each weight matmul, FP8 under fp8
+    router: tuple[float, float]  # an MoE block's router, never FP8 ((0, 0) in a dense block)
     attention: tuple[float, float]  # the causal attention core: (FLOPs, head dim)
     elementwise_bytes: float  # memory-bound bytes read and written
+    casts: tuple[float, float]  # elements the weight matmuls cast to FP8 under fp8: (forward, backward)
+
+
+class _Matmuls:
+    """The weight matmuls of a block as they are added: FLOPs with their rate-bounding dimension, and the elements
+    an FP8 run casts for them."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[float, float]] = []
+        self.forward = self.backward = 0.0
+
+    def add(self, tokens: float, out: float, inner: float, *, weights: float | None = None, smallest=None) -> None:
+        """``tokens`` x ``inner`` times ``inner`` x ``out``; ``weights``: the weight's elements where several
+        matrices take turns (experts); ``smallest``: the bounding dimension where the tokens split between them."""
+        weights = out * inner if weights is None else weights
+        self.items.append((2 * tokens * out * inner, min(tokens, out, inner) if smallest is None else smallest))
+        self.forward += tokens * inner + weights
+        self.backward += tokens * out + tokens * inner + weights
 
 
 def block_work(cfg: TrainConfig, i: int) -> BlockWork:
     """The counts of the module docstring for block ``i``."""
     m, par, sh = cfg.model, cfg.parallel, Shape.of(cfg)
     T, D, tp, S = sh.tokens, m.d_model, par.tp, cfg.training.seq_len
-    matmuls = []
+    mm, router = _Matmuls(), (0.0, 0.0)
     for name, (rows, cols) in attention_matrices(m).items():  # split by heads over tp, or (MLA's down) replicated
         dim = tp_split_dim(f"attn.{name}.weight")  # 0: heads' rows (column-parallel), 1: wo's columns
-        out, inner = rows / (tp if dim == 0 else 1), cols / (tp if dim == 1 else 1)
-        matmuls.append((2 * T * out * inner, min(T, out, inner)))
+        mm.add(T, rows / (tp if dim == 0 else 1), cols / (tp if dim == 1 else 1))
     # causal attention: q k^T and p v over half the S x S pairs. Flash attention tiles it into large blocks of
     # queries and keys (its rate is a large matmul's); without it, per-head (S x hd) matmuls.
     heads = m.n_heads * (m.qk_head_size + m.v_head_size)  # q k^T's and p v's widths: 2 H E without MLA
@@ -116,20 +140,20 @@ def block_work(cfg: TrainConfig, i: int) -> BlockWork:
     if m.is_moe_layer(i):
         factor = m.moe_capacity_factor or 1.0
         routed = T * m.moe_top_k * factor  # token-expert pairs this rank's share of the experts computes
-        per_expert = routed * par.ep / m.n_experts
-        matmuls += [
-            (2 * T * D * m.n_experts, min(T, m.n_experts)),  # the router
-            (3 * 2 * routed * D * m.expert_width / tp, min(per_expert, m.expert_width / tp)),
-        ]
+        per_expert, F = routed * par.ep / m.n_experts, m.expert_width / tp
+        router = (2 * T * D * m.n_experts, min(T, m.n_experts))
+        for out, inner in ((F, D), (F, D), (D, F)):  # gate, up, down of this rank's experts
+            mm.add(routed, out, inner, weights=m.n_experts / par.ep * out * inner, smallest=min(per_expert, F))
         width = m.expert_width * m.moe_shared_experts
         active = m.moe_top_k * factor * m.expert_width + width
     else:
         width = active = m.ffn_hidden
     if width:
-        matmuls.append((3 * 2 * T * D * width / tp, min(T, width / tp)))
+        for out, inner in ((width / tp, D), (width / tp, D), (D, width / tp)):
+            mm.add(T, out, inner, smallest=min(T, width / tp))
     rope = m.q_width + m.kv_width / 2  # q and k (MLA: each head's whole q and k, as concatenated)
     elementwise = T * sh.act_bytes * (10 * D / (tp if par.sp else 1) + 2 * rope / tp + 3 * active / tp)
-    return BlockWork(matmuls, core, elementwise)
+    return BlockWork(mm.items, router, core, elementwise, (mm.forward, mm.backward))
 
 
 def launch_seconds(cfg: TrainConfig, dev: Device) -> float:
@@ -148,19 +172,16 @@ def launch_seconds(cfg: TrainConfig, dev: Device) -> float:
 def block_passes(cfg: TrainConfig, dev: Device, i: int, recompute: str) -> tuple[Pass, Pass]:
     """(forward, backward) of block ``i`` for one micro-batch on one rank; ``recompute``: none, selective, full."""
     sh, w = Shape.of(cfg), block_work(cfg, i)
-    matmuls, core, elementwise = w.matmuls, w.attention, w.elementwise_bytes
-
-    def matmul_seconds(items) -> float:
-        return sum(dev.matmul_seconds(f, d) for f, d in items)
+    core, elementwise, fp8 = w.attention, w.elementwise_bytes, cfg.training.precision == "fp8"
+    weights = sum(dev.matmul_seconds(f, d, fp8=fp8) for f, d in w.matmuls) + dev.matmul_seconds(*w.router)
+    casts = [FP8_CAST_BYTES * n if fp8 else 0.0 for n in w.casts]
 
     launch = launch_seconds(cfg, dev)
     fwd, bwd = Pass(launch=launch), Pass(launch=2 * launch)
-    fwd.compute = matmul_seconds(matmuls) + dev.matmul_seconds(*core) + dev.memory_seconds(elementwise)
+    fwd.compute = weights + dev.matmul_seconds(*core) + dev.memory_seconds(elementwise + casts[0])
     core_back = FLASH_BACKWARD if sh.flash else 2.0
     bwd.compute = (
-        2 * matmul_seconds(matmuls)
-        + dev.matmul_seconds(core_back * core[0], core[1])
-        + dev.memory_seconds(2 * elementwise)
+        2 * weights + dev.matmul_seconds(core_back * core[0], core[1]) + dev.memory_seconds(2 * elementwise + casts[1])
     )
     if recompute == "full":
         bwd.recompute, bwd.launch = fwd.compute, bwd.launch + fwd.launch

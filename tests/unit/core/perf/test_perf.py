@@ -74,7 +74,7 @@ def test_flops_are_6n_plus_attention(preset):
     cfg = load_config([*overrides, "training.global_batch_size=2"])
     m, T, S = cfg.model, cfg.training.micro_batch_size * 128, 128
     works = [block_work(cfg, i) for i in range(m.n_layers)]
-    weights = sum(f for w in works for f, _ in w.matmuls) + head_work(cfg)[0]
+    weights = sum(f for w in works for f, _ in [*w.matmuls, w.router]) + head_work(cfg)[0]
     attention = sum(w.attention[0] for w in works)
     n, _ = _params(m)
     assert 3 * weights / T == pytest.approx(6 * n, rel=1e-12)
@@ -342,3 +342,44 @@ def test_bf16_on_a_cpu_cluster_is_refused_naming_the_field():
     assert planned_config(["cluster=cpu-local", "model=tiny"]).compute_precision == "fp32"
     bf16 = planned_config([*CLUSTER, "cluster.devices_per_node=1", "model=llama3-8b", "training.precision=bf16"])
     assert bf16.compute_precision == "bf16"
+
+
+def test_fp8_runs_the_blocks_weight_matmuls_at_the_fp8_peak_and_pays_for_the_casts():
+    """fp8 against bf16 on one device, by hand: each block's weight matmuls (3 x 2 T P forward and backward, P the
+    block's matrix elements) take half the time at an FP8 peak of twice bf16's, every matmul here bounded by its T =
+    1024 tokens (rate 1024 / (1024 + 128) of peak); the casts read 2 and write 1 byte of each input and weight
+    forward, and of each output gradient, input and weight backward. The head and attention stay bf16."""
+    base = ["cluster.devices_per_node=1", "training.seq_len=1024", "training.global_batch_size=1"]
+    base.append("cluster.matmul_half_dim=128")
+    bf16 = estimate_step(_cfg(*base))
+    fp8 = estimate_step(_cfg(*base, "cluster.peak_tflops_fp8=400", "training.precision=fp8"))
+    m, T = load_config(["model=llama3-8b"]).model, 1024
+    D, A, kv, F = m.d_model, m.n_heads * m.head_size, m.n_kv_heads * m.head_size, m.ffn_hidden
+    P = 2 * D * A + 2 * D * kv + 3 * D * F
+    ins = 3 * D + A + 2 * D + F  # q, k, v, o; gate, up, down
+    outs = A + 2 * kv + D + 2 * F + D
+    matmuls = 3 * 2 * T * P / (200e12 * 1024 / 1152)
+    casts = 3 * (2 * T * ins + T * outs + 2 * P) / 2000e9
+    expected = m.n_layers * (casts - matmuls / 2)
+    assert fp8.breakdown["compute"] - bf16.breakdown["compute"] == pytest.approx(expected, rel=1e-9)
+    assert fp8.mfu == pytest.approx(bf16.mfu * bf16.step_time_sec / fp8.step_time_sec)  # against bf16's peak
+    assert fp8.peak_memory_bytes_per_rank == bf16.peak_memory_bytes_per_rank  # every value it holds is bf16's
+
+
+def test_fp8_needs_fp8_matmuls_and_is_estimated_not_trained():
+    from core.config.rules import check_runnable
+
+    for overrides in (
+        ["cluster=cpu-local", "model=tiny"],  # no FP8 peak: refused by the estimate and the trainer alike
+        [*CLUSTER, "cluster.devices_per_node=1", "model=tiny"],
+    ):
+        with pytest.raises(ConfigError, match="cluster.peak_tflops_fp8") as info:
+            load_config([*overrides, "training.precision=fp8"])
+        assert info.value.field == "training.precision"
+    cfg = planned_config(
+        [*CLUSTER, "cluster.devices_per_node=1", "cluster.peak_tflops_fp8=400", "model=tiny", "training.precision=fp8"]
+    )
+    assert cfg.compute_precision == "bf16"
+    with pytest.raises(ConfigError, match="not trained") as info:
+        check_runnable(cfg)
+    assert info.value.field == "training.precision"
