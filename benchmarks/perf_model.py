@@ -9,7 +9,8 @@ metric (tokens/s per GPU; or TFLOP/s per GPU by the source's FLOP formula; or MF
 represent are listed with the reason and not scored: pipeline rows whose micro-batch size is not published,
 models that change the architecture (MegaScale's parallel blocks). FP8 rows (torchtitan's Float8Linear, Megatron's
 Transformer Engine recipes) are predicted as ``training.precision=fp8``, with the efficiency fitted on bf16 rows:
-none is fitted.
+none is fitted. Mixture-of-experts rows (DeepSeek-V3, Qwen3 MoE) are scored where the core can express their
+layout (its experts split over its FSDP ranks and by tensor parallelism).
 
 Reported: median and worst |error| on the held-out rows (and on the FP8 ones apart), for every pair of held-out
 rows of one source, model and device count that differ only in layout or schedule whether the model orders them as
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -60,6 +62,9 @@ PRESETS = {
     "llama2-7b": "llama2-7b",
     "llama2-13b": "llama2-13b",
     "llama2-70b": "llama2-70b",
+    "deepseek-v3": "deepseek-v3",
+    "qwen3-30b-a3b": "qwen3-30b-a3b",
+    "qwen3-235b-a22b": "qwen3-235b-a22b",
 }
 # Schedule names of the sources, as the core's. MindSpore's pipeline runs 1F1B (MindFormers' docs).
 SCHEDULES = {"interleaved_1f1b": "interleaved", "Interleaved1F1B": "interleaved", "mindspore_pipeline": "1f1b"}
@@ -82,6 +87,10 @@ def skip_reason(row: dict) -> str | None:
         return "pipeline micro-batch size not published"
     if any(f == "phase=sft" for f in row["flags"]):
         return "fine-tuning with packed/variable sequences"
+    if "recompute_not_published" in row["flags"]:
+        return "recompute not published"
+    if "etp=1" in row["flags"] and row["layout"]["tp"] > 1:
+        return "experts not split by tensor parallelism (Megatron's ETP 1 under TP > 1): the core splits them by tp"
     return None
 
 
@@ -101,6 +110,8 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
         out.append("cluster.overlap_tp=1.0")  # the run hides TP traffic under compute (its flag)
     if m.get("name") in PRESETS:
         out.append(f"model={PRESETS[m['name']]}")
+        if "mtp_layers" in m:
+            out.append(f"model.mtp_layers={m['mtp_layers']}")
     else:  # a Megatron GPT: GELU MLP of 4h as a SwiGLU of the same FLOPs (3 h F = 8 h^2)
         h, tp = m["d_model"], lay["tp"]
         heads = m["n_heads"] or h // 128  # unpublished: GPT-3 175B's head dimension, 128 (Brown et al. 2020)
@@ -124,6 +135,10 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
         # ranks and gathers each weight by an AllGather the framework inserts before its use (MindSpore docs,
         # features/parallel/optimizer_parallel.md): the core's sharded data parallelism, not replicas
         degrees["dp_shard"], degrees["dp_replicate"] = degrees["dp_shard"] * degrees["dp_replicate"], 1
+    if degrees["ep"] > 1 and degrees["dp_shard"] == 1:
+        # the core splits the experts over its FSDP ranks (parallel.ep = dp_shard): a replicated MoE row's data
+        # parallelism is read as FSDP, whose dense weights' gathers the row (a distributed optimizer) did not pay
+        degrees["dp_shard"], degrees["dp_replicate"] = degrees["dp_replicate"], 1
     out += [f"parallel.{key}={value}" for key, value in degrees.items()]
     out.append(f"parallel.sp={str(bool(lay['sp']) or lay['tp'] > 1).lower()}")
     if lay["pp"] > 1:
@@ -131,6 +146,8 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
         schedule = SCHEDULES.get(lay.get("pp_schedule"), lay.get("pp_schedule"))
         out += [f"parallel.pp_schedule={schedule or ('interleaved' if virtual > 1 else '1f1b')}"]
         out += [f"parallel.pp_virtual={virtual}"]
+        if lay.get("pp_layers"):
+            out.append(f"parallel.pp_layers=[{','.join(map(str, lay['pp_layers']))}]")
     out.append(f"memory.recompute={row['activation_checkpointing'] or 'none'}")
     return out
 
@@ -248,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     pairs = _pairs(runs, results)
     right = sum(ok for *_, ok in pairs)
     fp8 = [e for row, e in scored if precision(row) == "fp8"]
+    moe = [e for row, e in scored if row["model"].get("n_experts")]
     speedups = _precision_pairs(runs, results)
     summary = [
         "efficiencies: "
@@ -259,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         f"worst {max(abs(e) for _, e in scored):.1%}",
         f"of them FP8: {len(fp8)}; median |error| {statistics.median(abs(e) for e in fp8):.1%}, worst "
         f"{max(fp8, key=abs):+.1%}",
+        f"of them mixture-of-experts: {len(moe)}; median |error| {statistics.median(abs(e) for e in moe):.1%}, worst "
+        f"{max(moe, key=abs):+.1%}",
         f"pairs differing only in layout or schedule: {right} of {len(pairs)} ordered as measured",
         f"pairs differing only in precision: {len(speedups)}; FP8's speed-up over bf16, median published "
         f"{statistics.median(pub for *_, pub, _ in speedups):.2f}x, predicted "
@@ -286,7 +306,7 @@ def _pairs(runs: list[dict], results: dict) -> list[tuple]:
     for i, a in enumerate(scored):
         for b in scored[i + 1 :]:
             same = all(a[k] == b[k] for k in ("source", "gpus", "seq_len", "precision", "device"))
-            same = same and a["model"] == b["model"]
+            same = same and a["model"] == b["model"] and _release(a) == _release(b)
             if not same or a["layout"] == b["layout"] or measured(a)[0] != measured(b)[0]:
                 continue
             pa, pb = measured(a)[1], measured(b)[1]
@@ -294,6 +314,13 @@ def _pairs(runs: list[dict], results: dict) -> list[tuple]:
                 continue
             out.append((a["id"], b["id"], pa, pb, (pa > pb) == (results[a["id"]] > results[b["id"]])))
     return out
+
+
+def _release(row: dict) -> str | None:
+    """The software release a row was measured with, where its source publishes several (Megatron-Bridge's
+    containers: the same layout moves by up to 1.8x between them)."""
+    found = re.search(r"Release '+([^']+)'", row["table"])
+    return found.group(1) if found else None
 
 
 def _precision_pairs(runs: list[dict], results: dict) -> list[tuple]:

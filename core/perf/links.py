@@ -8,7 +8,9 @@ slower tier bounds the ring).
 Costs are the alpha-beta model of the ring algorithms (Thakur et al. 2005; NCCL's "bus bandwidth"): for n ranks and
 a full tensor of B bytes, all-reduce 2(n-1)/n * B / bw + 2(n-1) * alpha; all-gather and reduce-scatter
 (n-1)/n * B / bw + (n-1) * alpha; all-to-all (n-1)/n * B / bw + (n-1) * alpha (B: what one rank holds before);
-point-to-point B / bw + alpha. ``bw`` is the link's achieved bandwidth (the profile's collective efficiency times
+point-to-point B / bw + alpha. An all-to-all over several nodes is point-to-point sends to every peer (NCCL's), so
+the shares for peers on the rank's node and for the other nodes cross their own tiers at once
+(``group_all_to_all``): max((l-1)/n * B / bw_intra, (n-l)/n * B / bw_inter) with l of the n ranks on each node. ``bw`` is the link's achieved bandwidth (the profile's collective efficiency times
 its peak, per device and direction). On a link whose collectives are composed from all-reduce (the core on CPU:
 ``Link.composed``) each is priced as the all-reduce it runs.
 """
@@ -60,6 +62,25 @@ def all_to_all(nbytes: float, n: int, link: Link) -> float:
     if link.composed:  # every rank's whole tensor all-gathered (composed), this rank's blocks selected
         return all_gather(n * nbytes, n, link)
     return (n - 1) / n * nbytes / link.bandwidth + (n - 1) * link.latency
+
+
+def ranks_per_node(par: ParallelConfig, axis: str, dev: Device) -> int:
+    """How many ranks of a group over ``axis`` share a node: ranks fill nodes in order, and the group's are
+    ``stride`` apart (the product of the degrees of the axes inside it)."""
+    stride = math.prod(degree(par, a) for a in MESH[MESH.index(axis) + 1 :])
+    return max(1, min(degree(par, axis), dev.devices_per_node // stride))
+
+
+def group_all_to_all(nbytes: float, par: ParallelConfig, axis: str, dev: Device) -> float:
+    """All-to-all of the ``nbytes`` one rank holds over the group of ``axis``, each share on the tier it crosses
+    (module docstring)."""
+    n, local = degree(par, axis), ranks_per_node(par, axis, dev)
+    link = group_link(par, (axis,), dev)
+    if n <= 1 or local >= n or link.composed:
+        return all_to_all(nbytes, n, link)
+    inside = (local - 1) / n * nbytes / dev.intra.bandwidth + (local - 1) * dev.intra.latency
+    across = (n - local) / n * nbytes / dev.inter.bandwidth + (n - local) * dev.inter.latency
+    return max(inside, across)
 
 
 def p2p(nbytes: float, link: Link) -> float:

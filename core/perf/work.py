@@ -30,7 +30,9 @@ Collectives per block and micro-batch (bytes of the whole tensor; ``core.perf.li
              reduce-scatters: natively the same volume); hidden by the share ``cluster.overlap_tp``
     cp       an all-gather of the keys and values of the whole sequence forward, a reduce-scatter of their
              gradients backward (``core.parallel.context_parallel``); hidden by ``cluster.overlap_cp``
-    ep       2 all-to-alls forward (dispatch, combine) and 2 backward of the routed tokens
+    ep       2 all-to-alls forward (dispatch, combine) and 2 backward of the routed tokens, each share on the tier
+             it crosses (``core.perf.links.group_all_to_all``); never hidden (no overlap of dispatch with compute,
+             no per-node deduplication of a token's copies as DeepEP does)
     fsdp     an all-gather of the block's weights forward, again backward, and a reduce-scatter of its
              gradients (fp32 or bf16: ``cluster.reduce_precision``) (FSDP re-gathers in backward:
              ``core.parallel.fsdp``); with ``cluster.overlap_fsdp`` only what the block's compute cannot hide is
@@ -211,9 +213,8 @@ def _block_comm(cfg: TrainConfig, dev: Device, sh: Shape, i: int, fwd: Pass, bwd
         fwd.expose("cp", seconds)
         bwd.expose("cp", seconds)
     if m.is_moe_layer(i) and par.ep > 1:
-        link = links.group_link(par, ("dp_shard",), dev)
         held = T * m.moe_top_k * (m.moe_capacity_factor or 1.0) * D * sh.act_bytes
-        seconds = 2 * links.all_to_all(held, par.ep, link)
+        seconds = 2 * links.group_all_to_all(held, par, "dp_shard", dev)  # the experts' ranks: ep = dp_shard
         fwd.expose("ep", seconds)
         bwd.expose("ep", seconds)
     _fsdp_comm(cfg, dev, sh, sharded_numel(cfg, f"layers.{i}."), fwd, bwd)

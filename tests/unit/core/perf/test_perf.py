@@ -46,7 +46,7 @@ def _params(m) -> tuple[int, int]:
     """(weights a token multiplies, routed-expert weights it does not) by the textbook formula: attention
     d (H hd) + 2 d (K hd) + (H hd) d (MLA, DeepSeek-V2's eqs. 9-14: d Q + Q H (N + R) + d (L + R) + L H (N + V) +
     H V d), SwiGLU 3 d F, MoE router d E and k of E experts, the head V d."""
-    hd = m.d_model // m.n_heads
+    hd = m.head_dim or m.d_model // m.n_heads
     attn = 2 * m.d_model * m.n_heads * hd + 2 * m.d_model * m.n_kv_heads * hd
     if m.attention == "mla":
         H, N, R, V, L, Q = (
@@ -78,9 +78,10 @@ def test_flops_are_6n_plus_attention(preset):
     attention = sum(w.attention[0] for w in works)
     n, _ = _params(m)
     assert 3 * weights / T == pytest.approx(6 * n, rel=1e-12)
-    # causal: half of the PaLM term 12 L S D, which counts the whole S x S matrix (MLA: q k^T H (N + R) wide, p v
-    # H V wide, in place of D each)
-    width = m.n_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2 if m.mla else m.d_model
+    # causal: half of the PaLM term 12 L S D, which counts the whole S x S matrix (q k^T and p v H hd wide; MLA:
+    # q k^T H (N + R) wide, p v H V wide)
+    heads = m.n_heads * (m.head_dim or m.d_model // m.n_heads)  # H hd: d_model unless head_dim says
+    width = m.n_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2 if m.mla else heads
     assert 3 * attention / T == pytest.approx(12 * m.n_layers * S * width / 2, rel=1e-12)
 
 
@@ -108,6 +109,33 @@ def test_groups_cross_nodes_by_their_span():
     par = load_config(["model=small", "parallel.dp_shard=4", "parallel.tp=4", "training.global_batch_size=8"]).parallel
     assert links.group_link(par, ("tp",), dev).bandwidth == 100  # ranks 0-3
     assert links.group_link(par, ("dp_shard",), dev).bandwidth == 10  # stride 4, 4 of them: 16 ranks, 2 nodes
+
+
+def test_an_all_to_all_across_nodes_sends_each_share_over_its_own_tier():
+    """16 expert ranks on 2 nodes of 8: 7 of a rank's 16 shares go over the node's links, 8 over the network, at
+    once; with tp=2 inside them, 4 of 8 expert ranks share a node (3 shares in, 4 out)."""
+    dev = Device(1, 1, 1, 1, None, 0.0, intra=Link(100, 1), inter=Link(10, 5), devices_per_node=8)
+    par = load_config(
+        [
+            "model=moe-small",
+            "model.n_experts=16",
+            "parallel.dp_shard=16",
+            "parallel.ep=16",
+            "training.global_batch_size=16",
+        ]
+    )
+    B = 1600.0
+    assert links.ranks_per_node(par.parallel, "dp_shard", dev) == 8
+    expected = max(7 / 16 * B / 100 + 7 * 1, 8 / 16 * B / 10 + 8 * 5)
+    assert links.group_all_to_all(B, par.parallel, "dp_shard", dev) == pytest.approx(expected)
+    par = load_config(
+        ["model=moe-small", "parallel.dp_shard=8", "parallel.ep=8", "parallel.tp=2", "training.global_batch_size=8"]
+    )
+    assert links.ranks_per_node(par.parallel, "dp_shard", dev) == 4
+    expected = max(3 / 8 * B / 100 + 3 * 1, 4 / 8 * B / 10 + 4 * 5)
+    assert links.group_all_to_all(B, par.parallel, "dp_shard", dev) == pytest.approx(expected)
+    one_node = load_config(["model=moe-small", "parallel.dp_shard=8", "parallel.ep=8", "training.global_batch_size=8"])
+    assert links.group_all_to_all(B, one_node.parallel, "dp_shard", dev) == links.all_to_all(B, 8, dev.intra)
 
 
 def _cfg(*overrides):
