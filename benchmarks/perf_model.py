@@ -89,6 +89,8 @@ def skip_reason(row: dict) -> str | None:
         return "fine-tuning with packed/variable sequences"
     if "recompute_not_published" in row["flags"]:
         return "recompute not published"
+    if row["layout"]["cp"] > 1 and row["source"].startswith(("megatron", "mcore")):
+        return "Megatron keeps the weights whole over its context-parallel ranks; the core shards them over cp as FSDP"
     if "etp=1" in row["flags"] and row["layout"]["tp"] > 1:
         return "experts not split by tensor parallelism (Megatron's ETP 1 under TP > 1): the core splits them by tp"
     return None
