@@ -1,0 +1,93 @@
+"""The published runs the step-time model is checked against (``benchmarks/data/published_runs.yaml``) against
+their own schema, and the comparisons ``benchmarks/perf_model.py`` draws from them: which rows ran FP8, and which
+pairs differ in one thing only."""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from perf_model import _pairs, _precision_pairs, precision  # noqa: E402
+
+DATA = yaml.safe_load((ROOT / "benchmarks" / "data" / "published_runs.yaml").read_text())
+FIELDS = {
+    "id", "source", "table", "verification", "model", "device", "gpus", "gpus_per_node", "layout", "seq_len",
+    "global_batch_sequences", "micro_batch_size", "precision", "activation_checkpointing", "flags", "measured",
+    "derived_fields", "notes",
+}  # fmt: skip
+DEGREES = ("dp_replicate", "dp_shard", "tp", "pp", "cp")
+
+
+@pytest.mark.parametrize("row", DATA["runs"], ids=lambda r: r["id"])
+def test_every_row_is_whole_and_its_layout_fills_its_gpus(row):
+    assert FIELDS <= set(row) <= FIELDS | {"config_source"}
+    assert row["source"] in DATA["sources"] and row.get("config_source", row["source"]) in DATA["sources"]
+    assert row["precision"] in ("fp32", "bf16", "fp16", "fp8", None)
+    lay = row["layout"]
+    assert math.prod(lay[k] for k in DEGREES) == row["gpus"]
+    if lay.get("pp_layers"):  # an uneven split: every (virtual) stage, every layer
+        assert len(lay["pp_layers"]) == lay["pp"] * (lay["pp_virtual"] or 1)
+        assert sum(lay["pp_layers"]) == row["model"]["n_layers"] and min(lay["pp_layers"]) >= 1
+    if lay["ep"] > 1:
+        assert row["model"]["n_experts"] % lay["ep"] == 0
+    figures = ("tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu")
+    assert any(row["measured"].get(k) is not None for k in figures)
+
+
+def test_the_ids_are_unique():
+    ids = [r["id"] for r in DATA["runs"]]
+    assert len(ids) == len(set(ids))
+
+
+def _row(**changes) -> dict:
+    row = {
+        "id": "a",
+        "source": "megatron-bridge-perf",
+        "table": "Release '26.04 NeMo Container', System DGX-H100",
+        "gpus": 16,
+        "seq_len": 4096,
+        "device": "h100-sxm",
+        "model": {"name": "m"},
+        "layout": {"tp": 1, "pp": 2},
+        "global_batch_sequences": 1024,
+        "micro_batch_size": 1,
+        "activation_checkpointing": None,
+        "precision": "bf16",
+        "flags": ["ddp"],
+        "measured": {"tokens_per_sec_per_gpu": 100.0},
+    }
+    for key, value in changes.items():
+        row[key] = value
+    return copy.deepcopy(row)
+
+
+def test_fp8_is_read_from_the_precision_a_float8_flag_or_an_fp8_label():
+    assert precision(_row()) == "bf16" and precision(_row(precision="fp16")) == "bf16"
+    assert precision(_row(precision="fp8")) == "fp8"
+    assert precision(_row(flags=["torch.compile", "float8_linear"])) == "fp8"
+    assert precision(_row(flags=["precision_label=FP8-CS"])) == "fp8"
+
+
+def test_layout_pairs_stay_within_one_release():
+    """The same layout moved 1.77x between two Megatron-Bridge containers: rows of two releases are no pair."""
+    a = _row()
+    b = _row(id="b", layout={"tp": 1, "pp": 1}, measured={"tokens_per_sec_per_gpu": 200.0})
+    c = _row(id="c", layout={"tp": 1, "pp": 1}, table="Release '26.02 NeMo Container', System DGX-H100")
+    c["measured"]["tokens_per_sec_per_gpu"] = 300.0
+    results = {"a": 1.0, "b": 2.0, "c": 0.5}
+    assert _pairs([a, b, c], results) == [("a", "b", 100.0, 200.0, True)]
+
+
+def test_precision_pairs_differ_in_fp8_alone():
+    bf16 = _row()
+    fp8 = _row(id="f", flags=["ddp", "precision_label=FP8"], measured={"tokens_per_sec_per_gpu": 150.0})
+    other = _row(id="o", flags=["ddp", "async_tp", "float8_linear"], measured={"tokens_per_sec_per_gpu": 180.0})
+    results = {"a": 1.0, "f": 1.4, "o": 2.0}
+    assert _precision_pairs([bf16, fp8, other], results) == [("a", "f", 1.5, 1.4)]
