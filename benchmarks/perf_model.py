@@ -12,7 +12,7 @@ Transformer Engine recipes) are predicted as ``training.precision=fp8``, with th
 none is fitted. Mixture-of-experts rows (DeepSeek-V3, Qwen3 MoE) are scored where the core can express their
 layout (its experts split over its FSDP ranks and by tensor parallelism).
 
-Reported: median and worst |error| on the held-out rows (and on the FP8 ones apart), for every pair of held-out
+Reported: median and worst |error| on the held-out rows (and on the FP8 and MoE ones apart), for every pair of held-out
 rows of one source, model and device count that differ only in layout or schedule whether the model orders them as
 measured, and for every pair that differs only in precision (bf16 against FP8) the speed-up published and predicted.
 """
@@ -302,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _pairs(runs: list[dict], results: dict) -> list[tuple]:
-    """Held-out rows of one source, model and GPU count whose layout or schedule differs, and nothing else."""
+    """Held-out rows of one source, release, model and GPU count whose layout or schedule differs, and nothing
+    else."""
     out = []
     scored = [r for r in runs if r["id"] in results and r["id"] not in FIT.values()]
     for i, a in enumerate(scored):

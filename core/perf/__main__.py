@@ -4,10 +4,10 @@
         parallel.dp_shard=32 parallel.tp=8 parallel.sp=true training.seq_len=8192 training.global_batch_size=512 \\
         training.micro_batch_size=1 training.precision=bf16 memory.recompute=full
 
-Prints step time, global tokens/s, tokens/s per device, MFU (against the profile's peak at the precision; fp8: bf16's), peak
-memory per rank and the breakdown (compute, recompute, exposed communication by kind, pipeline idle, optimizer);
-``--json`` prints the same as one JSON object. An invalid config exits 2 naming the field, by the rules of
-``core.train``, and so does a layout whose ranks are not the cluster's devices. Nothing is allocated.
+Prints step time, global tokens/s, tokens/s per device, MFU (against the profile's peak at the precision; fp8:
+bf16's), peak memory per rank and the breakdown (compute, recompute, exposed communication by kind, pipeline idle,
+optimizer); ``--json`` prints the same as one JSON object. An invalid config exits 2 naming the field, by the rules
+of ``core.train``, and so does a layout whose ranks are not the cluster's devices. Nothing is allocated.
 
     python -m core.perf calibrate [--force]     # measure cpu-local on this machine (core.perf.calibrate)
 """

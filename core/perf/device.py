@@ -4,7 +4,8 @@ bytes/s of device memory, and a link (bandwidth, latency) per tier. Everything i
 Each block's forward of a micro-batch also pays ``launch_overhead_us`` of host time (its backward twice): nothing
 on accelerators, whose graph-mode launches hide under device compute; on a CPU the host is the device, and a
 micro-batch of few tokens costs mostly launches (``model=tiny``, 1 process, 8 micro-batches of 256 tokens: 6,096
-tokens/s measured, 14,993 predicted from FLOPs and bytes alone; benchmarks/data/table_layouts.json, collected at 258c677).
+tokens/s measured, 14,993 predicted from FLOPs and bytes alone; benchmarks/data/table_layouts.json, collected at
+258c677).
 
 The achieved matmul rate is ``peak * matmul_efficiency * d / (d + matmul_half_dim)`` with ``d`` the matmul's
 smallest dimension: a large matmul reaches the fitted efficiency, a thin one (few tokens per micro-batch, a narrow

@@ -6,10 +6,10 @@ of heads, FFN width and vocabulary (D: width, kv: key/value width, F: FFN width,
 
     forward matmuls      q and o 2 T D A / tp each (A = H E: D unless model.head_dim says), k and v 2 T D kv / tp
                          each (MLA: its down-projections 2 T D (Q + L + R) on every tp rank, its up-projections
-                         by heads over tp), SwiGLU 3 x 2 T D F / tp (MoE: the router 2 T D E, the experts 3 x 2 T k c D F_e / tp
-                         with c the capacity factor (1 dropless), the shared experts as a dense MLP), the causal
-                         attention core 2 T S A / tp (half of q k^T and p v); the head 2 T D V / tp on the last
-                         stage
+                         by heads over tp), SwiGLU 3 x 2 T D F / tp (MoE: the router 2 T D E, the experts
+                         3 x 2 T k c D F_e / tp with c the capacity factor (1 dropless), the shared experts as a
+                         dense MLP), the causal attention core 2 T S A / tp (half of q k^T and p v); the head
+                         2 T D V / tp on the last stage
     backward             twice the forward matmuls; flash attention's core 2.5 times (it recomputes the scores:
                          Dao 2023, FlashAttention-2, section 3.1)
     memory-bound         norms and residuals 10 D per token (over tp with sequence parallelism), RoPE 2 (A + kv)
