@@ -582,7 +582,7 @@ def test_parallel_space_grid_is_the_layouts_the_core_runs():
 
 
 @pytest.mark.skipif(not (SPACES_DIR.parent / "configs" / "train.yaml").exists(), reason="configs/ not written yet")
-@pytest.mark.parametrize("name, stride", [("parallel", 3), ("moe", 5), ("hparams", 7)])
+@pytest.mark.parametrize("name, stride", [("parallel", 5), ("moe", 5), ("hparams", 7)])
 def test_shipped_space_points_compose_into_valid_configs(name, stride):
     from core.config import load_config
 
