@@ -8,9 +8,9 @@ Attention: each rank all-gathers the keys and values of the whole sequence (one 
 and attends from its own queries, the causal mask built from the positions; the keys' positions are the layout's
 (every rank's chunks in group order), known when the model is built, so they are not gathered. Why all-gather rather
 than ring attention with an online softmax (Liu et al. 2023): with grouped-query attention K and V are small
-(n_kv_heads of n_heads), the all-gather is one collective per layer where the ring needs cp-1 point-to-
-point rounds, and on this CPU backend each collective costs milliseconds and point-to-point messages are sent from
-the host, between compiled graphs (``comm.p2p``; docs/mindspore-cpu.md, "Collectives and point-to-point"); the
+(n_kv_heads of n_heads), the all-gather is one collective per layer where the ring needs cp-1 point-to-point
+rounds, and on this CPU backend each collective costs milliseconds and point-to-point messages are sent from the
+host, between compiled graphs (``comm.p2p``; docs/mindspore-cpu.md, "Collectives and point-to-point"); the
 ring's advantage, overlapping each round with compute on a fast link, does not exist here. Llama 3 makes the same
 choice for the same reason (GQA). The backward reduce-scatters the key/value gradients to the ranks that own those
 tokens (``comm.GatherFrom``), again one collective for both.

@@ -57,7 +57,7 @@ class Device:
         runs in FP8 (at the same fitted efficiency: FP8 rows are held out, none fitted)."""
         if flops <= 0:
             return 0.0
-        peak = self.fp8_flops if fp8 and self.fp8_flops else self.peak_flops
+        peak = self.fp8_flops if fp8 else self.peak_flops
         return flops / (peak * self.efficiency * smallest_dim / (smallest_dim + self.half_dim))
 
     def memory_seconds(self, nbytes: float) -> float:

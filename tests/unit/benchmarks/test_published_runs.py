@@ -63,9 +63,7 @@ def _row(**changes) -> dict:
         "flags": ["ddp"],
         "measured": {"tokens_per_sec_per_gpu": 100.0},
     }
-    for key, value in changes.items():
-        row[key] = value
-    return copy.deepcopy(row)
+    return copy.deepcopy({**row, **changes})
 
 
 def test_fp8_is_read_from_the_precision_a_float8_flag_or_an_fp8_label():
