@@ -33,7 +33,6 @@ Constraints are data, never code: they go through the safe evaluator of ``autore
 
 from __future__ import annotations
 
-import itertools
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -329,10 +328,32 @@ class SearchSpace(StrictModel):
     def grid(self, points_per_float: int = 4, max_points_per_int: int = 16) -> list[dict]:
         """Every combination of each param's grid values that satisfies the constraints, in a deterministic
         order (first param varies slowest)."""
+        # Depth first, each constraint checked as soon as the params it reads are bound: a violated prefix prunes
+        # every completion of it. The same points as filtering the full product with ``satisfies`` (a test holds
+        # the two equal), but a 300k-point product whose constraints tie the first few params costs seconds, not
+        # tens of seconds.
         names = list(self.params)
         axes = [self.params[n].grid_values(points_per_float, max_points_per_int) for n in names]
-        points = (dict(zip(names, combo, strict=True)) for combo in itertools.product(*axes))
-        return [p for p in points if self.satisfies(p)]
+        position = {n: i for i, n in enumerate(names)}
+        checks: list[list[Expr]] = [[] for _ in names]
+        for expr in self._exprs:  # its other names (fixed keys, world_size) are bound from the start
+            checks[max((position[n] for n in expr.names if n in position), default=0)].append(expr)
+        points: list[dict] = []
+
+        def extend(depth: int, env: dict) -> None:
+            if depth == len(names):
+                points.append({n: env[n] for n in names})
+                return
+            for value in axes[depth]:
+                env[names[depth]] = value
+                if all(_holds(expr, env) for expr in checks[depth]):
+                    extend(depth + 1, env)
+            env.pop(names[depth], None)
+
+        if not names:
+            return [{}] if self.satisfies({}) else []
+        extend(0, self.env({}))
+        return points
 
     def sample_random(self, rng: np.random.Generator, max_tries: int = 10_000) -> dict:
         """A uniformly random (log-uniform where log) valid point, by rejection against the constraints."""
@@ -388,6 +409,14 @@ class SearchSpace(StrictModel):
         if any(budget):
             lines.append("budget: " + ", ".join(x for x in budget if x))
         return "\n".join(lines)
+
+
+def _holds(expr: Expr, env: dict) -> bool:
+    """Whether one constraint holds, as ``Space.satisfies`` reads it: one that cannot be evaluated does not."""
+    try:
+        return expr.violation(env) <= 0
+    except ExprError:
+        return False
 
 
 def _space_error(exc: ValidationError, file: str, lines: Lines | None) -> SpaceError:

@@ -4,6 +4,8 @@ test_expr.py, the check against the core's config in test_space_core_check.py.""
 
 from __future__ import annotations
 
+import itertools
+import math
 import shutil
 import textwrap
 
@@ -474,6 +476,39 @@ def test_grid_is_the_product_filtered_by_constraints(space):
         "memory.recompute": "full",
         "parallel.dp_replicate": 1,
     }
+
+
+def _filtered_product(space: SearchSpace) -> list[dict]:
+    """The grid by its definition: the full product in file order, filtered by ``satisfies``."""
+    names = list(space.params)
+    axes = [space.params[n].grid_values() for n in names]
+    return [p for c in itertools.product(*axes) if space.satisfies(p := dict(zip(names, c, strict=True)))]
+
+
+def test_pruned_grid_is_the_filtered_product_whatever_the_constraints_read(tmp_path):
+    # a constraint on world_size alone, one tying the first param to the last, one that cannot be evaluated for
+    # some points (division by zero: those points fail it, as satisfies reads it)
+    extra = (
+        '  - "world_size >= 2"\n'
+        '  - "optim.lr < 0.05 or parallel.dp_replicate == 2"\n'
+        '  - "training.micro_batch_size / (parallel.dp_replicate - 1) >= 2"\n'
+    )
+    space = load_space(str(write(tmp_path, GOOD.replace("budget:", extra + "budget:"))))
+    grid = space.grid()
+    assert grid == _filtered_product(space)
+    assert grid and {p["parallel.dp_replicate"] for p in grid} == {2}  # dp_replicate 1 divides by zero
+    good = load_space(str(write(tmp_path, GOOD, name="good.yaml")))
+    assert good.grid() == _filtered_product(good)
+
+
+@pytest.mark.parametrize(
+    "path", sorted([*SPACES_DIR.glob("*.yaml"), *(SPACES_DIR.parent / "benchmarks" / "spaces").glob("*.yaml")])
+)
+def test_every_shipped_space_prunes_to_its_filtered_product(path):
+    space = load_space(str(path))
+    if math.prod(len(p.grid_values()) for p in space.params.values()) > 50_000:
+        pytest.skip("product over 50,000 points: filtering it would take seconds (the pruning's reason to be)")
+    assert space.grid() == _filtered_product(space)
 
 
 def test_grid_values_for_steps_and_long_int_ranges():
