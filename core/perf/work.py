@@ -19,10 +19,12 @@ of heads, FFN width and vocabulary (D: width, kv: key/value width, F: FFN width,
     launches             the host's kernel launches, ``cluster.launch_overhead_us`` per block forward, twice
                          backward, once more with full recompute (selective's few kernels are not counted)
     fp8                  the weight matmuls above (not the router, the attention core or the head, which the
-                         FP8 recipes of torchtitan and Transformer Engine keep in bf16) at ``cluster.peak_tflops_fp8``;
-                         each casts its input and weight forward, its output gradient, input and weight backward
-                         (dynamic scaling: read in bf16, written in FP8, 3 bytes an element; the scale's reduction
-                         fused into it). FSDP gathers bf16 weights (torchtitan's FP8 all-gather is not priced)
+                         FP8 recipes of torchtitan and Transformer Engine keep in bf16) at ``cluster.peak_tflops_fp8``,
+                         with the casts of tensorwise dynamic scaling as torchao's own roofline counts them
+                         (torchao/float8/roofline_utils.py): forward the input (its max-abs fused into the kernel
+                         that made it; read in bf16, written in FP8 row- and column-major: 4 bytes an element) and
+                         the weight (a max-abs pass more: 6), backward the output gradient (4); backward reuses the
+                         FP8 input and weight of the forward. FSDP gathers bf16 weights (FP8 all-gather not priced)
 
 Collectives per block and micro-batch (bytes of the whole tensor; ``core.perf.links`` prices them):
 
@@ -51,7 +53,8 @@ from core.perf import links
 from core.perf.device import Device
 
 FLASH_BACKWARD = 2.5  # flash attention's backward FLOPs over its forward's
-FP8_CAST_BYTES = 3  # a bf16 element read, its FP8 copy written
+FP8_CAST_BYTES = 4  # a bf16 element read, its FP8 copies written row- and column-major (for the backward's GEMMs)
+FP8_AMAX_BYTES = 2  # the max-abs pass over a tensor no earlier kernel produced (the weight): read once more
 
 
 @dataclass
@@ -107,12 +110,12 @@ class BlockWork:
     router: tuple[float, float]  # an MoE block's router, never FP8 ((0, 0) in a dense block)
     attention: tuple[float, float]  # the causal attention core: (FLOPs, head dim)
     elementwise_bytes: float  # memory-bound bytes read and written
-    casts: tuple[float, float]  # elements the weight matmuls cast to FP8 under fp8: (forward, backward)
+    casts: tuple[float, float]  # bytes the weight matmuls' FP8 casts move under fp8: (forward, backward)
 
 
 class _Matmuls:
-    """The weight matmuls of a block as they are added: FLOPs with their rate-bounding dimension, and the elements
-    an FP8 run casts for them."""
+    """The weight matmuls of a block as they are added: FLOPs with their rate-bounding dimension, and the bytes an
+    FP8 run's casts move for them (forward: input and weight; backward: the output gradient)."""
 
     def __init__(self) -> None:
         self.items: list[tuple[float, float]] = []
@@ -123,8 +126,8 @@ class _Matmuls:
         matrices take turns (experts); ``smallest``: the bounding dimension where the tokens split between them."""
         weights = out * inner if weights is None else weights
         self.items.append((2 * tokens * out * inner, min(tokens, out, inner) if smallest is None else smallest))
-        self.forward += tokens * inner + weights
-        self.backward += tokens * out + tokens * inner + weights
+        self.forward += FP8_CAST_BYTES * tokens * inner + (FP8_AMAX_BYTES + FP8_CAST_BYTES) * weights
+        self.backward += FP8_CAST_BYTES * tokens * out
 
 
 def block_work(cfg: TrainConfig, i: int) -> BlockWork:
@@ -176,7 +179,7 @@ def block_passes(cfg: TrainConfig, dev: Device, i: int, recompute: str) -> tuple
     sh, w = Shape.of(cfg), block_work(cfg, i)
     core, elementwise, fp8 = w.attention, w.elementwise_bytes, cfg.training.precision == "fp8"
     weights = sum(dev.matmul_seconds(f, d, fp8=fp8) for f, d in w.matmuls) + dev.matmul_seconds(*w.router)
-    casts = [FP8_CAST_BYTES * n if fp8 else 0.0 for n in w.casts]
+    casts = w.casts if fp8 else (0.0, 0.0)
 
     launch = launch_seconds(cfg, dev)
     fwd, bwd = Pass(launch=launch), Pass(launch=2 * launch)
