@@ -91,8 +91,6 @@ def skip_reason(row: dict) -> str | None:
         return "recompute not published"
     if row["layout"]["cp"] > 1 and row["source"].startswith(("megatron", "mcore")):
         return "Megatron keeps the weights whole over its context-parallel ranks; the core shards them over cp as FSDP"
-    if "etp=1" in row["flags"] and row["layout"]["tp"] > 1:
-        return "experts not split by tensor parallelism (Megatron's ETP 1 under TP > 1): the core splits them by tp"
     return None
 
 
@@ -142,6 +140,8 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
         # parallelism is read as FSDP, whose dense weights' gathers the row (a distributed optimizer) did not pay
         degrees["dp_shard"], degrees["dp_replicate"] = degrees["dp_replicate"], 1
     out += [f"parallel.{key}={value}" for key, value in degrees.items()]
+    if "etp=1" in row["flags"]:  # experts whole under TP: Megatron's MoE parallel folding (estimated, not trained)
+        out.append("parallel.etp=1")
     out.append(f"parallel.sp={str(bool(lay['sp']) or lay['tp'] > 1).lower()}")
     if lay["pp"] > 1:
         virtual = _virtual(row, lay)

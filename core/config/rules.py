@@ -155,22 +155,30 @@ def experts_fit_the_layout(cfg: TrainConfig) -> None:
     )
     if not m.n_experts:
         return
+    block = p.dp_shard * p.cp * p.tp
     require(
-        m.expert_width % p.tp == 0,
-        "parallel.tp",
-        f"{p.tp} does not divide each expert's width (model.moe_ffn_hidden or ffn_hidden = {m.expert_width}); "
-        "choose a tp that divides it",
-    )
-    require(
-        p.ep == p.dp_shard,
+        block % (p.ep * p.expert_tp) == 0,
         "parallel.ep",
-        f"experts are split over the FSDP ranks (they are not FSDP-sharded themselves): set parallel.ep = "
-        f"parallel.dp_shard = {p.dp_shard}",
+        f"{p.ep} expert ranks, {p.expert_tp} apart (parallel.etp; null: tp), must divide dp_shard * cp * tp = {block}: "
+        "the experts borrow those ranks",
+    )
+    field = "parallel.tp" if p.etp is None else "parallel.etp"
+    require(
+        m.expert_width % p.expert_tp == 0,
+        field,
+        f"{p.expert_tp} does not divide each expert's width (model.moe_ffn_hidden or ffn_hidden = {m.expert_width}); "
+        f"choose a {field.split('.')[1]} that divides it",
     )
     require(
         m.n_experts % p.ep == 0,
         "parallel.ep",
         f"{p.ep} ranks do not split model.n_experts={m.n_experts} evenly; choose an ep that divides it",
+    )
+    require(
+        p.expert_tp == p.tp or (p.ep > 1 and p.sp),
+        "parallel.etp",
+        f"experts split over fewer ranks than tp ({p.expert_tp} of {p.tp}) take each tp rank's own tokens: that "
+        "needs expert parallelism (parallel.ep > 1) and sequence parallelism (parallel.sp=true), as in Megatron",
     )
 
 
@@ -306,6 +314,24 @@ def fp8_is_estimated_not_trained(cfg: TrainConfig) -> None:
     )
 
 
+def experts_split_as_the_core_trains_them(cfg: TrainConfig) -> None:
+    p = cfg.parallel
+    if not cfg.model.n_experts:
+        return
+    require(
+        p.ep == p.dp_shard,
+        "parallel.ep",
+        f"the core trains experts split over the FSDP ranks (they are not FSDP-sharded themselves): set "
+        f"parallel.ep = parallel.dp_shard = {p.dp_shard}; other expert layouts are estimated (python -m core.perf)",
+    )
+    require(
+        p.expert_tp == p.tp,
+        "parallel.etp",
+        f"the core trains experts split by tp: set parallel.etp = parallel.tp = {p.tp} (or null); etp "
+        f"{p.expert_tp} is estimated (python -m core.perf), not trained",
+    )
+
+
 # In order: a rule may rely on the ones before it (the micro-batch rules on the data-parallel split).
 CROSS_SECTION_RULES = (
     fused_kernels_run_on_the_host,
@@ -330,7 +356,7 @@ CROSS_SECTION_RULES = (
 
 # What this build can run, beyond what is valid: checked by ``core.train`` before it starts a trial, not by the
 # estimates, which answer for configs the trainer does not run yet.
-RUN_RULES = (fp8_is_estimated_not_trained,)
+RUN_RULES = (fp8_is_estimated_not_trained, experts_split_as_the_core_trains_them)
 
 
 def check_runnable(cfg: TrainConfig, *, nodes: int = 1) -> None:

@@ -96,7 +96,13 @@ class ParallelConfig:
     cp: int = 1
     """Context parallelism: the sequence split into 2 * cp load-balanced chunks."""
     ep: int = 1
-    """Expert parallelism: an MoE model's experts split over the dp_shard ranks."""
+    """Expert parallelism: an MoE model's experts split over this many ranks of a pipeline stage's dp_shard x cp x
+    tp block. The core trains ep = dp_shard (the experts over the FSDP ranks); any other ep that divides the block
+    (with ``etp``: Megatron's MoE parallel folding) is estimated (core.perf, core.memory), not trained."""
+    etp: int | None = None
+    """Expert tensor parallelism: the ranks each expert's width splits over; null: ``tp`` (as the core trains).
+    1 under tp > 1 keeps each expert whole (Megatron's ETP 1): the tp ranks route their own tokens (sequence
+    parallelism) to experts spread over ep ranks ``etp`` apart. Estimated, not trained, unless it equals tp."""
     sp: bool = False
     """Sequence parallelism in the norm and residual regions (needs tp > 1)."""
     pp_schedule: str = "1f1b"
@@ -156,15 +162,33 @@ class ParallelConfig:
             "sequence parallelism splits the tensor-parallel group's work; it needs parallel.tp > 1",
         )
         require(
-            self.ep == 1 or (self.dp_shard * self.cp * self.tp) % self.ep == 0,
-            "parallel.ep",
-            f"{self.ep} must divide dp_shard * cp * tp = {self.dp_shard * self.cp * self.tp} (experts borrow "
-            "those ranks)",
+            self.etp is None or (self.etp >= 1 and self.tp % self.etp == 0),
+            "parallel.etp",
+            f"{self.etp} must divide parallel.tp = {self.tp} (or be null: tp)",
         )
 
     @property
     def world_size(self) -> int:
         return self.dp_replicate * self.dp_shard * self.tp * self.pp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """The ranks an expert's width splits over: ``etp``, or ``tp`` when unset."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def experts_folded(self) -> bool:
+        """Experts laid out by Megatron's MoE parallel folding rather than as the core trains them (ep = dp_shard,
+        etp = tp): estimated, not trained."""
+        return self.ep > 1 and (self.ep != self.dp_shard or self.expert_tp != self.tp)
+
+    @property
+    def expert_dp(self) -> int:
+        """Folded experts: the ranks of a pipeline stage's dp_shard x cp x tp block that hold the same experts
+        (Megatron's EDP), over which their weights, gradients and states are FSDP-sharded (torchtitan's and
+        Megatron-FSDP's layout). 1 otherwise: the core's expert copies over cp (or tp) compute the same gathered
+        tokens (core.parallel.expert_parallel)."""
+        return self.dp_shard * self.cp * self.tp // (self.ep * self.expert_tp) if self.experts_folded else 1
 
     @property
     def dp(self) -> int:

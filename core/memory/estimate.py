@@ -21,7 +21,7 @@ from core.model.flops import moe_capacity, param_groups, param_shapes
 from core.optim.param_rules import uses_muon
 from core.parallel.pipeline.mpipe import owner
 from core.parallel.pipeline.schedules import compile_schedule, schedule_of, stage_layers
-from core.parallel.placement import layout_placement
+from core.parallel.placement import is_expert, layout_placement
 
 GiB, MiB = 1024**3, 1024**2
 
@@ -212,7 +212,9 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     redone = {f"layers.{i}." for blocks, r in chunks if r == "full" for i in plan.marked(blocks)}
     n = stored = state_floats = hidden = gathered = copies = copied = sharded_ops = 0
     for name, shape in param_shapes(m).items():
-        p = layout_placement(name, shape, par.tp, fsdp, ep=par.ep)
+        p = layout_placement(name, shape, par.expert_tp if is_expert(name) else par.tp, fsdp, ep=par.ep)
+        if par.expert_dp > 1 and is_expert(name):  # folded experts: FSDP over the ranks holding the same experts
+            p = p.with_fsdp(par.expert_dp, 0)
         size = p.shard_len if p.fsdp_size > 1 else p.local_numel
         if name in preprocess:  # weights only: rank 0's copy is the one that trains
             copied += size

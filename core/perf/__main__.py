@@ -39,6 +39,8 @@ def as_dict(est: StepEstimate) -> dict:
 def text(cfg: TrainConfig, est: StepEstimate) -> str:
     c, par = cfg.cluster, cfg.parallel
     layout = " ".join(f"{k}={getattr(par, k)}" for k in ("dp_replicate", "dp_shard", "tp", "pp", "cp", "ep"))
+    layout += f" etp={par.etp}" if par.etp is not None else ""
+    layout += " (experts folded: estimated, not trained)" if par.experts_folded else ""
     memory = f"{est.peak_memory_bytes_per_rank / 2**30:.1f} GiB per rank"
     if est.memory_bytes_per_device is not None:
         memory += f" of {est.memory_bytes_per_device / 2**30:.0f} GiB" + ("" if est.fits else "  DOES NOT FIT")

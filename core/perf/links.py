@@ -65,18 +65,26 @@ def all_to_all(nbytes: float, n: int, link: Link) -> float:
     return (n - 1) / n * nbytes / link.bandwidth + (n - 1) * link.latency
 
 
-def ranks_per_node(par: ParallelConfig, axis: str, dev: Device) -> int:
-    """How many ranks of a group over ``axis`` share a node: ranks fill nodes in order, and the group's are
-    ``stride`` apart (the product of the degrees of the axes inside it)."""
-    stride = math.prod(degree(par, a) for a in MESH[MESH.index(axis) + 1 :])
-    return max(1, min(degree(par, axis), dev.devices_per_node // stride))
-
-
 def group_all_to_all(nbytes: float, par: ParallelConfig, axis: str, dev: Device) -> float:
     """All-to-all of the ``nbytes`` one rank holds over the group of ``axis``, each share on the tier it crosses
     (module docstring)."""
-    n, local = degree(par, axis), ranks_per_node(par, axis, dev)
-    link = group_link(par, (axis,), dev)
+    stride = math.prod(degree(par, a) for a in MESH[MESH.index(axis) + 1 :])
+    return strided_all_to_all(nbytes, degree(par, axis), stride, dev)
+
+
+def expert_all_to_all(nbytes: float, par: ParallelConfig, dev: Device) -> float:
+    """All-to-all of the ``nbytes`` one rank routes to the experts' ranks: in the layout the core trains (ep =
+    dp_shard, etp = tp) the dp_shard group; otherwise Megatron's folding, ``ep`` ranks ``etp`` apart in the
+    pipeline stage's dp_shard x cp x tp block (its expert mesh orders etp innermost, then ep)."""
+    if not par.experts_folded:
+        return group_all_to_all(nbytes, par, "dp_shard", dev)
+    return strided_all_to_all(nbytes, par.ep, par.expert_tp, dev)
+
+
+def strided_all_to_all(nbytes: float, n: int, stride: int, dev: Device) -> float:
+    """All-to-all of the ``nbytes`` one rank holds over ``n`` ranks ``stride`` apart (ranks fill nodes in order)."""
+    local = max(1, min(n, dev.devices_per_node // stride))
+    link = dev.intra if n * stride <= dev.devices_per_node else dev.inter
     if n <= 1 or local >= n or link.composed:
         return all_to_all(nbytes, n, link)
     inside = (local - 1) / n * nbytes / dev.intra.bandwidth + (local - 1) * dev.intra.latency

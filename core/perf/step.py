@@ -21,7 +21,6 @@ the measured runtime profile on CPU).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from hydra.errors import HydraException
@@ -30,13 +29,12 @@ from omegaconf.errors import OmegaConfBaseException
 from core.config import ConfigError, TrainConfig, compose, load_config
 from core.memory.estimate import RuntimeProfile, estimate_memory, runtime_profile
 from core.memory.plan import recompute_plan
-from core.model.flops import flops_per_token, param_groups
+from core.model.flops import flops_per_token
 from core.parallel.pipeline.mpipe import owner
 from core.parallel.pipeline.schedules import compile_schedule, schedule_of, stage_layers
-from core.parallel.placement import is_expert
 from core.perf import links
 from core.perf.device import Device, device
-from core.perf.work import Pass, Shape, block_passes, edge_passes, sharded_numel
+from core.perf.work import Pass, Shape, block_passes, edge_passes, expert_numel, sharded_numel
 
 ADAMW_BYTES = 4 + 4 + 4 + 8 + 8  # per held parameter: master read+write, gradient read, m and v read+write
 
@@ -261,17 +259,9 @@ def _state_numel(cfg: TrainConfig, pp_rank: int) -> float:
 
 
 def _experts(cfg: TrainConfig, prefixes: list[str]) -> float:
-    """Expert weights split by expert parallelism (left out of ``sharded_numel``, which counts what FSDP gathers)."""
-    par = cfg.parallel
-    if par.ep <= 1:
-        return 0.0
-    groups = param_groups(cfg.model)
-    return sum(
-        math.prod(shape) / par.tp / par.ep
-        for p in prefixes
-        for name, shape in groups.get(p, {}).items()
-        if is_expert(name)
-    )
+    """Expert weights split by expert parallelism (left out of ``sharded_numel``, which counts what FSDP gathers),
+    folded ones sharded over ``expert_dp``."""
+    return sum(expert_numel(cfg, p) for p in prefixes) / cfg.parallel.expert_dp
 
 
 def _memory_profile(cfg: TrainConfig) -> RuntimeProfile:

@@ -33,8 +33,10 @@ Collectives per block and micro-batch (bytes of the whole tensor; ``core.perf.li
     cp       an all-gather of the keys and values of the whole sequence forward, a reduce-scatter of their
              gradients backward (``core.parallel.context_parallel``); hidden by ``cluster.overlap_cp``
     ep       2 all-to-alls forward (dispatch, combine) and 2 backward of the routed tokens, each share on the tier
-             it crosses (``core.perf.links.group_all_to_all``); never hidden (no overlap of dispatch with compute,
-             no per-node deduplication of a token's copies as DeepEP does)
+             it crosses (``core.perf.links.expert_all_to_all``); never hidden (no overlap of dispatch with compute,
+             no per-node deduplication of a token's copies as DeepEP does). Under ``parallel.etp`` < tp
+             (Megatron's MoE parallel folding, estimated only) each rank routes its own T etp / tp tokens to
+             experts whole over ``etp`` ranks, and an MoE block without a shared expert has no MLP tp pair
     fsdp     an all-gather of the block's weights forward, again backward, and a reduce-scatter of its
              gradients (fp32 or bf16: ``cluster.reduce_precision``) (FSDP re-gathers in backward:
              ``core.parallel.fsdp``); with ``cluster.overlap_fsdp`` only what the block's compute cannot hide is
@@ -143,10 +145,10 @@ def block_work(cfg: TrainConfig, i: int) -> BlockWork:
     heads = m.n_heads * (m.qk_head_size + m.v_head_size)  # q k^T's and p v's widths: 2 H E without MLA
     core = (T * S * heads / tp, T if sh.flash else m.head_size)
     if m.is_moe_layer(i):
-        factor = m.moe_capacity_factor or 1.0
-        routed = T * m.moe_top_k * factor  # token-expert pairs this rank's share of the experts computes
-        per_expert, F = routed * par.ep / m.n_experts, m.expert_width / tp
-        router = (2 * T * D * m.n_experts, min(T, m.n_experts))
+        factor, mine = m.moe_capacity_factor or 1.0, expert_tokens(cfg)
+        routed = mine * m.moe_top_k * factor  # token-expert pairs this rank's share of the experts computes
+        per_expert, F = routed * par.ep / m.n_experts, m.expert_width / par.expert_tp
+        router = (2 * mine * D * m.n_experts, min(mine, m.n_experts))
         for out, inner in ((F, D), (F, D), (D, F)):  # gate, up, down of this rank's experts
             mm.add(routed, out, inner, weights=m.n_experts / par.ep * out * inner, smallest=min(per_expert, F))
         width = m.expert_width * m.moe_shared_experts
@@ -159,6 +161,13 @@ def block_work(cfg: TrainConfig, i: int) -> BlockWork:
     rope = m.q_width + m.kv_width / 2  # q and k (MLA: each head's whole q and k, as concatenated)
     elementwise = T * sh.act_bytes * (10 * D / (tp if par.sp else 1) + 2 * rope / tp + 3 * active / tp)
     return BlockWork(mm.items, router, core, elementwise, (mm.forward, mm.backward))
+
+
+def expert_tokens(cfg: TrainConfig) -> float:
+    """Tokens a rank routes to the experts per micro-batch: all of its tp group's when the experts split by tp (etp
+    = tp: each rank computes its slice of every expert), each rank's own share of them under a smaller etp."""
+    par = cfg.parallel
+    return Shape.of(cfg).tokens * par.expert_tp / par.tp
 
 
 def launch_seconds(cfg: TrainConfig, dev: Device) -> float:
@@ -206,7 +215,10 @@ def _block_comm(cfg: TrainConfig, dev: Device, sh: Shape, i: int, fwd: Pass, bwd
             one = links.all_gather(whole, par.tp, link) + links.reduce_scatter(whole, par.tp, link)
         else:
             one = links.all_reduce(whole, par.tp, link)
-        seconds = 2 * one * (1 - c.overlap_tp)
+        # experts on fewer ranks than tp take each rank's own tokens (sequence-parallel): no MLP pair unless a
+        # shared expert, split by tp, needs its tokens gathered
+        folded = m.is_moe_layer(i) and par.expert_tp < par.tp and not m.moe_shared_experts
+        seconds = (1 if folded else 2) * one * (1 - c.overlap_tp)
         fwd.expose("tp", seconds)
         bwd.expose("tp", seconds)
     if par.cp > 1:
@@ -216,21 +228,24 @@ def _block_comm(cfg: TrainConfig, dev: Device, sh: Shape, i: int, fwd: Pass, bwd
         fwd.expose("cp", seconds)
         bwd.expose("cp", seconds)
     if m.is_moe_layer(i) and par.ep > 1:
-        held = T * m.moe_top_k * (m.moe_capacity_factor or 1.0) * D * sh.act_bytes
-        seconds = 2 * links.group_all_to_all(held, par, "dp_shard", dev)  # the experts' ranks: ep = dp_shard
+        held = expert_tokens(cfg) * m.moe_top_k * (m.moe_capacity_factor or 1.0) * D * sh.act_bytes
+        seconds = 2 * links.expert_all_to_all(held, par, dev)
         fwd.expose("ep", seconds)
         bwd.expose("ep", seconds)
     _fsdp_comm(cfg, dev, sh, sharded_numel(cfg, f"layers.{i}."), fwd, bwd)
+    if m.is_moe_layer(i) and par.expert_dp > 1:  # folded experts: FSDP over the ranks holding the same experts
+        block = links.group_link(par, ("dp_shard", "cp", "tp"), dev)
+        _fsdp_comm(cfg, dev, sh, expert_numel(cfg, f"layers.{i}."), fwd, bwd, group=(par.expert_dp, block))
 
 
-def _fsdp_comm(cfg: TrainConfig, dev: Device, sh: Shape, weights: float, fwd: Pass, bwd: Pass) -> None:
+def _fsdp_comm(cfg: TrainConfig, dev: Device, sh: Shape, weights: float, fwd: Pass, bwd: Pass, group=None) -> None:
     """FSDP's gather of ``weights`` elements forward, again backward, and the reduce-scatter of their gradients;
-    with ``cluster.overlap_fsdp`` only what the pass's compute cannot hide is exposed."""
+    with ``cluster.overlap_fsdp`` only what the pass's compute cannot hide is exposed. ``group``: (ranks, link)
+    when not the dp_shard x cp ranks."""
     par, c = cfg.parallel, cfg.cluster
-    fsdp = par.dp_shard * par.cp
+    fsdp, link = group or (par.dp_shard * par.cp, links.group_link(par, ("dp_shard", "cp"), dev))
     if fsdp <= 1 or not weights:
         return
-    link = links.group_link(par, ("dp_shard", "cp"), dev)
     gather = links.all_gather(weights * sh.weight_bytes, fsdp, link)
     scatter = links.reduce_scatter(weights * c.reduce_bytes, fsdp, link)
     fwd.expose("fsdp", gather if not c.overlap_fsdp else max(0.0, gather - fwd.compute))
@@ -248,6 +263,16 @@ def sharded_numel(cfg: TrainConfig, prefix: str) -> float:
         for name, shape in param_groups(cfg.model).get(prefix, {}).items()
         if not (par.ep > 1 and is_expert(name))
     )
+
+
+def expert_numel(cfg: TrainConfig, prefix: str) -> float:
+    """Elements of the experts of owner ``prefix`` that one rank holds under expert parallelism, before FSDP (of
+    folded experts, ``ParallelConfig.expert_dp``): its ep share of them, split by etp."""
+    par = cfg.parallel
+    if par.ep <= 1:
+        return 0.0
+    groups = param_groups(cfg.model).get(prefix, {})
+    return sum(math.prod(shape) / par.expert_tp / par.ep for name, shape in groups.items() if is_expert(name))
 
 
 def head_work(cfg: TrainConfig) -> tuple[float, float]:

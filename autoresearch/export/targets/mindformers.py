@@ -695,6 +695,8 @@ MINDFORMERS = Target(
         "data": "the trial's data; the target names its own train_dataset",
         "trial": "the trial's budget and directory; the run's length is the target's own (runner_config.epochs)",
         "checkpoint": "the trial's checkpoints; the target configures its own CheckpointMonitor",
+        "parallel.etp": "the fragment's parallel_config has no expert tensor-parallel key (MindFormers' parallel_core "
+        "reads expert_tensor_parallel_size); a trial's experts split by tp (etp = tp: the layout core.train runs)",
         "cluster": "the cluster the step-time model planned for (core.perf); the run uses the devices it is launched "
         "on",
         "memory.swap_prefetch": "counts blocks loaded ahead in the core; MindFormers' backward_prefetch counts its "

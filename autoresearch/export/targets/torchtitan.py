@@ -340,6 +340,10 @@ TORCHTITAN = Target(
         "trial": "the trial's budget and directory; the run's length is the base recipe's training.steps",
         "checkpoint": "the trial's checkpoints; the base recipe configures its own checkpoint (CheckpointManager)",
         "cluster": PLANNED_ONLY,
+        "parallel.etp": (
+            "no setting: torchtitan 0.3.0 keeps each expert whole, its expert ranks borrowed from FSDP and TP (efsdp "
+            "= dp_shard * cp * tp / ep); a trial's experts split by tp (etp = tp: the layout core.train runs)"
+        ),
         "memory.swap": NO_SWAP,
         "memory.swap_layers": NO_SWAP,
         "memory.swap_ops": NO_SWAP,

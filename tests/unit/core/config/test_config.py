@@ -173,8 +173,8 @@ def test_rejections_name_the_field_and_the_fix(overrides, field, fix):
             "one setting per pipeline stage",
         ),
         (["memory.recompute_stages=[all]"], "memory.recompute_stages", "none, selective, full"),
-        (["parallel.ep=2"], "parallel.ep", "dp_shard * cp * tp = 1"),
-        (["parallel.ep=2", "parallel.tp=2"], "parallel.ep", "MoE model's experts"),
+        (["model=moe-tiny", "parallel.ep=2"], "parallel.ep", "dp_shard * cp * tp = 1"),
+        (["parallel.ep=2", "parallel.dp_shard=2"], "parallel.ep", "MoE model's experts"),
     ],
 )
 def test_every_layout_rule_names_the_field_and_the_fix(overrides, field, fix):

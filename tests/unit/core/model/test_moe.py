@@ -199,7 +199,18 @@ def test_moe_counts_active_parameters():
         (["model=moe-tiny", "model.moe_capacity_factor=0"], "model.moe_capacity_factor", "null for dropless"),
         (["model=moe-tiny", "model.moe_dense_layers=3"], "model.moe_dense_layers", "at least one MoE block"),
         (["model=moe-tiny", "parallel.tp=2", "model.moe_ffn_hidden=255"], "parallel.tp", "each expert's width"),
-        (["model=moe-tiny", "parallel.dp_shard=2"], "parallel.ep", "parallel.dp_shard = 2"),
+        (["model=moe-tiny", "parallel.tp=2", "parallel.etp=3"], "parallel.etp", "must divide parallel.tp = 2"),
+        (["model=moe-tiny", "parallel.tp=2", "parallel.sp=true", "parallel.etp=1"], "parallel.etp", "ep > 1"),
+        (  # ETP 1 takes each tp rank's own tokens: sequence parallelism
+            ["model=moe-tiny", "parallel.tp=2", "parallel.etp=1", "parallel.dp_shard=2", "parallel.ep=2"],
+            "parallel.etp",
+            "parallel.sp=true",
+        ),
+        (  # the experts' ranks, etp apart, must tile the dp_shard x cp x tp block
+            ["model=moe-tiny", "parallel.tp=2", "parallel.sp=true", "parallel.etp=1", "parallel.ep=4"],
+            "parallel.ep",
+            "must divide dp_shard * cp * tp = 2",
+        ),
         (
             ["model=moe-tiny", "parallel.dp_shard=2", "parallel.ep=2", "model.n_experts=3", "model.moe_top_k=1"],
             "parallel.ep",
@@ -211,6 +222,29 @@ def test_moe_rules_name_the_field_and_the_fix(overrides, field, fix):
     with pytest.raises(ConfigError) as info:
         load_config(overrides)
     assert info.value.field == field and fix in str(info.value)
+
+
+SP = ["parallel.dp_shard=2", "parallel.tp=2", "parallel.sp=true"]
+
+
+@pytest.mark.parametrize(
+    "layout, field, fix",
+    [
+        (["parallel.dp_shard=2"], "parallel.ep", "parallel.ep = parallel.dp_shard = 2"),  # experts FSDP-sharded
+        ([*SP, "parallel.ep=4", "parallel.etp=1"], "parallel.ep", "parallel.ep = parallel.dp_shard = 2"),  # folded
+        ([*SP, "parallel.ep=2", "parallel.etp=1"], "parallel.etp", "parallel.etp = parallel.tp = 2"),  # whole
+    ],
+)
+def test_expert_layouts_the_core_does_not_train_are_estimated_not_run(layout, field, fix):
+    """Valid (the estimates answer for them: Megatron's MoE parallel folding among them), refused by the trainer
+    (``check_runnable``: exit 2 from core.train) naming the field and the value it trains."""
+    from core.config.rules import check_runnable
+
+    cfg = load_config(["model=moe-tiny", *layout])
+    with pytest.raises(ConfigError) as info:
+        check_runnable(cfg)
+    assert info.value.field == field and fix in str(info.value) and "estimated" in str(info.value)
+    check_runnable(load_config(["model=moe-tiny", "parallel.dp_shard=2", "parallel.ep=2", "parallel.tp=2"]))
 
 
 @pytest.mark.parametrize("cp, tp", [(2, 1), (2, 2), (3, 2)])

@@ -125,17 +125,25 @@ def test_an_all_to_all_across_nodes_sends_each_share_over_its_own_tier():
         ]
     )
     B = 1600.0
-    assert links.ranks_per_node(par.parallel, "dp_shard", dev) == 8
     expected = max(7 / 16 * B / 100 + 7 * 1, 8 / 16 * B / 10 + 8 * 5)
     assert links.group_all_to_all(B, par.parallel, "dp_shard", dev) == pytest.approx(expected)
     par = load_config(
         ["model=moe-small", "parallel.dp_shard=8", "parallel.ep=8", "parallel.tp=2", "training.global_batch_size=8"]
     )
-    assert links.ranks_per_node(par.parallel, "dp_shard", dev) == 4
     expected = max(3 / 8 * B / 100 + 3 * 1, 4 / 8 * B / 10 + 4 * 5)
     assert links.group_all_to_all(B, par.parallel, "dp_shard", dev) == pytest.approx(expected)
     one_node = load_config(["model=moe-small", "parallel.dp_shard=8", "parallel.ep=8", "training.global_batch_size=8"])
     assert links.group_all_to_all(B, one_node.parallel, "dp_shard", dev) == links.all_to_all(B, 8, dev.intra)
+    assert links.expert_all_to_all(B, par.parallel, dev) == pytest.approx(expected)  # the layout the core trains
+    # Megatron's folding (ETP 1): 16 expert ranks over tp x dp_shard, 1 apart: 8 on each node (7 shares in, 8 out);
+    # 8 of them: one node
+    folded = ["model=moe-small", "model.n_experts=16", "parallel.dp_shard=8", "parallel.tp=2", "parallel.sp=true"]
+    folded += ["parallel.etp=1", "training.global_batch_size=8"]
+    par = load_config([*folded, "parallel.ep=16"]).parallel
+    expected = max(7 / 16 * B / 100 + 7 * 1, 8 / 16 * B / 10 + 8 * 5)
+    assert links.expert_all_to_all(B, par, dev) == pytest.approx(expected)
+    par = load_config([*folded, "parallel.ep=8"]).parallel
+    assert links.expert_all_to_all(B, par, dev) == links.all_to_all(B, 8, dev.intra)
 
 
 def _cfg(*overrides):
@@ -412,3 +420,54 @@ def test_fp8_needs_fp8_matmuls_and_is_estimated_not_trained():
     with pytest.raises(ConfigError, match="not trained") as info:
         check_runnable(cfg)
     assert info.value.field == "training.precision"
+
+
+def _moe(*overrides):
+    return planned_config([*CLUSTER, "model=qwen3-30b-a3b", "training.precision=bf16", *overrides])
+
+
+# Qwen3-30B-A3B on one node of 8: tp 2 with SP, dp_shard 4, one sequence of 1024 tokens per rank
+FOLD = ["training.seq_len=1024", "training.global_batch_size=4", "parallel.tp=2", "parallel.sp=true"]
+FOLD.append("parallel.dp_shard=4")
+
+
+def test_folded_experts_route_each_tp_ranks_own_tokens_to_whole_experts():
+    """Megatron's MoE parallel folding (ETP 1: ep 8 over the tp x dp_shard ranks) against the layout the core trains
+    (ep 4 = dp_shard, experts split by tp 2), by hand. Per rank the same expert FLOPs (T/2 tokens x k through whole
+    experts, not T x k through half-width ones) and the same expert weights (16 whole experts, not 32 halves); the
+    dispatch and combine carry the rank's own T/2 tokens' k copies over 8 ranks, not all T tokens' over 4; an MoE
+    block without a shared expert keeps attention's tp pair only. Qwen3-30B-A3B: every block MoE, no shared expert."""
+    m = load_config(["model=qwen3-30b-a3b"]).model
+    T, D, F, k, L = 1024, m.d_model, m.moe_ffn_hidden, m.moe_top_k, m.n_layers
+    core, folded = _moe(*FOLD, "parallel.ep=4"), _moe(*FOLD, "parallel.ep=8", "parallel.etp=1")
+    assert not core.parallel.experts_folded and folded.parallel.experts_folded and folded.parallel.expert_dp == 1
+    routed = {}
+    for name, cfg in (("core", core), ("folded", folded)):
+        w = block_work(cfg, 0)
+        routed[name] = sum(f for f, _ in w.matmuls) - sum(f for f, _ in block_work(_moe(*FOLD), 0).matmuls[:4])
+    assert routed["core"] == pytest.approx(routed["folded"]) == pytest.approx(3 * 2 * T * k * D * F / 2)
+    a, b = estimate_step(core), estimate_step(folded)
+    bw, B = 100e9, T * k * D * 2  # one sequence's routed copies in bf16
+    assert a.breakdown["comm_ep"] == pytest.approx(L * 4 * (3 / 4 * B / bw))
+    assert b.breakdown["comm_ep"] == pytest.approx(L * 4 * (7 / 8 * (B / 2) / bw))
+    assert b.breakdown["comm_tp"] == pytest.approx(a.breakdown["comm_tp"] / 2)
+    assert a.breakdown["comm_fsdp"] == pytest.approx(b.breakdown["comm_fsdp"])  # experts are not gathered (EDP 1)
+    assert terms(core).optimizer == terms(folded).optimizer
+
+
+def test_folded_experts_are_fsdp_sharded_over_the_ranks_that_hold_the_same_ones():
+    """ep 4 with ETP 1 on the 8 ranks of tp 2 x dp_shard 4: two ranks hold each expert (EDP 2), which shard its
+    weights, gradients and states (torchtitan's and Megatron-FSDP's layout) and gather them for each micro-batch
+    forward and backward, scattering the gradients: FSDP's traffic of 128 / 4 whole experts per block over 2 ranks
+    of the node. Their states per rank equal the unsharded 16 of ep 8's and the 32 halves of the core's layout."""
+    m = load_config(["model=qwen3-30b-a3b"]).model
+    D, F, L = m.d_model, m.moe_ffn_hidden, m.n_layers
+    exposed = ["cluster.overlap_fsdp=false"]
+    edp2 = _moe(*FOLD, *exposed, "parallel.ep=4", "parallel.etp=1")
+    edp1 = _moe(*FOLD, *exposed, "parallel.ep=8", "parallel.etp=1")
+    assert edp2.parallel.expert_dp == 2
+    experts = 128 / 4 * 3 * D * F
+    gather, scatter = 1 / 2 * experts * 2 / 100e9, 1 / 2 * experts * 4 / 100e9  # bf16 weights, fp32 gradients
+    extra = estimate_step(edp2).breakdown["comm_fsdp"] - estimate_step(edp1).breakdown["comm_fsdp"]
+    assert extra == pytest.approx(L * (2 * gather + scatter))
+    assert terms(edp2).optimizer == terms(edp1).optimizer == terms(_moe(*FOLD, "parallel.ep=4")).optimizer
