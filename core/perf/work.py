@@ -232,22 +232,22 @@ def _block_comm(cfg: TrainConfig, dev: Device, sh: Shape, i: int, fwd: Pass, bwd
         seconds = 2 * links.expert_all_to_all(held, par, dev)
         fwd.expose("ep", seconds)
         bwd.expose("ep", seconds)
-    _fsdp_comm(cfg, dev, sh, sharded_numel(cfg, f"layers.{i}."), fwd, bwd)
-    if m.is_moe_layer(i) and par.expert_dp > 1:  # folded experts: FSDP over the ranks holding the same experts
-        block = links.group_link(par, ("dp_shard", "cp", "tp"), dev)
-        _fsdp_comm(cfg, dev, sh, expert_numel(cfg, f"layers.{i}."), fwd, bwd, group=(par.expert_dp, block))
+    experts = expert_numel(cfg, f"layers.{i}.") if par.experts_folded else 0.0  # FSDP over expert_dp ranks
+    _fsdp_comm(cfg, dev, sh, sharded_numel(cfg, f"layers.{i}."), fwd, bwd, experts=experts)
 
 
-def _fsdp_comm(cfg: TrainConfig, dev: Device, sh: Shape, weights: float, fwd: Pass, bwd: Pass, group=None) -> None:
-    """FSDP's gather of ``weights`` elements forward, again backward, and the reduce-scatter of their gradients;
-    with ``cluster.overlap_fsdp`` only what the pass's compute cannot hide is exposed. ``group``: (ranks, link)
-    when not the dp_shard x cp ranks."""
+def _fsdp_comm(cfg: TrainConfig, dev: Device, sh: Shape, weights: float, fwd: Pass, bwd: Pass, experts=0.0) -> None:
+    """FSDP's gather of ``weights`` elements (over the dp_shard x cp ranks) and of folded ``experts`` (over
+    ``ParallelConfig.expert_dp`` ranks) forward, again backward, and the reduce-scatter of their gradients; with
+    ``cluster.overlap_fsdp`` only what the pass's compute cannot hide is exposed."""
     par, c = cfg.parallel, cfg.cluster
-    fsdp, link = group or (par.dp_shard * par.cp, links.group_link(par, ("dp_shard", "cp"), dev))
-    if fsdp <= 1 or not weights:
+    groups = [(weights, par.dp_shard * par.cp, links.group_link(par, ("dp_shard", "cp"), dev))]
+    groups.append((experts, par.expert_dp, links.group_link(par, ("dp_shard", "cp", "tp"), dev)))
+    groups = [(w, n, link) for w, n, link in groups if w and n > 1]
+    if not groups:
         return
-    gather = links.all_gather(weights * sh.weight_bytes, fsdp, link)
-    scatter = links.reduce_scatter(weights * c.reduce_bytes, fsdp, link)
+    gather = sum(links.all_gather(w * sh.weight_bytes, n, link) for w, n, link in groups)
+    scatter = sum(links.reduce_scatter(w * c.reduce_bytes, n, link) for w, n, link in groups)
     fwd.expose("fsdp", gather if not c.overlap_fsdp else max(0.0, gather - fwd.compute))
     back = gather + scatter
     bwd.expose("fsdp", back if not c.overlap_fsdp else max(0.0, back - bwd.compute - bwd.recompute))
