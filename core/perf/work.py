@@ -89,15 +89,19 @@ class Shape:
     """What the counts need of a config, resolved once."""
 
     tokens: float  # T: tokens of one micro-batch on one rank
+    expert_tokens: float  # of them, those the rank routes: all (etp = tp, each computes its slice of every expert)
+    # or its own share of the tp group's (T etp / tp) under a smaller etp
     act_bytes: int  # bytes per activation element (2 in bf16)
     weight_bytes: int  # bytes per compute copy of a weight (2 in bf16)
     flash: bool  # accelerators: flash attention (no S x S matrices, recomputed in backward)
 
     @classmethod
     def of(cls, cfg: TrainConfig) -> Shape:
-        t, bf16 = cfg.training, cfg.compute_precision == "bf16"  # CPU's emulated bf16 moves fp32
+        t, par, bf16 = cfg.training, cfg.parallel, cfg.compute_precision == "bf16"  # CPU's bf16 moves fp32
+        tokens = t.micro_batch_size * t.seq_len / par.cp
         return cls(
-            tokens=t.micro_batch_size * t.seq_len / cfg.parallel.cp,
+            tokens=tokens,
+            expert_tokens=tokens * par.expert_tp / par.tp,
             act_bytes=2 if bf16 else 4,
             weight_bytes=2 if bf16 else 4,
             flash=cfg.device != "CPU",
@@ -145,7 +149,7 @@ def block_work(cfg: TrainConfig, i: int) -> BlockWork:
     heads = m.n_heads * (m.qk_head_size + m.v_head_size)  # q k^T's and p v's widths: 2 H E without MLA
     core = (T * S * heads / tp, T if sh.flash else m.head_size)
     if m.is_moe_layer(i):
-        factor, mine = m.moe_capacity_factor or 1.0, expert_tokens(cfg)
+        factor, mine = m.moe_capacity_factor or 1.0, sh.expert_tokens
         routed = mine * m.moe_top_k * factor  # token-expert pairs this rank's share of the experts computes
         per_expert, F = routed * par.ep / m.n_experts, m.expert_width / par.expert_tp
         router = (2 * mine * D * m.n_experts, min(mine, m.n_experts))
@@ -161,13 +165,6 @@ def block_work(cfg: TrainConfig, i: int) -> BlockWork:
     rope = m.q_width + m.kv_width / 2  # q and k (MLA: each head's whole q and k, as concatenated)
     elementwise = T * sh.act_bytes * (10 * D / (tp if par.sp else 1) + 2 * rope / tp + 3 * active / tp)
     return BlockWork(mm.items, router, core, elementwise, (mm.forward, mm.backward))
-
-
-def expert_tokens(cfg: TrainConfig) -> float:
-    """Tokens a rank routes to the experts per micro-batch: all of its tp group's when the experts split by tp (etp
-    = tp: each rank computes its slice of every expert), each rank's own share of them under a smaller etp."""
-    par = cfg.parallel
-    return Shape.of(cfg).tokens * par.expert_tp / par.tp
 
 
 def launch_seconds(cfg: TrainConfig, dev: Device) -> float:
@@ -228,7 +225,7 @@ def _block_comm(cfg: TrainConfig, dev: Device, sh: Shape, i: int, fwd: Pass, bwd
         fwd.expose("cp", seconds)
         bwd.expose("cp", seconds)
     if m.is_moe_layer(i) and par.ep > 1:
-        held = expert_tokens(cfg) * m.moe_top_k * (m.moe_capacity_factor or 1.0) * D * sh.act_bytes
+        held = sh.expert_tokens * m.moe_top_k * (m.moe_capacity_factor or 1.0) * D * sh.act_bytes
         seconds = 2 * links.expert_all_to_all(held, par, dev)
         fwd.expose("ep", seconds)
         bwd.expose("ep", seconds)
