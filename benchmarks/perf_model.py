@@ -104,8 +104,12 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
         out[1:3] = ["cluster.nodes=1", f"cluster.devices_per_node={gpus}"]
     if efficiency is not None:
         out.append(f"cluster.matmul_efficiency={efficiency}")
-    if row["source"].startswith(("megatron", "mcore")):
-        out.append("cluster.reduce_precision=bf16")  # Megatron reduces gradients in the 16-bit type by default
+    if row["source"].startswith(("megatron", "mcore")) and "grad_reduce_fp32" not in row["flags"]:
+        # Megatron reduces fp16 gradients in fp16 (the SC'21 rows); bf16 ones in fp32 unless --grad-reduce-in-bf16,
+        # as the rows flagged grad_reduce_fp32 leave them
+        out.append("cluster.reduce_precision=bf16")
+    if any(f in row["flags"] for f in ("deepep", "te_deepep")):
+        out.append("cluster.ep_dedup=true")  # DeepEP's dispatch: a token crosses to each remote node once
     if any(f in row["flags"] for f in ("async_tp", "tp_comm_overlap")):
         out.append("cluster.overlap_tp=1.0")  # the run hides TP traffic under compute (its flag)
     if m.get("name") in PRESETS:
@@ -135,7 +139,11 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
         # ranks and gathers each weight by an AllGather the framework inserts before its use (MindSpore docs,
         # features/parallel/optimizer_parallel.md): the core's sharded data parallelism, not replicas
         degrees["dp_shard"], degrees["dp_replicate"] = degrees["dp_shard"] * degrees["dp_replicate"], 1
-    if degrees["ep"] > 1 and degrees["dp_shard"] == 1:
+    if "distributed_optimizer" in row["flags"]:
+        # Megatron's distributed optimizer (--use-distributed-optimizer): ZeRO-1 over the data-parallel ranks
+        degrees["dp_shard"], degrees["dp_replicate"] = degrees["dp_shard"] * degrees["dp_replicate"], 1
+        out.append("parallel.dp_shard_strategy=optim")
+    elif degrees["ep"] > 1 and degrees["dp_shard"] == 1:
         # the core splits the experts over its FSDP ranks (parallel.ep = dp_shard): a replicated MoE row's data
         # parallelism is read as FSDP, whose dense weights' gathers the row (a distributed optimizer) did not pay
         degrees["dp_shard"], degrees["dp_replicate"] = degrees["dp_replicate"], 1

@@ -81,8 +81,9 @@ class ClusterConfig:
     memory_reserved_gib: float = 1.0
     """Memory a device process holds before the model (runtime context, communication buffers), GiB."""
     reduce_precision: str = "fp32"
-    """Gradient reductions (FSDP reduce-scatter, data-parallel all-reduce) in fp32 (torchtitan's FSDP default) or
-    bf16 (Megatron's default without --accumulate-allreduce-grads-in-fp32): half the bytes."""
+    """Gradient reductions (FSDP reduce-scatter, data-parallel all-reduce) in fp32 (torchtitan's FSDP default;
+    Megatron's for bf16 runs) or bf16 (Megatron's for fp16 runs, or bf16 ones with --grad-reduce-in-bf16): half the
+    bytes."""
     overlap_fsdp: bool = True
     """FSDP gathers the next block's weights while this block computes (prefetch), and reduces gradients while
     backward goes on: only what compute cannot hide is exposed."""
@@ -92,6 +93,10 @@ class ClusterConfig:
     """Share of tensor/sequence-parallel communication hidden under compute (0: exposed, as without async TP)."""
     overlap_cp: float = 0.0
     """Share of context parallelism's key/value gathers hidden under compute."""
+    ep_dedup: bool = False
+    """The experts' dispatch and combine across nodes as DeepEP's internode kernels run them: a token bound for
+    several experts on one remote node crosses the network once and is forwarded over NVLink there
+    (github.com/deepseek-ai/DeepEP); false: each routed copy crosses on its own (an NCCL all-to-all)."""
     stage_recompute: bool = True
     """Pipeline stages but the last recompute their forward in backward and keep only their inputs for the
     micro-batches in flight, as the core's pipeline runtime does (``core.parallel.pipeline.runtime``); false: each

@@ -332,6 +332,16 @@ def experts_split_as_the_core_trains_them(cfg: TrainConfig) -> None:
     )
 
 
+def weights_sharded_as_the_core_trains_them(cfg: TrainConfig) -> None:
+    require(
+        cfg.parallel.shards_weights,
+        "parallel.dp_shard_strategy",
+        "the core's sharded data parallelism is FSDP (core.parallel.fsdp): set parallel.dp_shard_strategy="
+        "optim_grads_params; optim (ZeRO-1, Megatron's distributed optimizer) is estimated (python -m core.perf), "
+        "not trained",
+    )
+
+
 # In order: a rule may rely on the ones before it (the micro-batch rules on the data-parallel split).
 CROSS_SECTION_RULES = (
     fused_kernels_run_on_the_host,
@@ -356,7 +366,11 @@ CROSS_SECTION_RULES = (
 
 # What this build can run, beyond what is valid: checked by ``core.train`` before it starts a trial, not by the
 # estimates, which answer for configs the trainer does not run yet.
-RUN_RULES = (fp8_is_estimated_not_trained, experts_split_as_the_core_trains_them)
+RUN_RULES = (
+    fp8_is_estimated_not_trained,
+    experts_split_as_the_core_trains_them,
+    weights_sharded_as_the_core_trains_them,
+)
 
 
 def check_runnable(cfg: TrainConfig, *, nodes: int = 1) -> None:

@@ -20,6 +20,7 @@ from core.config.rules import CROSS_SECTION_RULES, positive, require
 
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "mpipe")
 PP_TRANSPOSE_OVERFLOWS = ("full", "min")
+DP_SHARD_STRATEGIES = ("optim_grads_params", "optim")  # Megatron-FSDP's names (data_parallel_sharding_strategy)
 RECOMPUTE = ("none", "selective", "full")
 SWAP_OPS = ("attention", "mlp", "norm")  # the parts of a block memory.swap_ops chooses from (core.memory.swap)
 DEVICES = ("CPU", "Ascend", "GPU")
@@ -89,6 +90,12 @@ class ParallelConfig:
     """Data-parallel replicas; their gradients are all-reduced."""
     dp_shard: int = 1
     """FSDP degree: parameters, gradients and optimizer states sharded over these ranks (HSDP with dp_replicate)."""
+    dp_shard_strategy: str = "optim_grads_params"
+    """What the dp_shard x cp ranks shard (Megatron-FSDP's names): optim_grads_params (ZeRO-3, FSDP: weights
+    gathered for each use, gradients reduce-scattered each micro-batch; what the core trains) or optim (ZeRO-1,
+    Megatron's distributed optimizer: fp32 master weights and optimizer states sharded, weights and gradients
+    whole on every rank, the gradients reduce-scattered and the updated weights all-gathered once a step; folded
+    experts likewise over ``expert_dp``). optim is estimated (core.perf, core.memory), not trained."""
     tp: int = 1
     """Tensor parallelism: heads, KV heads, FFN width and vocabulary split over these ranks."""
     pp: int = 1
@@ -162,6 +169,17 @@ class ParallelConfig:
             "sequence parallelism splits the tensor-parallel group's work; it needs parallel.tp > 1",
         )
         require(
+            self.dp_shard_strategy in DP_SHARD_STRATEGIES,
+            "parallel.dp_shard_strategy",
+            f"must be {' or '.join(DP_SHARD_STRATEGIES)} (got {self.dp_shard_strategy!r})",
+        )
+        require(
+            self.dp_shard_strategy != "optim" or self.dp_shard * self.cp > 1,
+            "parallel.dp_shard_strategy",
+            "optim shards the optimizer over the dp_shard x cp ranks, and there is one; set parallel.dp_shard > 1 "
+            "or leave the strategy at optim_grads_params",
+        )
+        require(
             self.etp is None or (self.etp >= 1 and self.tp % self.etp == 0),
             "parallel.etp",
             f"{self.etp} must divide parallel.tp = {self.tp} (or be null: tp)",
@@ -170,6 +188,13 @@ class ParallelConfig:
     @property
     def world_size(self) -> int:
         return self.dp_replicate * self.dp_shard * self.tp * self.pp * self.cp
+
+    @property
+    def shards_weights(self) -> bool:
+        """FSDP (ZeRO-3): the dp_shard x cp ranks (and folded experts' ``expert_dp``) hold weight and gradient
+        shards, gathered for each use; False under ``dp_shard_strategy=optim`` (ZeRO-1), whose ranks shard only the
+        master weights and the optimizer states."""
+        return self.dp_shard_strategy == "optim_grads_params"
 
     @property
     def expert_tp(self) -> int:

@@ -206,36 +206,41 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     # (TrainConfig.compute_precision): counted as fp32.
     bf16, accelerator = cfg.compute_precision == "bf16", cfg.device != "CPU"
     act_bytes, weight_bytes = (2, 2) if bf16 else (4, 4)
-    held, chunks, has_loss, in_flight = pipeline_rank(cfg, pp_rank)
+    held_names, chunks, has_loss, in_flight = pipeline_rank(cfg, pp_rank)
     preprocess, frozen = preprocess_copy(cfg, pp_rank), frozen_names(m)
     plan = recompute_plan(cfg)
     redone = {f"layers.{i}." for blocks, r in chunks if r == "full" for i in plan.marked(blocks)}
-    n = stored = state_floats = hidden = gathered = copies = copied = sharded_ops = 0
+    # ZeRO-1 (parallel.dp_shard_strategy=optim, estimated only): the master weights and states sharded as FSDP
+    # shards them, each weight and its gradient whole on every rank
+    gathers = par.shards_weights
+    n = stored = whole = state_floats = hidden = gathered = copies = copied = sharded_ops = 0
     for name, shape in param_shapes(m).items():
         p = layout_placement(name, shape, par.expert_tp if is_expert(name) else par.tp, fsdp, ep=par.ep)
         if par.expert_dp > 1 and is_expert(name):  # folded experts: FSDP over the ranks holding the same experts
             p = p.with_fsdp(par.expert_dp, 0)
-        size = p.shard_len if p.fsdp_size > 1 else p.local_numel
+        sharded = gathers and p.fsdp_size > 1  # the weight is gathered for each use
+        size = p.shard_len if p.fsdp_size > 1 else p.local_numel  # of the master weight and the states
+        resident = p.shard_len if sharded else p.local_numel  # of the weight and its gradient
         if name in preprocess:  # weights only: rank 0's copy is the one that trains
-            copied += size
-        if name not in held:
+            copied += resident
+        if name not in held_names:
             continue
         # core.parallel.fsdp wraps every weight's op but the head's (the loss gathers it) in a ShardedOp, except in
         # the blocks full recompute re-runs (there a plain gather)
-        if p.fsdp_size > 1 and name != "lm_head.weight" and not any(name.startswith(b) for b in redone):
+        if sharded and name != "lm_head.weight" and not any(name.startswith(b) for b in redone):
             sharded_ops += 1
         if name in frozen:  # weights only, used as they are (FSDP still gathers them)
-            copied += size
-            gathered = max(gathered, p.local_numel) if p.fsdp_size > 1 else gathered
+            copied += resident
+            gathered = max(gathered, p.local_numel) if sharded else gathered
             continue
-        n, stored = n + p.local_numel, stored + size
-        copies += p.local_numel if bf16 and p.fsdp_size == 1 else 0
+        n, stored, whole = n + p.local_numel, stored + size, whole + resident
+        copies += p.local_numel if bf16 and not sharded else 0
         if muon and uses_muon(name, shape):
             hidden += math.prod(shape)
             state_floats += size  # Muon: one momentum buffer
         else:
             state_floats += 2 * size  # AdamW: m and v
-        gathered = max(gathered, p.local_numel) if p.fsdp_size > 1 else gathered
+        gathered = max(gathered, p.local_numel) if sharded else gathered
 
     def block_bytes(moe: bool, selective: bool = False) -> int:
         return activation_bytes_per_layer(
@@ -301,8 +306,9 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
             recomputed_scores = in_flight * recomputed_scores
     layers = sum(len(blocks) for blocks, _ in chunks)
     return Terms(
-        params=4 * (stored + copied) + weight_bytes * copies,
-        grads=4 * stored * (3 if cfg.grad_accum_steps > 1 and not accelerator else 1),
+        # fp32 masters (bf16: beside the compute copies; fp32: the weights themselves, whole under ZeRO-1)
+        params=4 * ((stored if bf16 else whole) + copied) + weight_bytes * copies,
+        grads=4 * whole * (3 if cfg.grad_accum_steps > 1 and not accelerator else 1),
         optimizer=4 * state_floats,
         activations=activations,
         recomputed=recomputed,
@@ -312,7 +318,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         muon_hidden=4 * hidden,
         ranks=par.world_size,
         gathered=weight_bytes * gathered,
-        comm_params=4 * stored if par.world_size > 1 else 0,
+        comm_params=4 * whole if par.world_size > 1 else 0,
         stash=stash,
         selective=any(r == "selective" for _, r in chunks),
         scores=scores,

@@ -65,31 +65,52 @@ def all_to_all(nbytes: float, n: int, link: Link) -> float:
     return (n - 1) / n * nbytes / link.bandwidth + (n - 1) * link.latency
 
 
-def group_all_to_all(nbytes: float, par: ParallelConfig, axis: str, dev: Device) -> float:
+def group_all_to_all(
+    nbytes: float, par: ParallelConfig, axis: str, dev: Device, *, routing: tuple[int, int] | None = None
+) -> float:
     """All-to-all of the ``nbytes`` one rank holds over the group of ``axis``, each share on the tier it crosses
     (module docstring)."""
     stride = math.prod(degree(par, a) for a in MESH[MESH.index(axis) + 1 :])
-    return strided_all_to_all(nbytes, degree(par, axis), stride, dev)
+    return strided_all_to_all(nbytes, degree(par, axis), stride, dev, routing=routing)
 
 
-def expert_all_to_all(nbytes: float, par: ParallelConfig, dev: Device) -> float:
+def expert_all_to_all(
+    nbytes: float, par: ParallelConfig, dev: Device, *, routing: tuple[int, int] | None = None
+) -> float:
     """All-to-all of the ``nbytes`` one rank routes to the experts' ranks: in the layout the core trains (ep =
     dp_shard, etp = tp) the dp_shard group; otherwise Megatron's folding, ``ep`` ranks ``etp`` apart in the
-    pipeline stage's dp_shard x cp x tp block (its expert mesh orders etp innermost, then ep)."""
+    pipeline stage's dp_shard x cp x tp block (its expert mesh orders etp innermost, then ep). ``routing``
+    (experts, top_k): deduplicated per node as DeepEP dispatches (``cluster.ep_dedup``, ``node_dedup``)."""
     if not par.experts_folded:
-        return group_all_to_all(nbytes, par, "dp_shard", dev)
-    return strided_all_to_all(nbytes, par.ep, par.expert_tp, dev)
+        return group_all_to_all(nbytes, par, "dp_shard", dev, routing=routing)
+    return strided_all_to_all(nbytes, par.ep, par.expert_tp, dev, routing=routing)
 
 
-def strided_all_to_all(nbytes: float, n: int, stride: int, dev: Device) -> float:
-    """All-to-all of the ``nbytes`` one rank holds over ``n`` ranks ``stride`` apart (ranks fill nodes in order)."""
+def strided_all_to_all(
+    nbytes: float, n: int, stride: int, dev: Device, *, routing: tuple[int, int] | None = None
+) -> float:
+    """All-to-all of the ``nbytes`` one rank holds over ``n`` ranks ``stride`` apart (ranks fill nodes in order);
+    with ``routing``, the network's share deduplicated per node (``node_dedup``)."""
     local = max(1, min(n, dev.devices_per_node // stride))
     link = dev.intra if n * stride <= dev.devices_per_node else dev.inter
     if n <= 1 or local >= n or link.composed:
         return all_to_all(nbytes, n, link)
+    share = node_dedup(n, local, *routing) if routing else 1.0
     inside = (local - 1) / n * nbytes / dev.intra.bandwidth + (local - 1) * dev.intra.latency
-    across = (n - local) / n * nbytes / dev.inter.bandwidth + (n - local) * dev.inter.latency
+    across = (n - local) / n * nbytes * share / dev.inter.bandwidth + (n - local) * dev.inter.latency
     return max(inside, across)
+
+
+def node_dedup(n: int, local: int, experts: int, top_k: int) -> float:
+    """Of a token's routed copies bound for other nodes, the share that crosses the network when each remote node
+    receives the token once and forwards it to its experts over NVLink (DeepEP's internode dispatch; the combine
+    likewise, reduced on the node before it crosses). Uniform routing: ``top_k`` distinct experts of ``experts``,
+    spread evenly over the n / local nodes of the group; a node holding none of them with probability
+    C(E - E_node, k) / C(E, k). Group-limited routing (DeepSeek-V3's) reaches fewer nodes than this counts; the
+    forwarding inside the node is not priced (NVLink, in parallel with the network)."""
+    nodes, per_node = n // local, experts * local // n
+    miss = math.comb(experts - per_node, top_k) / math.comb(experts, top_k)
+    return (nodes - 1) * (1 - miss) / (top_k * (n - local) / n)
 
 
 def p2p(nbytes: float, link: Link) -> float:

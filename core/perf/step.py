@@ -5,7 +5,9 @@ forward, its recompute-and-backward and its two messages timed as well), then th
 reduction and the optimizer.
 
     step = makespan of the schedule (or m x (forward + backward) without a pipeline)
-           + exposed data-parallel reduction (under the last micro-batch's backward with cluster.overlap_dp)
+           + exposed data-parallel traffic (the replicas' all-reduce; under dp_shard_strategy=optim, ZeRO-1, the
+             gradients' reduce-scatter and the updated weights' all-gather, once a step: with cluster.overlap_dp
+             under the last micro-batch's backward and the next step's first forward)
            + optimizer (memory-bound: each held parameter's fp32 master, gradient and two states read and written)
 
 With ``cluster.stage_recompute`` (the core's pipeline runtime) each stage but the last runs its forward again in
@@ -118,7 +120,7 @@ def estimate_step(cfg: TrainConfig) -> StepEstimate:
     for f, b in mine:
         fwd.add(f)
         bwd.add(b)
-    dp = _dp_seconds(cfg, dev, rank, last_backward=bwd.total)
+    dp = _dp_seconds(cfg, dev, rank, first_forward=fwd.total, last_backward=bwd.total)
     optimizer = _optimizer_seconds(cfg, dev, rank)
     step = pipeline + dp + optimizer
     busy = m * (fwd.total + bwd.total)
@@ -225,16 +227,35 @@ def _p2p_seconds(cfg: TrainConfig, dev: Device) -> dict[str, float]:
     return out
 
 
-def _dp_seconds(cfg: TrainConfig, dev: Device, pp_rank: int, *, last_backward: float) -> float:
-    """The exposed all-reduce of this rank's gradients over the replicas (dp_replicate)."""
-    par = cfg.parallel
-    if par.dp_replicate <= 1:
-        return 0.0
-    held = _state_numel(cfg, pp_rank)
-    seconds = links.all_reduce(
-        held * cfg.cluster.reduce_bytes, par.dp_replicate, links.group_link(par, ("dp_replicate",), dev)
-    )
-    return max(0.0, seconds - last_backward) if cfg.cluster.overlap_dp else seconds
+def _dp_seconds(cfg: TrainConfig, dev: Device, pp_rank: int, *, first_forward: float, last_backward: float) -> float:
+    """The exposed data-parallel traffic of a step: the all-reduce of this rank's gradient shards over the replicas
+    (dp_replicate) and, under ``parallel.dp_shard_strategy=optim`` (ZeRO-1), the reduce-scatter of its whole
+    gradients over the dp_shard x cp ranks (folded experts': over ``expert_dp``) before it and the all-gather of the
+    updated weights after the optimizer. With ``cluster.overlap_dp`` the reductions hide under the last
+    micro-batch's backward and the gather under the next step's first forward (Megatron's --overlap-grad-reduce and
+    --overlap-param-gather)."""
+    par, c = cfg.parallel, cfg.cluster
+    reduce = gather = 0.0
+    if par.dp_replicate > 1:
+        reduce = links.all_reduce(
+            _state_numel(cfg, pp_rank) * c.reduce_bytes,
+            par.dp_replicate,
+            links.group_link(par, ("dp_replicate",), dev),
+        )
+    if not par.shards_weights:
+        dense, experts = _held_numel(cfg, pp_rank)
+        weight_bytes = Shape.of(cfg).weight_bytes
+        for numel, ranks, axes in (
+            (dense, par.dp_shard * par.cp, ("dp_shard", "cp")),
+            (experts, par.expert_dp, ("dp_shard", "cp", "tp")),
+        ):
+            if numel and ranks > 1:
+                link = links.group_link(par, axes, dev)
+                reduce += links.reduce_scatter(numel * c.reduce_bytes, ranks, link)
+                gather += links.all_gather(numel * weight_bytes, ranks, link)
+    if not c.overlap_dp:
+        return reduce + gather
+    return max(0.0, reduce - last_backward) + max(0.0, gather - first_forward)
 
 
 def _optimizer_seconds(cfg: TrainConfig, dev: Device, pp_rank: int) -> float:
@@ -244,8 +265,16 @@ def _optimizer_seconds(cfg: TrainConfig, dev: Device, pp_rank: int) -> float:
 
 
 def _state_numel(cfg: TrainConfig, pp_rank: int) -> float:
-    """Elements of the weights whose gradients and states pipeline rank ``pp_rank`` holds: its tp share, divided
-    over the FSDP ranks (dp_shard * cp), and its share of the experts under expert parallelism."""
+    """Elements of the weights whose optimizer states pipeline rank ``pp_rank`` holds: its tp share, divided over
+    the FSDP ranks (dp_shard * cp), and its share of the experts under expert parallelism (folded ones divided over
+    ``expert_dp``)."""
+    dense, experts = _held_numel(cfg, pp_rank)
+    return dense / (cfg.parallel.dp_shard * cfg.parallel.cp) + experts / cfg.parallel.expert_dp
+
+
+def _held_numel(cfg: TrainConfig, pp_rank: int) -> tuple[float, float]:
+    """(dense, experts): elements of pipeline rank ``pp_rank``'s weights a rank holds before data-parallel sharding
+    — its tp share of the dense ones, its ep and etp share of the experts."""
     par, n = cfg.parallel, cfg.model.n_layers
     ranges = stage_layers(n, par.stages, par.stage_split(n)) if par.pp > 1 else [range(n)]
     mine = range(pp_rank, len(ranges), par.pp)
@@ -254,14 +283,7 @@ def _state_numel(cfg: TrainConfig, pp_rank: int) -> float:
         prefixes.append("embed.")
     if len(ranges) - 1 in mine:
         prefixes += ["norm.", "lm_head."]
-    fsdp = par.dp_shard * par.cp
-    return sum(sharded_numel(cfg, p) for p in prefixes) / fsdp + _experts(cfg, prefixes)
-
-
-def _experts(cfg: TrainConfig, prefixes: list[str]) -> float:
-    """Expert weights split by expert parallelism (left out of ``sharded_numel``, which counts what FSDP gathers),
-    folded ones sharded over ``expert_dp``."""
-    return sum(expert_numel(cfg, p) for p in prefixes) / cfg.parallel.expert_dp
+    return sum(sharded_numel(cfg, p) for p in prefixes), sum(expert_numel(cfg, p) for p in prefixes)
 
 
 def _memory_profile(cfg: TrainConfig) -> RuntimeProfile:

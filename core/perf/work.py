@@ -33,14 +33,17 @@ Collectives per block and micro-batch (bytes of the whole tensor; ``core.perf.li
     cp       an all-gather of the keys and values of the whole sequence forward, a reduce-scatter of their
              gradients backward (``core.parallel.context_parallel``); hidden by ``cluster.overlap_cp``
     ep       2 all-to-alls forward (dispatch, combine) and 2 backward of the routed tokens, each share on the tier
-             it crosses (``core.perf.links.expert_all_to_all``); never hidden (no overlap of dispatch with compute,
-             no per-node deduplication of a token's copies as DeepEP does). Under ``parallel.etp`` < tp
-             (Megatron's MoE parallel folding, estimated only) each rank routes its own T etp / tp tokens to
-             experts whole over ``etp`` ranks, and an MoE block without a shared expert has no MLP tp pair
+             it crosses (``core.perf.links.expert_all_to_all``; with ``cluster.ep_dedup`` a token crosses the
+             network once per remote node, as DeepEP dispatches); never hidden (no overlap of dispatch with
+             compute). Under ``parallel.etp`` < tp (Megatron's MoE parallel folding, estimated only) each rank
+             routes its own T etp / tp tokens to experts whole over ``etp`` ranks, and an MoE block without a
+             shared expert has no MLP tp pair
     fsdp     an all-gather of the block's weights forward, again backward, and a reduce-scatter of its
              gradients (fp32 or bf16: ``cluster.reduce_precision``) (FSDP re-gathers in backward:
              ``core.parallel.fsdp``); with ``cluster.overlap_fsdp`` only what the block's compute cannot hide is
-             exposed
+             exposed. None under ``parallel.dp_shard_strategy=optim`` (ZeRO-1, estimated only): the weights are
+             whole on every rank, their gradients reduce-scattered and the updated weights gathered once a step
+             (``core.perf.step``)
 """
 
 from __future__ import annotations
@@ -226,7 +229,8 @@ def _block_comm(cfg: TrainConfig, dev: Device, sh: Shape, i: int, fwd: Pass, bwd
         bwd.expose("cp", seconds)
     if m.is_moe_layer(i) and par.ep > 1:
         held = sh.expert_tokens * m.moe_top_k * (m.moe_capacity_factor or 1.0) * D * sh.act_bytes
-        seconds = 2 * links.expert_all_to_all(held, par, dev)
+        routing = (m.n_experts, m.moe_top_k) if cfg.cluster.ep_dedup else None
+        seconds = 2 * links.expert_all_to_all(held, par, dev, routing=routing)
         fwd.expose("ep", seconds)
         bwd.expose("ep", seconds)
     experts = expert_numel(cfg, f"layers.{i}.") if par.experts_folded else 0.0  # FSDP over expert_dp ranks
@@ -238,6 +242,8 @@ def _fsdp_comm(cfg: TrainConfig, dev: Device, sh: Shape, weights: float, fwd: Pa
     ``ParallelConfig.expert_dp`` ranks) forward, again backward, and the reduce-scatter of their gradients; with
     ``cluster.overlap_fsdp`` only what the pass's compute cannot hide is exposed."""
     par, c = cfg.parallel, cfg.cluster
+    if not par.shards_weights:  # ZeRO-1: whole weights on every rank, its traffic once a step (core.perf.step)
+        return
     groups = [(weights, par.dp_shard * par.cp, links.group_link(par, ("dp_shard", "cp"), dev))]
     groups.append((experts, par.expert_dp, links.group_link(par, ("dp_shard", "cp", "tp"), dev)))
     groups = [(w, n, link) for w, n, link in groups if w and n > 1]

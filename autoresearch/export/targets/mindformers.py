@@ -697,6 +697,8 @@ MINDFORMERS = Target(
         "checkpoint": "the trial's checkpoints; the target configures its own CheckpointMonitor",
         "parallel.etp": "the fragment's parallel_config has no expert tensor-parallel key (MindFormers' parallel_core "
         "reads expert_tensor_parallel_size); a trial's experts split by tp (etp = tp: the layout core.train runs)",
+        "parallel.dp_shard_strategy": "a trial's dp_shard shards its weights too (optim_grads_params: the strategy "
+        "core.train runs), written as MindFormers' optimizer parallel over optimizer_weight_shard_size ranks",
         "cluster": "the cluster the step-time model planned for (core.perf); the run uses the devices it is launched "
         "on",
         "memory.swap_prefetch": "counts blocks loaded ahead in the core; MindFormers' backward_prefetch counts its "

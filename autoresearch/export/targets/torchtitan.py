@@ -344,6 +344,10 @@ TORCHTITAN = Target(
             "no setting: torchtitan 0.3.0 keeps each expert whole, its expert ranks borrowed from FSDP and TP (efsdp "
             "= dp_shard * cp * tp / ep); a trial's experts split by tp (etp = tp: the layout core.train runs)"
         ),
+        "parallel.dp_shard_strategy": (
+            "torchtitan's data_parallel_shard_degree is FSDP2 (ZeRO-3), as a trial's dp_shard (optim_grads_params: "
+            "the strategy core.train runs); it has no ZeRO-1 setting"
+        ),
         "memory.swap": NO_SWAP,
         "memory.swap_layers": NO_SWAP,
         "memory.swap_ops": NO_SWAP,
