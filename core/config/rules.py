@@ -92,11 +92,18 @@ def stages_split_the_layers(cfg: TrainConfig) -> None:
     m, p = cfg.model, cfg.parallel
     stages = p.stages
     if p.pp_layers is not None:
+        # the first and last stages may hold none: the embedding, or the norm, head and loss, alone (Megatron's
+        # --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split)
+        inner = p.pp_layers[1:-1]
         require(
-            len(p.pp_layers) == stages and sum(p.pp_layers) == m.n_layers and min(p.pp_layers) >= 1,
+            len(p.pp_layers) == stages
+            and sum(p.pp_layers) == m.n_layers
+            and min(p.pp_layers) >= 0
+            and min(inner, default=1) >= 1,
             "parallel.pp_layers",
-            f"{list(p.pp_layers)} must give each of pp * pp_virtual = {stages} stages at "
-            f"least one layer, model.n_layers={m.n_layers} in all",
+            f"{list(p.pp_layers)} must give each of pp * pp_virtual = {stages} stages at least one layer (the "
+            f"first and the last may hold none: the embedding, or the head and loss, alone), model.n_layers="
+            f"{m.n_layers} in all",
         )
         require(
             p.pp_offset == 0,

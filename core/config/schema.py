@@ -125,7 +125,8 @@ class ParallelConfig:
     """mpipe: who preprocesses the micro-batches past the first pp: full (round-robin over the ranks) or min
     (rank 0, inline)."""
     pp_layers: list[int] | None = None
-    """Layers per stage, pp * pp_virtual of them (e.g. [1,3]); null: an even split, moved by ``pp_offset``."""
+    """Layers per stage, pp * pp_virtual of them (e.g. [1,3]; the first and last may be 0: the embedding, or the
+    head and loss, alone, as Megatron counts them in its split); null: an even split, moved by ``pp_offset``."""
     pp_offset: int = 0
     """Layers moved from the last stage to the first on an even split (negative: the other way; MindFormers'
     offset): the embedding and the head are not free."""

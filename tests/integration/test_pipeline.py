@@ -1,6 +1,7 @@
 """Pipeline layouts, run by real worker processes, reproduce the 1-process run with the same global batch and
 seed (per-step losses, validation loss, final parameters after consolidating the sharded checkpoint): every
-schedule, an uneven stage split, and pipelines composed with data, tensor and fully sharded data parallelism."""
+schedule, uneven stage splits (one with stages of no blocks at the ends), and pipelines composed with data, tensor
+and fully sharded data parallelism."""
 
 from __future__ import annotations
 
@@ -29,6 +30,14 @@ LAYOUTS = {
     "gpipe": (*PP, "parallel.pp_schedule=gpipe"),
     "1f1b muon": (*PP, "parallel.pp_schedule=1f1b", "optim=muon"),
     "interleaved": (*PP, "parallel.pp_schedule=interleaved", "parallel.pp_virtual=2"),
+    # the embedding alone on the first virtual stage, the norm and head alone on the last (Megatron's split
+    # accounting of the embedding and the loss as layers)
+    "interleaved 0+2+2+0": (
+        *PP,
+        "parallel.pp_schedule=interleaved",
+        "parallel.pp_virtual=2",
+        "parallel.pp_layers=[0,2,2,0]",
+    ),
     "uneven 1+3 untied": (*PP, "parallel.pp_layers=[1,3]", "model.tie_embeddings=false"),
     "pp=2 tp=2 sp": (*PP, "parallel.tp=2", "parallel.sp=true"),
     "pp=2 dp_shard=2 recompute stage 0": (*PP, "parallel.dp_shard=2", "memory.recompute_stages=[full,none]"),

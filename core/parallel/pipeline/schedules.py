@@ -37,13 +37,16 @@ OPS = "FBPR"  # forward, backward, preprocess forward, preprocess recompute-and-
 
 
 def stage_layers(n_layers: int, stages: int, split: list[int] | None = None) -> list[range]:
-    """The blocks of each stage: ``split`` (layers per stage, summing to n_layers) or an even split."""
+    """The blocks of each stage: ``split`` (layers per stage, summing to n_layers; the first and last stages may
+    hold none, the embedding or the head alone) or an even split."""
     if split is None:
         if n_layers % stages:
             raise ValueError(f"{n_layers} layers do not split evenly into {stages} stages")
         split = [n_layers // stages] * stages
-    if len(split) != stages or sum(split) != n_layers or min(split) < 1:
-        raise ValueError(f"split {split} must give each of {stages} stages >= 1 layer, {n_layers} in all")
+    if len(split) != stages or sum(split) != n_layers or min(split) < 0 or min(split[1:-1], default=1) < 1:
+        raise ValueError(
+            f"split {split} must give each of {stages} stages >= 1 layer (the first and last >= 0), {n_layers} in all"
+        )
     starts = [sum(split[:i]) for i in range(stages)]
     return [range(a, a + n) for a, n in zip(starts, split, strict=True)]
 

@@ -124,7 +124,8 @@ def test_rejections_name_the_field_and_the_fix(overrides, field, fix):
         ),
         (["parallel.pp=2"], "parallel.pp", "do not divide model.n_layers=3"),
         (["parallel.pp=2", "parallel.pp_layers=[1,1]"], "parallel.pp_layers", "model.n_layers=3 in all"),
-        (["parallel.pp=2", "parallel.pp_layers=[3,0]"], "parallel.pp_layers", "at least one layer"),
+        (["parallel.pp=3", "parallel.pp_layers=[2,0,1]"], "parallel.pp_layers", "at least one layer"),
+        (["parallel.pp=2", "parallel.pp_layers=[4,-1]"], "parallel.pp_layers", "at least one layer"),
         (["parallel.pp=2", "parallel.pp_layers=[1,1,1]"], "parallel.pp_layers", "pp * pp_virtual = 2 stages"),
         (["parallel.pp=2", "model.n_layers=4", "parallel.pp_offset=2"], "parallel.pp_offset", "split [4, 0]"),
         (["parallel.pp=2", "parallel.pp_layers=[1,2]", "parallel.pp_offset=1"], "parallel.pp_offset", "pp_layers"),
@@ -212,6 +213,10 @@ def test_valid_layouts_compose():
     ):
         load_config(overrides)
     assert load_config(["parallel.pp=2", "model.n_layers=4", "parallel.pp_offset=-1"]).parallel.stage_split(4) == [1, 3]
+    # the embedding alone on the first stage and the head alone on the last (Megatron's split accounting)
+    edges = ["parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.pp_virtual=2", "model.n_layers=4"]
+    edges.append("training.micro_batch_size=4")  # 2 micro-batches of the 8: a multiple of pp
+    assert load_config([*edges, "parallel.pp_layers=[0,2,2,0]"]).parallel.stage_split(4) == [0, 2, 2, 0]
 
 
 def test_degrees_must_multiply_to_the_cluster_size():

@@ -95,8 +95,12 @@ def test_stage_layers_even_and_uneven():
         stage_layers(3, 2)
     with pytest.raises(ValueError):
         stage_layers(4, 2, [2, 1])
+    # the first and last stages may hold none (the embedding, or the head, alone); a stage between may not
+    assert stage_layers(4, 4, [0, 2, 2, 0]) == [range(0, 0), range(0, 2), range(2, 4), range(4, 4)]
     with pytest.raises(ValueError):
-        stage_layers(4, 2, [0, 4])
+        stage_layers(4, 3, [2, 0, 2])
+    with pytest.raises(ValueError):
+        stage_layers(4, 2, [-1, 5])
 
 
 def test_schedule_arguments_are_checked():
