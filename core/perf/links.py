@@ -11,9 +11,10 @@ a full tensor of B bytes, all-reduce 2(n-1)/n * B / bw + 2(n-1) * alpha; all-gat
 point-to-point B / bw + alpha. ``bw`` is the link's achieved bandwidth (the profile's collective efficiency times
 its peak, per device and direction). An all-to-all over several nodes is point-to-point sends to every peer
 (NCCL's), so the shares for peers on the rank's node and for the other nodes cross their own tiers at once
-(``group_all_to_all``): max((l-1)/n * B / bw_intra, (n-l)/n * B / bw_inter) with l of the n ranks on each node. On a
-link whose collectives are composed from all-reduce (the core on CPU: ``Link.composed``) each is priced as the
-all-reduce it runs.
+(``group_all_to_all``): max((l-1)/n * B / bw_intra, (n-l)/n * B / bw_inter) with l of the n ranks on each node; the
+experts' dispatch under DeepEP sends the network's share once per remote node (``node_dedup``). On a link whose
+collectives are composed from all-reduce (the core on CPU: ``Link.composed``) each is priced as the all-reduce it
+runs.
 """
 
 from __future__ import annotations
