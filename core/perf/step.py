@@ -36,7 +36,7 @@ from core.parallel.pipeline.mpipe import owner
 from core.parallel.pipeline.schedules import compile_schedule, schedule_of, stage_layers
 from core.perf import links
 from core.perf.device import Device, device
-from core.perf.work import Pass, Shape, block_passes, edge_passes, expert_numel, sharded_numel
+from core.perf.work import Pass, Shape, block_passes, edge_passes, expert_numel, sharded_numel, sharding_groups
 
 ADAMW_BYTES = 4 + 4 + 4 + 8 + 8  # per held parameter: master read+write, gradient read, m and v read+write
 
@@ -243,16 +243,10 @@ def _dp_seconds(cfg: TrainConfig, dev: Device, pp_rank: int, *, first_forward: f
             links.group_link(par, ("dp_replicate",), dev),
         )
     if not par.shards_weights:
-        dense, experts = _held_numel(cfg, pp_rank)
         weight_bytes = Shape.of(cfg).weight_bytes
-        for numel, ranks, axes in (
-            (dense, par.dp_shard * par.cp, ("dp_shard", "cp")),
-            (experts, par.expert_dp, ("dp_shard", "cp", "tp")),
-        ):
-            if numel and ranks > 1:
-                link = links.group_link(par, axes, dev)
-                reduce += links.reduce_scatter(numel * c.reduce_bytes, ranks, link)
-                gather += links.all_gather(numel * weight_bytes, ranks, link)
+        for numel, ranks, link in sharding_groups(cfg, dev, *_held_numel(cfg, pp_rank)):
+            reduce += links.reduce_scatter(numel * c.reduce_bytes, ranks, link)
+            gather += links.all_gather(numel * weight_bytes, ranks, link)
     if not c.overlap_dp:
         return reduce + gather
     return max(0.0, reduce - last_backward) + max(0.0, gather - first_forward)

@@ -55,7 +55,7 @@ from core.config import ConfigError, TrainConfig
 from core.model.flops import attention_matrices, param_groups
 from core.parallel.placement import is_expert, tp_split_dim
 from core.perf import links
-from core.perf.device import Device
+from core.perf.device import Device, Link
 
 FLASH_BACKWARD = 2.5  # flash attention's backward FLOPs over its forward's
 FP8_CAST_BYTES = 4  # a bf16 element read, its FP8 copies written row- and column-major (for the backward's GEMMs)
@@ -244,9 +244,7 @@ def _fsdp_comm(cfg: TrainConfig, dev: Device, sh: Shape, weights: float, fwd: Pa
     par, c = cfg.parallel, cfg.cluster
     if not par.shards_weights:  # ZeRO-1: whole weights on every rank, its traffic once a step (core.perf.step)
         return
-    groups = [(weights, par.dp_shard * par.cp, links.group_link(par, ("dp_shard", "cp"), dev))]
-    groups.append((experts, par.expert_dp, links.group_link(par, ("dp_shard", "cp", "tp"), dev)))
-    groups = [(w, n, link) for w, n, link in groups if w and n > 1]
+    groups = sharding_groups(cfg, dev, weights, experts)
     if not groups:
         return
     gather = sum(links.all_gather(w * sh.weight_bytes, n, link) for w, n, link in groups)
@@ -254,6 +252,18 @@ def _fsdp_comm(cfg: TrainConfig, dev: Device, sh: Shape, weights: float, fwd: Pa
     fwd.expose("fsdp", gather if not c.overlap_fsdp else max(0.0, gather - fwd.compute))
     back = gather + scatter
     bwd.expose("fsdp", back if not c.overlap_fsdp else max(0.0, back - bwd.compute - bwd.recompute))
+
+
+def sharding_groups(cfg: TrainConfig, dev: Device, weights: float, experts: float) -> list[tuple[float, int, Link]]:
+    """(elements, ranks, link) of each group that shards weights, for the ``weights`` (over the dp_shard x cp
+    ranks) and folded ``experts`` (over ``ParallelConfig.expert_dp`` ranks) of some blocks; groups of one rank or
+    no elements left out. FSDP gathers over them per use (``_fsdp_comm``), ZeRO-1 once a step (``core.perf.step``)."""
+    par = cfg.parallel
+    groups = [
+        (weights, par.dp_shard * par.cp, links.group_link(par, ("dp_shard", "cp"), dev)),
+        (experts, par.expert_dp, links.group_link(par, ("dp_shard", "cp", "tp"), dev)),
+    ]
+    return [(w, n, link) for w, n, link in groups if w and n > 1]
 
 
 def sharded_numel(cfg: TrainConfig, prefix: str) -> float:
