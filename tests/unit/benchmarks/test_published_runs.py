@@ -14,7 +14,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from perf_model import _pairs, _precision_pairs, precision  # noqa: E402
+from perf_model import _pairs, _precision_pairs, overrides, precision  # noqa: E402
 
 DATA = yaml.safe_load((ROOT / "benchmarks" / "data" / "published_runs.yaml").read_text())
 FIELDS = {
@@ -72,6 +72,19 @@ def test_fp8_is_read_from_the_precision_a_float8_flag_or_an_fp8_label():
     assert precision(_row(precision="fp8")) == "fp8"
     assert precision(_row(flags=["torch.compile", "float8_linear"])) == "fp8"
     assert precision(_row(flags=["precision_label=FP8-CS"])) == "fp8"
+
+
+def test_a_zoo_row_is_read_as_its_megatron_arguments_say():
+    """The MoE model zoo's A8 as its flags say it ran: the distributed optimizer is ZeRO-1 over all 8 data-parallel
+    ranks (not 8 FSDP ranks, nor replicas), bf16 gradients reduced in fp32 (no cluster.reduce_precision=bf16),
+    DeepEP's per-node dispatch; the same row without those flags is read as before."""
+    row = next(r for r in DATA["runs"] if r["id"] == "mcore-zoo-qwen3-235b-bf16-tp4-ep8-pp8-vpp4-a8")
+    got = overrides(row, None)
+    assert {"parallel.dp_shard=8", "parallel.dp_replicate=1", "parallel.dp_shard_strategy=optim"} <= set(got)
+    assert "cluster.ep_dedup=true" in got and "cluster.reduce_precision=bf16" not in got
+    plain = overrides({**row, "flags": ["etp=1"]}, None)
+    assert "parallel.dp_shard=8" in plain and "cluster.reduce_precision=bf16" in plain  # read as FSDP, as before
+    assert not any(o.startswith(("parallel.dp_shard_strategy", "cluster.ep_dedup")) for o in plain)
 
 
 def test_layout_pairs_stay_within_one_release():
