@@ -8,8 +8,8 @@ from core.config import TrainConfig
 from core.memory.estimate import (
     PROFILES,
     MiB,
-    activation_bytes_per_layer,
     apply_profile,
+    block_activation_bytes,
     pipeline_rank,
     runtime_profile,
     terms,
@@ -45,12 +45,7 @@ def breakdown(cfg: TrainConfig) -> dict:
                 "pp_rank": r,
                 **{key: getattr(est, key) for _, key in _ROWS},
                 "total": est.total,
-                "blocks": {
-                    i: activation_bytes_per_layer(
-                        m, t.micro_batch_size, t.seq_len, tp=par.tp, cp=par.cp, sp=par.sp, moe=m.is_moe_layer(i)
-                    )
-                    for i in blocks
-                },
+                "blocks": {i: block_activation_bytes(cfg, m.is_moe_layer(i)) for i in blocks},
             }
         )
     return {

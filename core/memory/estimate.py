@@ -63,6 +63,7 @@ def activation_bytes_per_layer(
     tp: int = 1,
     cp: int = 1,
     sp: bool = False,
+    etp: int | None = None,
     moe: bool = False,
     selective: bool = False,
     element_bytes: int = 4,
@@ -76,6 +77,7 @@ def activation_bytes_per_layer(
         tp=tp,
         cp=cp,
         sp=sp,
+        etp=etp,
         moe=moe,
         selective=selective,
         element_bytes=element_bytes,
@@ -92,6 +94,7 @@ def activation_parts(
     tp: int = 1,
     cp: int = 1,
     sp: bool = False,
+    etp: int | None = None,
     moe: bool = False,
     selective: bool = False,
     element_bytes: int = 4,
@@ -111,20 +114,26 @@ def activation_parts(
     ``selective`` recompute (``core.memory.recompute``) keeps neither the S x S matrices nor the SwiGLU's silu; on an
     ``accelerator`` flash attention never forms the S x S matrices and a grouped matmul runs the experts over the routed
     (token, choice) pairs only (times the capacity factor), where the core's static dispatch on CPU holds every expert's
-    C slots. ``element_bytes``: 4 (fp32) or 2 (bf16 activations).
+    C slots. Under Megatron's MoE parallel folding (``etp`` < tp, ``parallel.etp``; estimated, not trained) each rank
+    routes its own share of the tensor-parallel group's tokens, T etp / tp, to experts split over etp ranks only, and
+    gathers no sequence for it (as ``core.perf.work`` counts its FLOPs). ``element_bytes``: 4 (fp32) or 2 (bf16
+    activations).
     The per-token count is Korthikanti et al. 2022's for a Llama block (SwiGLU's three MLP tensors in place of
     GELU's). (The layout rules make tp divide D, kv and F, so the parts' divisions by tp are exact.)
     """
     local = seq // cp
     mlp, routed = (3 if selective else 4) * m.ffn_hidden, 0
-    if moe:  # routing sees whole sequences on every rank (core.parallel.expert_parallel): the experts' slots
+    if moe:  # the core routes whole sequences on every rank (core.parallel.expert_parallel): the experts' slots
         # (input, gate/up/silu/product split over tp, output), router scores, the gathered tokens of a split sequence
-        F, tokens = m.expert_width, batch * seq
+        etp = tp if etp is None else etp
+        F, tokens, gathered = m.expert_width, batch * seq, m.d_model if cp > 1 or sp else 0
+        if etp < tp:  # folded: this rank's own tokens, through experts whole over etp ranks
+            tokens, gathered = batch * local * etp // tp, 0
         if accelerator:
             slots = math.ceil(tokens * m.moe_top_k * (m.moe_capacity_factor or 1.0))
         else:
             slots = m.n_experts * moe_capacity(tokens, m.moe_top_k, m.n_experts, m.moe_capacity_factor)
-        routed = slots * (2 * m.d_model + 4 * F // tp) + tokens * (4 * m.n_experts + (m.d_model if cp > 1 or sp else 0))
+        routed = slots * (2 * m.d_model + 4 * F // etp) + tokens * (4 * m.n_experts + gathered)
         mlp = 4 * F * m.moe_shared_experts
     scores = score_floats(m, seq, tp, cp) if not (selective or accelerator) else 0
     gathered_kv = (m.kv_width // tp) * seq if cp > 1 else 0
@@ -139,6 +148,25 @@ def activation_parts(
         * (local * ((m.q_width + m.attn_width + m.kv_width) // tp + latent) + scores + gathered_kv),
         "mlp": b * (batch * local * (mlp // tp) + routed),
     }
+
+
+def block_activation_bytes(cfg: TrainConfig, moe: bool, *, selective: bool = False) -> int:
+    """``activation_bytes_per_layer`` of one of ``cfg``'s blocks (an MoE block or not) on one rank, as ``terms``
+    counts it: in the activations' precision (bf16 only where computed in bf16), flash attention on accelerators."""
+    m, t, par = cfg.model, cfg.training, cfg.parallel
+    return activation_bytes_per_layer(
+        m,
+        t.micro_batch_size,
+        t.seq_len,
+        tp=par.tp,
+        cp=par.cp,
+        sp=par.sp,
+        etp=par.expert_tp,
+        moe=moe,
+        selective=selective,
+        element_bytes=2 if cfg.compute_precision == "bf16" else 4,
+        accelerator=cfg.device != "CPU",
+    )
 
 
 def score_floats(m: ModelConfig, seq: int, tp: int = 1, cp: int = 1) -> int:
@@ -242,22 +270,11 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
             state_floats += 2 * size  # AdamW: m and v
         gathered = max(gathered, p.local_numel) if sharded else gathered
 
-    def block_bytes(moe: bool, selective: bool = False) -> int:
-        return activation_bytes_per_layer(
-            m,
-            t.micro_batch_size,
-            t.seq_len,
-            tp=par.tp,
-            cp=par.cp,
-            sp=par.sp,
-            moe=moe,
-            selective=selective,
-            element_bytes=act_bytes,
-            accelerator=accelerator,
-        )
-
     def per_layer(selective: bool) -> list[int]:
-        kinds = {moe: block_bytes(moe, selective) for moe in {m.is_moe_layer(i) for i in range(m.n_layers)}}
+        kinds = {
+            moe: block_activation_bytes(cfg, moe, selective=selective)
+            for moe in {m.is_moe_layer(i) for i in range(m.n_layers)}
+        }
         return [kinds[m.is_moe_layer(i)] for i in range(m.n_layers)]
 
     act, act_selective = per_layer(False), per_layer(True)
@@ -272,7 +289,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     activations, scores = sum(act[i] for i in largest), sum(sc[i] for i in largest)
     if has_loss and m.mtp_layers:  # MTP modules (core.model.mtp), never recomputed: a block each, its norms and
         # projection's inputs (4 D a token), and its S x S scores
-        activations += m.mtp_layers * (block_bytes(m.n_experts > 0) + 4 * block_input)
+        activations += m.mtp_layers * (block_activation_bytes(cfg, m.n_experts > 0) + 4 * block_input)
         scores += m.mtp_layers * scores_each
 
     def saved(blocks, r: str) -> tuple[int, int, int]:

@@ -436,6 +436,19 @@ def test_folded_experts_route_each_tp_ranks_own_tokens_to_whole_experts():
     assert terms(core).optimizer == terms(folded).optimizer
 
 
+def test_folded_experts_save_the_activations_of_their_own_tokens():
+    """The memory model counts the folded layout as core.perf prices it: under ETP 1 a rank saves the routed slots of
+    its own T/2 tokens through whole experts (input and output D each, gate/up/silu/product F each) and their router
+    scores, where the core's layout saves all T tokens' slots through half-width experts, their router scores and
+    the sequence it gathers to route; by hand, bf16, every block MoE, no recompute."""
+    m = load_config(["model=qwen3-30b-a3b"]).model
+    T, D, F, k, E, L = 1024, m.d_model, m.moe_ffn_hidden, m.moe_top_k, m.n_experts, m.n_layers
+    core, folded = _moe(*FOLD, "parallel.ep=4"), _moe(*FOLD, "parallel.ep=8", "parallel.etp=1")
+    core_mlp = 2 * (T * k * (2 * D + 4 * F / 2) + T * (4 * E + D))
+    folded_mlp = 2 * (T / 2 * k * (2 * D + 4 * F) + T / 2 * 4 * E)
+    assert terms(core).activations - terms(folded).activations == pytest.approx(L * (core_mlp - folded_mlp))
+
+
 def test_folded_experts_are_fsdp_sharded_over_the_ranks_that_hold_the_same_ones():
     """ep 4 with ETP 1 on the 8 ranks of tp 2 x dp_shard 4: two ranks hold each expert (EDP 2), which shard its
     weights, gradients and states (torchtitan's and Megatron-FSDP's layout) and gather them for each micro-batch
