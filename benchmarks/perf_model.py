@@ -90,7 +90,8 @@ def skip_reason(row: dict) -> str | None:
     if "recompute_not_published" in row["flags"]:
         return "recompute not published"
     if row["layout"]["cp"] > 1 and row["source"].startswith(("megatron", "mcore")):
-        return "Megatron keeps the weights whole over its context-parallel ranks; the core shards them over cp as FSDP"
+        if "distributed_optimizer" not in row["flags"]:  # under ZeRO-1 (dp_shard_strategy=optim) weights stay whole
+            return "Megatron keeps the weights whole over its context-parallel ranks; the core shards them over cp as FSDP"
     return None
 
 

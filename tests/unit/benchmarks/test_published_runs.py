@@ -14,7 +14,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from perf_model import _pairs, _precision_pairs, overrides, precision  # noqa: E402
+from perf_model import _pairs, _precision_pairs, overrides, precision, skip_reason  # noqa: E402
 
 DATA = yaml.safe_load((ROOT / "benchmarks" / "data" / "published_runs.yaml").read_text())
 FIELDS = {
@@ -85,6 +85,25 @@ def test_a_zoo_row_is_read_as_its_megatron_arguments_say():
     plain = overrides({**row, "flags": ["etp=1"]}, None)
     assert "parallel.dp_shard=8" in plain and "cluster.reduce_precision=bf16" in plain  # read as FSDP, as before
     assert not any(o.startswith(("parallel.dp_shard_strategy", "cluster.ep_dedup")) for o in plain)
+
+
+def test_a_megatron_bridge_row_with_context_parallelism_is_read_as_its_recipe_ran():
+    """Llama 3.1 405B on 1024 H100 (TP 8, PP 8 x VP 8, CP 2, DP 8), flagged from its release's recipe: the
+    distributed optimizer is ZeRO-1 over the 8 data-parallel ranks (masters and states sharded over them and the 2
+    context-parallel ranks, weights whole), so the row is scored, TP traffic overlapped, bf16 gradients reduced in
+    bf16. Without the distributed optimizer the core would shard the weights over cp as FSDP, which Megatron does
+    not: the row is skipped, as before."""
+    row = next(r for r in DATA["runs"] if r["id"] == "mbridge-26.06-l31-405b-pretrain-tp8-pp8-cp2-1024gpu")
+    got = overrides(row, None)
+    assert skip_reason(row) is None and row.get("config_source") == "megatron-bridge-recipes"
+    assert {
+        "parallel.dp_shard=8",
+        "parallel.dp_replicate=1",
+        "parallel.cp=2",
+        "parallel.dp_shard_strategy=optim",
+    } <= set(got)
+    assert {"cluster.overlap_tp=1.0", "cluster.reduce_precision=bf16"} <= set(got)
+    assert "Megatron keeps the weights whole" in skip_reason({**row, "flags": ["ddp", "phase=pretrain"]})
 
 
 def test_layout_pairs_stay_within_one_release():
