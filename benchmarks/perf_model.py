@@ -91,7 +91,9 @@ def skip_reason(row: dict) -> str | None:
         return "recompute not published"
     if row["layout"]["cp"] > 1 and row["source"].startswith(("megatron", "mcore")):
         if "distributed_optimizer" not in row["flags"]:  # under ZeRO-1 (dp_shard_strategy=optim) weights stay whole
-            return "Megatron keeps the weights whole over its context-parallel ranks; the core shards them over cp as FSDP"
+            return (
+                "Megatron keeps the weights whole over its context-parallel ranks; the core shards them over cp as FSDP"
+            )
     return None
 
 
@@ -159,7 +161,10 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
         out += [f"parallel.pp_virtual={virtual}"]
         if lay.get("pp_layers"):
             out.append(f"parallel.pp_layers=[{','.join(map(str, lay['pp_layers']))}]")
-    out.append(f"memory.recompute={row['activation_checkpointing'] or 'none'}")
+    recompute = row["activation_checkpointing"] or "none"
+    if recompute == "selective" and row["source"].startswith("torchtitan") and "ac_selective_layer" not in row["flags"]:
+        recompute = "selective_op"  # torchtitan's selective_ac_option=op, its default (the rows' notes)
+    out.append(f"memory.recompute={recompute}")
     return out
 
 

@@ -11,13 +11,16 @@ recompute none / selective / full, and on each axis the row's own value (Megatro
 ZeRO-3 over 384 GPUs); dp_replicate as ``perf_model.overrides`` reads the row; everything else (model, cluster, batch,
 sequence, precision, the row's flags) fixed as ``perf_model.overrides`` gives it, with the fitted efficiencies.
 The ranking is by predicted tokens/s per device among the points that fit in memory (not only the speed-memory
-front: a slower layout with less memory is still a rank down). Writes ``benchmarks/data/plan_vs_experts.md``.
+front: a slower layout with less memory is still a rank down). A value the core refuses for the row's model and
+batch whatever the other params are (the space's own check) is dropped from its axis before planning; a row whose
+published split is uneven is not planned. Writes ``benchmarks/data/plan_vs_experts.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 import statistics
 import sys
 import tempfile
@@ -33,7 +36,7 @@ from perf_model import DATA, FIT, fit, overrides, skip_reason  # noqa: E402
 from provenance import git_commit  # noqa: E402
 
 from autoresearch.search.planner import Verdict, plan  # noqa: E402
-from autoresearch.space import load_space  # noqa: E402
+from autoresearch.space import SpaceError, load_space  # noqa: E402
 from core.config import ConfigError, parse_overrides  # noqa: E402
 
 SEARCHED = (
@@ -80,7 +83,7 @@ def space_for(row: dict, typed: dict) -> dict:
             "parallel.pp_schedule": {"type": "choice", "values": ["1f1b", "interleaved"]},
             "parallel.pp_virtual": {"type": "choice", "values": values("parallel.pp_virtual", [1, 2])},
             "training.micro_batch_size": {"type": "choice", "values": values("training.micro_batch_size", [1, 2, 4])},
-            "memory.recompute": {"type": "choice", "values": ["none", "selective", "full"]},
+            "memory.recompute": {"type": "choice", "values": values("memory.recompute", ["none", "selective", "full"])},
         },
         "constraints": [
             f"parallel.dp_shard * parallel.tp * parallel.pp * parallel.cp == {world}",
@@ -99,6 +102,27 @@ def published_point(settings: dict) -> dict:
     """The row's own layout as a point of its space (a row without a pipeline names no schedule)."""
     defaults = {"parallel.pp_schedule": "1f1b", "parallel.pp_virtual": 1}
     return {k: settings.get(k, defaults.get(k)) for k in SEARCHED}
+
+
+def plan_pruned(space: dict, published: dict) -> list:
+    """Plan ``space``, first dropping each value the space's check says the core refuses for this model and batch
+    whatever the other params are (tp 8 over 4 key-value heads, ZeRO-1 over one rank, ...); the published value is
+    never dropped: a space that refuses it is not planned."""
+    while True:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "space.yaml"
+            path.write_text(yaml.safe_dump(space, sort_keys=False))
+            try:
+                return plan(load_space(path))
+            except SpaceError as exc:
+                hit = re.fullmatch(r"params\.(.+)\.values\[(\d+)\]", exc.key)
+                if hit is None:
+                    raise
+                values = space["params"][hit.group(1)]["values"]
+                value = values[int(hit.group(2))]
+                if value == published[hit.group(1)] or len(values) == 1:
+                    raise
+                values.remove(value)
 
 
 def main() -> None:
@@ -125,17 +149,18 @@ def main() -> None:
     hits, gains, started = 0, [], time.time()
     for row in rows[: args.limit]:
         typed = parse_overrides(overrides(row, efficiency[row["device"]]))
+        if "parallel.pp_layers" in typed:
+            why = "its uneven split (parallel.pp_layers) is not a point of spaces that split the layers evenly"
+            lines.append(f"| {row['id']} | - | not planned: {why} | - | - | - |")
+            continue
         space = space_for(row, typed)
         profile = yaml.safe_load((ROOT / "configs" / "cluster" / f"{typed['cluster']}.yaml").read_text())
         space["fixed"]["device"] = profile["device"]  # the space is checked by the core's rules for that device
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "space.yaml"
-            path.write_text(yaml.safe_dump(space, sort_keys=False))
-            try:
-                every = plan(load_space(path))
-            except (ConfigError, ValueError) as exc:
-                lines.append(f"| {row['id']} | - | not planned: {exc} | - | - | - |")
-                continue
+        try:
+            every = plan_pruned(space, published_point(typed))
+        except (ConfigError, ValueError) as exc:
+            lines.append(f"| {row['id']} | - | not planned: {exc} | - | - | - |")
+            continue
         ranked = sorted(
             (r for r in every if r.verdict in (Verdict.RANKED, Verdict.DOMINATED)),
             key=lambda r: -r.tokens_per_sec_per_device,

@@ -219,6 +219,17 @@ def selective_costs_memory(device: str, mode: str) -> bool:
     return device == "CPU" and mode == "jit"
 
 
+def per_op_recompute_fits_the_blocks(cfg: TrainConfig) -> None:
+    settings = set(cfg.memory.recompute_stages or [cfg.memory.recompute])
+    m = cfg.model
+    require(
+        "selective_op" not in settings or not (m.n_experts or m.mla),
+        "memory.recompute",
+        "selective_op (torchtitan's per-op policy) is counted for dense GQA blocks; for an MoE or MLA model use "
+        "memory.recompute=selective or full",
+    )
+
+
 def swap_runs_where_built(cfg: TrainConfig) -> None:
     if not cfg.memory.swap:
         return
@@ -349,6 +360,16 @@ def weights_sharded_as_the_core_trains_them(cfg: TrainConfig) -> None:
     )
 
 
+def recompute_as_the_core_trains_it(cfg: TrainConfig) -> None:
+    settings = set(cfg.memory.recompute_stages or [cfg.memory.recompute])
+    require(
+        "selective_op" not in settings,
+        "memory.recompute",
+        "selective_op (torchtitan's per-op policy) is estimated (python -m core.perf), not trained; the core "
+        "trains none, selective or full",
+    )
+
+
 # In order: a rule may rely on the ones before it (the micro-batch rules on the data-parallel split).
 CROSS_SECTION_RULES = (
     fused_kernels_run_on_the_host,
@@ -362,6 +383,7 @@ CROSS_SECTION_RULES = (
     experts_fit_the_layout,
     recompute_stages_match_the_pipeline,
     selective_recompute_saves_memory,
+    per_op_recompute_fits_the_blocks,
     swap_runs_where_built,
     layer_counts_fit_the_model,
     batch_splits_over_data_parallel,
@@ -377,6 +399,7 @@ RUN_RULES = (
     fp8_is_estimated_not_trained,
     experts_split_as_the_core_trains_them,
     weights_sharded_as_the_core_trains_them,
+    recompute_as_the_core_trains_it,
 )
 
 

@@ -21,7 +21,7 @@ from core.config.rules import CROSS_SECTION_RULES, positive, require
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "mpipe")
 PP_TRANSPOSE_OVERFLOWS = ("full", "min")
 DP_SHARD_STRATEGIES = ("optim_grads_params", "optim")  # Megatron-FSDP's names (data_parallel_sharding_strategy)
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "selective_op", "full")
 SWAP_OPS = ("attention", "mlp", "norm")  # the parts of a block memory.swap_ops chooses from (core.memory.swap)
 DEVICES = ("CPU", "Ascend", "GPU")
 PRECISIONS = ("fp32", "bf16", "fp8")
@@ -242,7 +242,9 @@ class MemoryConfig:
 
     recompute: str = "none"
     """none, selective (norms, SwiGLU, attention's softmax) or full (whole blocks); ``core.memory.recompute``
-    says how each runs under jit and in PyNative."""
+    says how each runs under jit and in PyNative. selective_op is torchtitan's per-op policy (attention's output, the
+    reduce-scatters and every second matmul's output saved, the rest recomputed): estimated (``core.memory``,
+    ``core.perf``) for dense GQA blocks, not trained."""
     recompute_layers: int | None = None
     """Recompute the first this many blocks (of each pipeline stage); null: every block."""
     recompute_stages: list[str] | None = None

@@ -169,6 +169,25 @@ def block_activation_bytes(cfg: TrainConfig, moe: bool, *, selective: bool = Fal
     )
 
 
+def per_op_saved_bytes(cfg: TrainConfig) -> int:
+    """Bytes one dense GQA block saves on one rank under torchtitan's per-op policy (``memory.recompute=
+    selective_op``; torchtitan/distributed/activation_checkpoint.py: attention's output, the reduce-scatters and
+    every second matmul's output are saved, the rest recomputed from the block's input). Per token: the block's
+    input D (over tp with sequence parallelism), wq's output Q / tp, wv's kv / 2 / tp, attention's output A / tp
+    (its log-sum-exp, a float per head, left out), the MLP gate's F / tp and w2's D (per rank the whole width, a
+    partial sum under tp), and with sequence parallelism the two reduce-scatters' D / tp; wk, wo and the up
+    projection's outputs are recomputed, as are the norms, RoPE and SwiGLU's product."""
+    m, t, par = cfg.model, cfg.training, cfg.parallel
+    tp, sp = par.tp, par.sp and par.tp > 1
+    floats = (
+        m.d_model // (tp if sp else 1)
+        + (m.q_width + m.kv_width // 2 + m.attn_width + m.ffn_hidden) // tp
+        + m.d_model
+        + (2 * m.d_model // tp if sp else 0)
+    )
+    return (2 if cfg.compute_precision == "bf16" else 4) * t.micro_batch_size * (t.seq_len // par.cp) * floats
+
+
 def score_floats(m: ModelConfig, seq: int, tp: int = 1, cp: int = 1) -> int:
     """Floats of one sequence's attention scores and probabilities on one rank: per head of this rank, its tokens
     times the whole sequence, twice."""
@@ -304,6 +323,8 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
             return block_input * len(redo) + act[i] + kept[0], sc[i] + kept[1], act[i]
         if r == "selective":
             return sum(act_selective[i] for i in redo) + kept[0], kept[1], 0
+        if r == "selective_op":
+            return per_op_saved_bytes(cfg) * len(redo) + kept[0], kept[1], 0
         return sum(act[i] for i in redo) + kept[0], sum(sc[i] for i in redo) + kept[1], 0
 
     recomputed = recomputed_scores = rebuilt = None

@@ -7,6 +7,9 @@ How each mode runs (``core.memory.recompute`` says why):
     selective   the norms, the SwiGLU product and attention's softmax re-run (bprop-Cells), jit and PyNative
     full        PyNative, or a pipeline's last stage: MindSpore's recompute of whole blocks;
                 jit without a pipeline: the step runs as compiled segments (``core.memory.segmented``)
+
+``selective_op`` (torchtitan's per-op policy) is counted by ``core.memory`` and ``core.perf`` and never run:
+``core.config.rules.RUN_RULES`` keep it out of ``core.train``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from core.config import TrainConfig
 
 @dataclass(frozen=True)
 class RecomputePlan:
-    modes: tuple[str, ...]  # per pipeline stage (one without a pipeline): none | selective | full
+    modes: tuple[str, ...]  # per pipeline stage (one without a pipeline): none | selective | selective_op | full
     layers: int | None  # memory.recompute_layers: the first this many blocks of each stage; None: all
     segmented: bool  # full recompute runs as a SegmentedStep: under jit, without a pipeline
 

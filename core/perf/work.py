@@ -15,7 +15,9 @@ of heads, FFN width and vocabulary (D: width, kv: key/value width, F: FFN width,
     memory-bound         norms and residuals 10 D per token (over tp with sequence parallelism), RoPE 2 (A + kv)
                          / tp, SwiGLU's element-wise 3 F / tp: read and written once forward, twice backward
     recompute            full: the block's forward again in backward; selective: its element-wise work (and the
-                         attention core where the S x S matrices are not kept by flash attention)
+                         attention core where the S x S matrices are not kept by flash attention); selective_op
+                         (torchtitan's per-op policy): the element-wise work and every second weight matmul (wk,
+                         wo, the MLP's up projection; the all-gathers it re-runs under TP are not counted)
     launches             the host's kernel launches, ``cluster.launch_overhead_us`` per block forward, twice
                          backward, once more with full recompute (selective's few kernels are not counted)
     fp8                  the weight matmuls above (not the router, the attention core or the head, which the
@@ -184,7 +186,8 @@ def launch_seconds(cfg: TrainConfig, dev: Device) -> float:
 
 
 def block_passes(cfg: TrainConfig, dev: Device, i: int, recompute: str) -> tuple[Pass, Pass]:
-    """(forward, backward) of block ``i`` for one micro-batch on one rank; ``recompute``: none, selective, full."""
+    """(forward, backward) of block ``i`` for one micro-batch on one rank; ``recompute``: none, selective,
+    selective_op, full."""
     sh, w = Shape.of(cfg), block_work(cfg, i)
     core, elementwise, fp8 = w.attention, w.elementwise_bytes, cfg.training.precision == "fp8"
     weights = sum(dev.matmul_seconds(f, d, fp8=fp8) for f, d in w.matmuls) + dev.matmul_seconds(*w.router)
@@ -201,6 +204,9 @@ def block_passes(cfg: TrainConfig, dev: Device, i: int, recompute: str) -> tuple
         bwd.recompute, bwd.launch = fwd.compute, bwd.launch + fwd.launch
     elif recompute == "selective":
         bwd.recompute = dev.memory_seconds(elementwise) + (0.0 if sh.flash else dev.matmul_seconds(*core))
+    elif recompute == "selective_op":  # dense GQA (core.config.rules): wq wk wv wo gate up down; wk, wo, up re-run
+        again = sum(dev.matmul_seconds(f, d, fp8=fp8) for f, d in w.matmuls[1::2])
+        bwd.recompute = again + dev.memory_seconds(elementwise)
     _block_comm(cfg, dev, sh, i, fwd, bwd)
     return fwd, bwd
 

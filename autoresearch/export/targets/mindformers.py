@@ -187,6 +187,11 @@ BATCH = Rule(
 def _recompute_export(c: Flat) -> Flat:
     split, stages = stage_split(c), c["memory.recompute_stages"]
     settings = stages or [c["memory.recompute"]] * len(split)
+    if "selective_op" in settings:
+        raise NoCounterpart(
+            "MindFormers' recompute_config recomputes whole blocks or named ops (select_recompute), not every second "
+            "matmul (memory.recompute=selective_op, torchtitan's policy); use selective or full"
+        )
     if stages is None and c["memory.recompute_layers"] is None:
         return {
             "recompute_config.recompute": settings[0] == "full",

@@ -28,7 +28,8 @@ pytorch/torchtitan 0.3.0:
   per rank.
 
 Approximations, by design: torchtitan's SelectiveAC recomputes every second matmul and the element-wise ops, where
-the core's selective recomputes norms, SwiGLU and the attention softmax. ``default_adamw`` decays every parameter;
+the core's selective recomputes norms, SwiGLU and the attention softmax (``memory.recompute=selective_op``, which
+core.perf estimates and the core does not train, is SelectiveAC itself, and reads back as selective). ``default_adamw`` decays every parameter;
 the core's AdamW spares 1-D weights (norm gains). Expert parallelism carries its degree, not its placement:
 torchtitan's expert mesh is (dp_replicate, efsdp, ep) with ep innermost and efsdp = dp_shard * cp * tp / ep
 (torchtitan/distributed/parallel_dims.py), so with tp > 1 its expert ranks include tensor-parallel ranks, where the
@@ -190,7 +191,8 @@ def _recompute_export(c: Flat) -> Flat:
             "torchtitan's activation_checkpoint policy wraps every block (ActivationCheckpointing.apply), not the "
             f"first {c['memory.recompute_layers']} of each stage (memory.recompute_layers)"
         )
-    return {"activation_checkpoint": c["memory.recompute"]}
+    mode = c["memory.recompute"]  # selective_op is torchtitan's SelectiveAC itself, read back as the core's nearest
+    return {"activation_checkpoint": "selective" if mode == "selective_op" else mode}
 
 
 RECOMPUTE = Rule(

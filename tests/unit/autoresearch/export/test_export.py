@@ -671,3 +671,13 @@ def test_mpipe_is_listed_as_having_no_counterpart(target, name):
     # another schedule carries nothing for T and the overflow policy, and drops neither
     plain = export_config(TARGETS[target], flat("model=tiny", "model.n_layers=4", "parallel.pp=2"))
     assert not {k for k in plain.dropped if k.startswith("parallel.pp")}
+
+
+def test_per_op_recompute_is_torchtitans_own_policy_and_mindformers_has_none():
+    """memory.recompute=selective_op (estimated, not trained) is torchtitan's SelectiveAC itself; MindFormers'
+    recompute_config names no such policy, so the key is dropped with the reason and the rest exports."""
+    cfg = flat("model=small", "memory.recompute=selective_op")
+    assert export_config(TARGETS["torchtitan"], cfg).doc["activation_checkpoint"] == "selective"
+    exported = export_config(TARGETS["mindformers"], cfg)
+    assert "recompute_config" not in exported.doc
+    assert "every second matmul" in exported.dropped["memory.recompute"][1]

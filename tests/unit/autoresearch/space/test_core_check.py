@@ -261,7 +261,7 @@ CASES = [
         "misspelt-recompute-option",
         edit("values: [none, full]", "values: [none, ful]"),
         "params.memory.recompute.values[1]",
-        "must be one of none, selective, full (got 'ful')",
+        "must be one of none, selective, selective_op, full (got 'ful')",
         "remove ful from values",
         LINE["memory.recompute"],
     ),

@@ -52,7 +52,7 @@ def test_swap_settings_compose():
         (["training.seq_len=1024"], "training.seq_len", "max_seq_len"),
         (["memory.limit_gb=0"], "memory.limit_gb", "> 0"),
         (["trial.max_steps=null"], "trial.max_steps", "budget"),
-        (["memory.recompute=some"], "memory.recompute", "none, selective, full"),
+        (["memory.recompute=some"], "memory.recompute", "none, selective, selective_op, full"),
         (["memory.recompute=selective"], "memory.recompute", "training.mode=pynative"),
         (["memory.swap=true"], "memory.swap", "training.mode=pynative"),
         (
@@ -173,7 +173,7 @@ def test_rejections_name_the_field_and_the_fix(overrides, field, fix):
             "memory.recompute_stages",
             "one setting per pipeline stage",
         ),
-        (["memory.recompute_stages=[all]"], "memory.recompute_stages", "none, selective, full"),
+        (["memory.recompute_stages=[all]"], "memory.recompute_stages", "none, selective, selective_op, full"),
         (["model=moe-tiny", "parallel.ep=2"], "parallel.ep", "dp_shard * cp * tp = 1"),
         (["parallel.ep=2", "parallel.dp_shard=2"], "parallel.ep", "MoE model's experts"),
     ],
