@@ -2,6 +2,7 @@
 
     estimate.py    a config's per-rank peak before it runs: textbook tensor sizes through a measured runtime
                    profile (no MindSpore: the agent estimates every proposal)
+    activations.py the bytes a block saves for backward, by part and recompute policy (the estimate's count)
     breakdown.py   the estimate by component for every pipeline rank (``python -m core.memory``)
     plan.py        the recompute plan: which blocks of each stage recompute, and how (decided once)
     recompute.py   selective recompute's wrappers, and full recompute of whole blocks

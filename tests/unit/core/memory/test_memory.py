@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from core.config import load_config
+from core.memory import activations
 from core.memory import estimate as memory
 from core.memory.__main__ import main as memory_main
 from core.memory.breakdown import _ROWS
@@ -74,8 +75,8 @@ def test_swap_keeps_what_it_does_not_move():
     block = none // m.n_layers
     assert every == block and resident(swap, "memory.swap_prefetch=1") == 4 * block
     # the parts of a block add up to it, for the existing callers' total
-    parts = memory.activation_parts(m, 8, 64, moe=False)
-    assert sum(parts.values()) == memory.activation_bytes_per_layer(m, 8, 64) == block
+    parts = activations.activation_parts(m, 8, 64, moe=False)
+    assert sum(parts.values()) == activations.activation_bytes_per_layer(m, 8, 64) == block
 
 
 def test_profiles_decide_what_recompute_and_ranks_cost():

@@ -1,0 +1,150 @@
+"""Saved activations: the bytes one block keeps for backward on one rank, by the part of the block that keeps them,
+under each recompute policy: the textbook count ``core.memory.estimate`` turns into a peak (Korthikanti et al. 2022,
+"Reducing Activation Recomputation in Large Transformer Models", for a Llama block). No MindSpore here.
+"""
+
+from __future__ import annotations
+
+import math
+
+from core.config import ModelConfig, TrainConfig
+from core.model.flops import moe_capacity
+
+
+def activation_bytes_per_layer(
+    m: ModelConfig,
+    batch: int,
+    seq: int,
+    *,
+    tp: int = 1,
+    cp: int = 1,
+    sp: bool = False,
+    etp: int | None = None,
+    moe: bool = False,
+    selective: bool = False,
+    element_bytes: int = 4,
+    accelerator: bool = False,
+) -> int:
+    """Saved-for-backward bytes of one Llama block on one rank: the sum of ``activation_parts``."""
+    parts = activation_parts(
+        m,
+        batch,
+        seq,
+        tp=tp,
+        cp=cp,
+        sp=sp,
+        etp=etp,
+        moe=moe,
+        selective=selective,
+        element_bytes=element_bytes,
+        accelerator=accelerator,
+    )
+    return sum(parts.values())
+
+
+def activation_parts(
+    m: ModelConfig,
+    batch: int,
+    seq: int,
+    *,
+    tp: int = 1,
+    cp: int = 1,
+    sp: bool = False,
+    etp: int | None = None,
+    moe: bool = False,
+    selective: bool = False,
+    element_bytes: int = 4,
+    accelerator: bool = False,
+) -> dict[str, int]:
+    """Saved-for-backward bytes of one Llama block, hand-attention (no flash), on one rank, by the part of the block
+    that saves them (core.memory.swap's ``memory.swap_ops``): a rough, documented count. ``seq`` is the whole sequence;
+    this rank holds seq / cp of its tokens.
+
+    Per token: the two norms' inputs 2D (split over tp only with sequence parallelism) and outputs 2D, the input
+    attention's and the MLP's projections save (under sequence parallelism gathered whole where a region's
+    column-parallel projections read it, once per region as ``core.parallel.tensor_parallel`` enters it; split where
+    MLA's down-projections and an MoE's router read this rank's tokens): ``norm``; q and attention output 2D, k/v 2*kv
+    (MLA: its heads' widths, and its latents unsplit by tp): ``attention``; MLP gate/up/silu/product 4F (split over tp):
+    ``mlp``. Per head, ``attention``'s scores and probabilities, this rank's tokens times the whole sequence (the S x S
+    matrices dominate at long sequences); context parallelism keeps the gathered keys and values of the whole sequence.
+    ``selective`` recompute (``core.memory.recompute``) keeps neither the S x S matrices nor the SwiGLU's silu; on an
+    ``accelerator`` flash attention never forms the S x S matrices and a grouped matmul runs the experts over the routed
+    (token, choice) pairs only (times the capacity factor), where the core's static dispatch on CPU holds every expert's
+    C slots. Under Megatron's MoE parallel folding (``etp`` < tp, ``parallel.etp``; estimated, not trained) each rank
+    routes its own share of the tensor-parallel group's tokens, T etp / tp, to experts split over etp ranks only, and
+    gathers no sequence for it (as ``core.perf.work`` counts its FLOPs). ``element_bytes``: 4 (fp32) or 2 (bf16
+    activations).
+    The per-token count is Korthikanti et al. 2022's for a Llama block (SwiGLU's three MLP tensors in place of
+    GELU's). (The layout rules make tp divide D, kv and F, so the parts' divisions by tp are exact.)
+    """
+    local = seq // cp
+    mlp, routed = (3 if selective else 4) * m.ffn_hidden, 0
+    if moe:  # the core routes whole sequences on every rank (core.parallel.expert_parallel): the experts' slots
+        # (input, gate/up/silu/product split over tp, output), router scores, the gathered tokens of a split sequence
+        etp = tp if etp is None else etp
+        F, tokens, gathered = m.expert_width, batch * seq, m.d_model if cp > 1 or sp else 0
+        if etp < tp:  # folded: this rank's own tokens, through experts whole over etp ranks
+            tokens, gathered = batch * local * etp // tp, 0
+        if accelerator:
+            slots = math.ceil(tokens * m.moe_top_k * (m.moe_capacity_factor or 1.0))
+        else:
+            slots = m.n_experts * moe_capacity(tokens, m.moe_top_k, m.n_experts, m.moe_capacity_factor)
+        routed = slots * (2 * m.d_model + 4 * F // etp) + tokens * (4 * m.n_experts + gathered)
+        mlp = 4 * F * m.moe_shared_experts
+    scores = score_floats(m, seq, tp, cp) if not (selective or accelerator) else 0
+    gathered_kv = (m.kv_width // tp) * seq if cp > 1 else 0
+    latent = m.latent_width // (tp if sp else 1)  # MLA's latents: per token, replicated over tp
+    # the norms' inputs, then their outputs: gathered whole under SP where GQA's or a (shared) MLP's projections read
+    D, gqa, dense = m.d_model, not m.mla, not moe or m.moe_shared_experts > 0
+    b = element_bytes
+    return {
+        "norm": b * batch * local * sum(D // (tp if sp and not whole else 1) for whole in (False, False, gqa, dense)),
+        "attention": b
+        * batch
+        * (local * ((m.q_width + m.attn_width + m.kv_width) // tp + latent) + scores + gathered_kv),
+        "mlp": b * (batch * local * (mlp // tp) + routed),
+    }
+
+
+def block_activation_bytes(cfg: TrainConfig, moe: bool, *, selective: bool = False) -> int:
+    """``activation_bytes_per_layer`` of one of ``cfg``'s blocks (an MoE block or not) on one rank, as ``terms``
+    counts it: in the activations' precision (bf16 only where computed in bf16), flash attention on accelerators."""
+    m, t, par = cfg.model, cfg.training, cfg.parallel
+    return activation_bytes_per_layer(
+        m,
+        t.micro_batch_size,
+        t.seq_len,
+        tp=par.tp,
+        cp=par.cp,
+        sp=par.sp,
+        etp=par.expert_tp,
+        moe=moe,
+        selective=selective,
+        element_bytes=2 if cfg.compute_precision == "bf16" else 4,
+        accelerator=cfg.device != "CPU",
+    )
+
+
+def per_op_saved_bytes(cfg: TrainConfig) -> int:
+    """Bytes one dense GQA block saves on one rank under torchtitan's per-op policy (``memory.recompute=
+    selective_op``; torchtitan/distributed/activation_checkpoint.py: attention's output, the reduce-scatters and
+    every second matmul's output are saved, the rest recomputed from the block's input). Per token: the block's
+    input D (over tp with sequence parallelism), wq's output Q / tp, wv's kv / 2 / tp, attention's output A / tp
+    (its log-sum-exp, a float per head, left out), the MLP gate's F / tp and w2's D (per rank the whole width, a
+    partial sum under tp), and with sequence parallelism the two reduce-scatters' D / tp; wk, wo and the up
+    projection's outputs are recomputed, as are the norms, RoPE and SwiGLU's product."""
+    m, t, par = cfg.model, cfg.training, cfg.parallel
+    tp, sp = par.tp, par.sp and par.tp > 1
+    floats = (
+        m.d_model // (tp if sp else 1)
+        + (m.q_width + m.kv_width // 2 + m.attn_width + m.ffn_hidden) // tp
+        + m.d_model
+        + (2 * m.d_model // tp if sp else 0)
+    )
+    return (2 if cfg.compute_precision == "bf16" else 4) * t.micro_batch_size * (t.seq_len // par.cp) * floats
+
+
+def score_floats(m: ModelConfig, seq: int, tp: int = 1, cp: int = 1) -> int:
+    """Floats of one sequence's attention scores and probabilities on one rank: per head of this rank, its tokens
+    times the whole sequence, twice."""
+    return 2 * (m.n_heads // tp) * (seq // cp) * seq
