@@ -30,10 +30,10 @@ pytorch/torchtitan 0.3.0:
 Approximations, by design: torchtitan's SelectiveAC recomputes every second matmul and the element-wise ops, where
 the core's selective recomputes norms, SwiGLU and the attention softmax (``memory.recompute=selective_op``, which
 core.perf estimates and the core does not train, is SelectiveAC itself, and reads back as selective).
-``default_adamw`` decays every parameter; the core's AdamW spares 1-D weights (norm gains). Expert parallelism carries its degree, not its placement:
-torchtitan's expert mesh is (dp_replicate, efsdp, ep) with ep innermost and efsdp = dp_shard * cp * tp / ep
-(torchtitan/distributed/parallel_dims.py), so with tp > 1 its expert ranks include tensor-parallel ranks, where the
-core puts the experts on the dp_shard ranks and splits each over tp.
+``default_adamw`` decays every parameter; the core's AdamW spares 1-D weights (norm gains). Expert parallelism
+carries its degree, not its placement: torchtitan's expert mesh is (dp_replicate, efsdp, ep) with ep innermost and
+efsdp = dp_shard * cp * tp / ep (torchtitan/distributed/parallel_dims.py), so with tp > 1 its expert ranks include
+tensor-parallel ranks, where the core puts the experts on the dp_shard ranks and splits each over tp.
 """
 
 from __future__ import annotations
