@@ -202,9 +202,8 @@ def recompute_stages_match_the_pipeline(cfg: TrainConfig) -> None:
 
 
 def selective_recompute_saves_memory(cfg: TrainConfig) -> None:
-    settings = set(cfg.memory.recompute_stages or [cfg.memory.recompute])
     require(
-        not ("selective" in settings and selective_costs_memory(cfg.device, cfg.training.mode)),
+        not ("selective" in cfg.memory.recompute_settings and selective_costs_memory(cfg.device, cfg.training.mode)),
         "memory.recompute",
         "selective recompute raises the peak under training.mode=jit on CPU (the compiled graph keeps "
         "the recomputed parts' forward temporaries as well: benchmarks/RESULTS.md, 'Recompute'); use "
@@ -220,10 +219,9 @@ def selective_costs_memory(device: str, mode: str) -> bool:
 
 
 def per_op_recompute_fits_the_blocks(cfg: TrainConfig) -> None:
-    settings = set(cfg.memory.recompute_stages or [cfg.memory.recompute])
     m = cfg.model
     require(
-        "selective_op" not in settings or not (m.n_experts or m.mla),
+        "selective_op" not in cfg.memory.recompute_settings or not (m.n_experts or m.mla),
         "memory.recompute",
         "selective_op (torchtitan's per-op policy) is counted for dense GQA blocks; for an MoE or MLA model use "
         "memory.recompute=selective or full",
@@ -239,9 +237,8 @@ def swap_runs_where_built(cfg: TrainConfig) -> None:
         "needs training.mode=pynative: under jit the compiled graph owns the tensors it saves and no hook can "
         "move them (core.memory.swap); or set memory.swap=false",
     )
-    settings = set(cfg.memory.recompute_stages or [cfg.memory.recompute])
     require(
-        cfg.parallel.pp == 1 and settings == {"none"},
+        cfg.parallel.pp == 1 and cfg.memory.recompute_settings == {"none"},
         "memory.swap",
         "runs without a pipeline and without recompute (the combinations are not built); set parallel.pp=1 "
         "and memory.recompute=none, or memory.swap=false",
@@ -361,9 +358,8 @@ def weights_sharded_as_the_core_trains_them(cfg: TrainConfig) -> None:
 
 
 def recompute_as_the_core_trains_it(cfg: TrainConfig) -> None:
-    settings = set(cfg.memory.recompute_stages or [cfg.memory.recompute])
     require(
-        "selective_op" not in settings,
+        "selective_op" not in cfg.memory.recompute_settings,
         "memory.recompute",
         "selective_op (torchtitan's per-op policy) is estimated (python -m core.perf), not trained; the core "
         "trains none, selective or full",

@@ -309,6 +309,11 @@ class MemoryConfig:
         """The recompute setting of pipeline stage ``stage`` (of the whole model without a pipeline)."""
         return self.recompute_stages[stage] if self.recompute_stages else self.recompute
 
+    @property
+    def recompute_settings(self) -> set[str]:
+        """Every recompute setting some stage uses."""
+        return set(self.recompute_stages or [self.recompute])
+
 
 @dataclass
 class DataConfig:

@@ -11,35 +11,9 @@ from core.config import ModelConfig, TrainConfig
 from core.model.flops import moe_capacity
 
 
-def activation_bytes_per_layer(
-    m: ModelConfig,
-    batch: int,
-    seq: int,
-    *,
-    tp: int = 1,
-    cp: int = 1,
-    sp: bool = False,
-    etp: int | None = None,
-    moe: bool = False,
-    selective: bool = False,
-    element_bytes: int = 4,
-    accelerator: bool = False,
-) -> int:
-    """Saved-for-backward bytes of one Llama block on one rank: the sum of ``activation_parts``."""
-    parts = activation_parts(
-        m,
-        batch,
-        seq,
-        tp=tp,
-        cp=cp,
-        sp=sp,
-        etp=etp,
-        moe=moe,
-        selective=selective,
-        element_bytes=element_bytes,
-        accelerator=accelerator,
-    )
-    return sum(parts.values())
+def activation_bytes_per_layer(m: ModelConfig, batch: int, seq: int, **options) -> int:
+    """Saved-for-backward bytes of one Llama block on one rank: the sum of ``activation_parts`` (its keywords)."""
+    return sum(activation_parts(m, batch, seq, **options).values())
 
 
 def activation_parts(
@@ -106,11 +80,16 @@ def activation_parts(
     }
 
 
-def block_activation_bytes(cfg: TrainConfig, moe: bool, *, selective: bool = False) -> int:
-    """``activation_bytes_per_layer`` of one of ``cfg``'s blocks (an MoE block or not) on one rank, as ``terms``
-    counts it: in the activations' precision (bf16 only where computed in bf16), flash attention on accelerators."""
+def element_bytes(cfg: TrainConfig) -> int:
+    """Bytes of one saved activation: 2 where computed in bf16, else 4 (CPU emulates bf16 in fp32 storage)."""
+    return 2 if cfg.compute_precision == "bf16" else 4
+
+
+def block_activation_parts(cfg: TrainConfig, moe: bool, *, selective: bool = False) -> dict[str, int]:
+    """``activation_parts`` of one of ``cfg``'s blocks (an MoE block or not) on one rank, as ``terms`` counts it: in
+    the activations' precision, flash attention on accelerators."""
     m, t, par = cfg.model, cfg.training, cfg.parallel
-    return activation_bytes_per_layer(
+    return activation_parts(
         m,
         t.micro_batch_size,
         t.seq_len,
@@ -120,9 +99,14 @@ def block_activation_bytes(cfg: TrainConfig, moe: bool, *, selective: bool = Fal
         etp=par.expert_tp,
         moe=moe,
         selective=selective,
-        element_bytes=2 if cfg.compute_precision == "bf16" else 4,
+        element_bytes=element_bytes(cfg),
         accelerator=cfg.device != "CPU",
     )
+
+
+def block_activation_bytes(cfg: TrainConfig, moe: bool, *, selective: bool = False) -> int:
+    """The sum of ``block_activation_parts``."""
+    return sum(block_activation_parts(cfg, moe, selective=selective).values())
 
 
 def per_op_saved_bytes(cfg: TrainConfig) -> int:
@@ -141,7 +125,7 @@ def per_op_saved_bytes(cfg: TrainConfig) -> int:
         + m.d_model
         + (2 * m.d_model // tp if sp else 0)
     )
-    return (2 if cfg.compute_precision == "bf16" else 4) * t.micro_batch_size * (t.seq_len // par.cp) * floats
+    return element_bytes(cfg) * t.micro_batch_size * (t.seq_len // par.cp) * floats
 
 
 def score_floats(m: ModelConfig, seq: int, tp: int = 1, cp: int = 1) -> int:

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 from core.config import SWAP_OPS, ModelConfig, TrainConfig
 from core.memory.activations import (
-    activation_parts,
     block_activation_bytes,
+    block_activation_parts,
+    element_bytes,
     per_op_saved_bytes,
     score_floats,
 )
@@ -119,7 +120,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     # attention (no S x S matrices saved) and accumulate gradients in place. CPU emulates bf16 in fp32 storage
     # (TrainConfig.compute_precision): counted as fp32.
     bf16, accelerator = cfg.compute_precision == "bf16", cfg.device != "CPU"
-    act_bytes, weight_bytes = (2, 2) if bf16 else (4, 4)
+    act_bytes = weight_bytes = element_bytes(cfg)
     held_names, chunks, has_loss, in_flight = pipeline_rank(cfg, pp_rank)
     preprocess, frozen = preprocess_copy(cfg, pp_rank), frozen_names(m)
     plan = recompute_plan(cfg)
@@ -242,18 +243,12 @@ def _swap_resident(cfg: TrainConfig, act: list[int], sc: list[int]) -> tuple[int
     estimate"). A prefetch brings whole blocks back ahead, and the block being read is then whole too: measured on
     CPU, each depth adds about a block, the first nearly two (benchmarks/RESULTS.md, "core/memory/swap.py"), so 3 +
     swap_prefetch blocks are counted then (not measured again). Returns (bytes, the S x S scores among them)."""
-    m, t, par, mem = cfg.model, cfg.training, cfg.parallel, cfg.memory
+    m, mem = cfg.model, cfg.memory
     ops = set(mem.swap_ops or SWAP_OPS)
     moved = sorted(
         (
             (
-                sum(
-                    part
-                    for op, part in activation_parts(
-                        m, t.micro_batch_size, t.seq_len, tp=par.tp, cp=par.cp, sp=par.sp, moe=m.is_moe_layer(i)
-                    ).items()
-                    if op in ops
-                ),
+                sum(part for op, part in block_activation_parts(cfg, m.is_moe_layer(i)).items() if op in ops),
                 sc[i] if "attention" in ops else 0,
             )
             for i in range(mem.swap_layers or m.n_layers)
