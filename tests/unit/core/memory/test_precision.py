@@ -45,3 +45,15 @@ def test_cpu_emulates_bf16_and_counts_it_as_fp32():
     assert (cpu.compute_precision, _cfg("training.precision=bf16").compute_precision) == ("bf16-emulated", "bf16")
     assert terms(cpu) == terms(_cfg(device="CPU"))
     assert terms(cpu) != terms(_cfg("training.precision=bf16"))
+
+
+def test_swap_keeps_one_block_in_the_activations_precision():
+    """SWAP moves every block's saved tensors and brings one back at a time: what stays is one block of the
+    activations it is taken from, bf16 with flash attention on an accelerator (the moved parts were once counted in
+    fp32 without flash, which left a negative residue)."""
+    swap = ("training.mode=pynative", "memory.swap=true")
+    for precision in ("fp32", "bf16"):
+        kept = terms(_cfg(f"training.precision={precision}", *swap))
+        every = terms(_cfg(f"training.precision={precision}", "training.mode=pynative"))
+        assert kept.recomputed * _cfg().model.n_layers == every.activations > 0
+    assert terms(_cfg("training.precision=bf16", *swap)).recomputed * 2 == terms(_cfg(*swap)).recomputed
