@@ -10,11 +10,14 @@ represent are listed with the reason and not scored: pipeline rows whose micro-b
 models that change the architecture (MegaScale's parallel blocks). FP8 rows (torchtitan's Float8Linear, Megatron's
 Transformer Engine recipes) are predicted as ``training.precision=fp8``, with the efficiency fitted on bf16 rows:
 none is fitted. Mixture-of-experts rows (DeepSeek-V3, Qwen3 MoE) are scored where the core can express their
-layout (its experts split over its FSDP ranks and by tensor parallelism).
+layout (its experts split over its FSDP ranks and by tensor parallelism). Megatron rows count the activations
+Megatron keeps (``cluster.saved_activations=megatron``); a row that does not state its recompute is read with the
+least the memory model says fits its device.
 
 Reported: median and worst |error| on the held-out rows (and on the FP8 and MoE ones apart), for every pair of held-out
 rows of one source, model and device count that differ only in layout or schedule whether the model orders them as
-measured, and for every pair that differs only in precision (bf16 against FP8) the speed-up published and predicted.
+measured, for every pair that differs only in precision (bf16 against FP8) the speed-up published and predicted,
+peak memory against the rows that publish it, and how many rows that ran are predicted not to fit their device.
 """
 
 from __future__ import annotations
@@ -107,10 +110,12 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
         out[1:3] = ["cluster.nodes=1", f"cluster.devices_per_node={gpus}"]
     if efficiency is not None:
         out.append(f"cluster.matmul_efficiency={efficiency}")
-    if row["source"].startswith(("megatron", "mcore")) and "grad_reduce_fp32" not in row["flags"]:
-        # Megatron reduces fp16 gradients in fp16 (the SC'21 rows); bf16 ones in fp32 unless --grad-reduce-in-bf16,
-        # as the rows flagged grad_reduce_fp32 leave them
-        out.append("cluster.reduce_precision=bf16")
+    if row["source"].startswith(("megatron", "mcore")):
+        out.append("cluster.saved_activations=megatron")  # its own autograd functions keep less (core.memory)
+        if "grad_reduce_fp32" not in row["flags"]:
+            # Megatron reduces fp16 gradients in fp16 (the SC'21 rows); bf16 ones in fp32 unless
+            # --grad-reduce-in-bf16, as the rows flagged grad_reduce_fp32 leave them
+            out.append("cluster.reduce_precision=bf16")
     if any(f in row["flags"] for f in ("deepep", "te_deepep")):
         out.append("cluster.ep_dedup=true")  # DeepEP's dispatch: a token crosses to each remote node once
     if any(f in row["flags"] for f in ("async_tp", "tp_comm_overlap")):
@@ -161,11 +166,21 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
         out += [f"parallel.pp_virtual={virtual}"]
         if lay.get("pp_layers"):
             out.append(f"parallel.pp_layers=[{','.join(map(str, lay['pp_layers']))}]")
-    recompute = row["activation_checkpointing"] or "none"
+    recompute = row["activation_checkpointing"] or _least_recompute(out)
     if recompute == "selective" and row["source"].startswith("torchtitan") and "ac_selective_layer" not in row["flags"]:
         recompute = "selective_op"  # torchtitan's selective_ac_option=op, its default (the rows' notes)
     out.append(f"memory.recompute={recompute}")
     return out
+
+
+def _least_recompute(out: list[str]) -> str:
+    """A row that does not say whether it recomputed: the least recompute the memory model says fits its device,
+    as whoever ran it had to choose (none, else full: on accelerators selective recompute frees nothing the model
+    counts, flash attention never forming the S x S matrices); none if neither fits, and the row is reported over."""
+    for recompute in ("none", "full"):
+        if estimate_step(load([*out, f"memory.recompute={recompute}"])).fits:
+            return recompute
+    return "none"
 
 
 def _virtual(row: dict, lay: dict) -> int:
@@ -252,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         "| row | device | metric | published | predicted | error | fitted? | memory GiB published / predicted |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    memory_errors = []
+    memory_errors, over = [], []  # over: rows that ran, predicted not to fit their device
     scored, skipped, results = [], [], {}
     for row in runs:
         reason = skip_reason(row)
@@ -274,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         memory = row["measured"].get("memory_gib")
         if memory:
             memory_errors.append(gib / memory - 1)
+        if not est.fits:
+            over.append(est.peak_memory_bytes_per_rank / est.memory_bytes_per_device - 1)
         lines.append(
             f"| {row['id']} | {row['device']} | {metric} | {published:g} | {value:.4g} | {error:+.1%} | "
             f"{'fitted' if fitted else 'held out'} | {memory or '-'} / {gib:.1f} |"
@@ -301,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{statistics.median(pred for *_, pred in speedups):.2f}x",
         f"peak memory against the {len(memory_errors)} rows that publish it (nothing fitted): median |error| "
         f"{statistics.median(abs(e) for e in memory_errors):.1%}, worst {max(memory_errors, key=abs):+.1%}",
+        f"rows that ran but are predicted not to fit their device's memory: {len(over)} of {len(results)}"
+        + (f", by {min(over):+.0%} to {max(over):+.0%}" if over else ""),
     ]
     text = "\n".join(["# Step-time model against published runs", "", *summary, "", *lines, "", "Pairs:", ""])
     text += "\n".join(

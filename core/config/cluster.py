@@ -97,6 +97,16 @@ class ClusterConfig:
     """The experts' dispatch and combine across nodes as DeepEP's internode kernels run them: a token bound for
     several experts on one remote node crosses the network once and is forwarded over NVLink there
     (github.com/deepseek-ai/DeepEP); false: each routed copy crosses on its own (an NCCL all-to-all)."""
+    saved_activations: str = "autograd"
+    """What a block keeps for backward, by the stack that runs it. ``autograd``: what eager autograd keeps, as the
+    core and torchtitan run: under sequence parallelism the gathered input of each region's column-parallel
+    projections, SwiGLU's gate, up, silu and product, and under fp8 (torchao's float8) every input in bf16.
+    ``megatron``: Megatron-LM's own autograd functions with Transformer Engine: a column-parallel projection keeps
+    its sequence-parallel input's local shard and gathers it again in backward, under the input gradient's matmul
+    (megatron/core/tensor_parallel/layers.py; TE's layernorm_linear.py, ``ln_out_needs_gather``), the fused SwiGLU
+    keeps only its input (megatron/core/fusions/fused_bias_swiglu.py), and under fp8 each projection keeps its
+    input's FP8 cast, one byte an element, two (row- and column-wise copies) where it is gathered again; flash
+    attention keeps its output in bf16 beside the output projection's FP8 copy. (``core.memory.activations``)"""
     stage_recompute: bool = True
     """Pipeline stages but the last recompute their forward in backward and keep only their inputs for the
     micro-batches in flight, as the core's pipeline runtime does (``core.parallel.pipeline.runtime``); false: each
@@ -146,6 +156,11 @@ class ClusterConfig:
             self.reduce_precision in ("fp32", "bf16"),
             "cluster.reduce_precision",
             f"must be fp32 or bf16 (got {self.reduce_precision!r})",
+        )
+        require(
+            self.saved_activations in ("autograd", "megatron"),
+            "cluster.saved_activations",
+            f"must be autograd or megatron (got {self.saved_activations!r})",
         )
         for key in ("overlap_tp", "overlap_cp"):
             value = getattr(self, key)

@@ -366,6 +366,15 @@ def recompute_as_the_core_trains_it(cfg: TrainConfig) -> None:
     )
 
 
+def activations_saved_as_the_core_saves_them(cfg: TrainConfig) -> None:
+    require(
+        cfg.cluster.saved_activations == "autograd",
+        "cluster.saved_activations",
+        "megatron counts what Megatron-LM keeps for backward (python -m core.perf, core.memory); the core trains "
+        "with autograd's: set it to autograd",
+    )
+
+
 # In order: a rule may rely on the ones before it (the micro-batch rules on the data-parallel split).
 CROSS_SECTION_RULES = (
     fused_kernels_run_on_the_host,
@@ -396,6 +405,7 @@ RUN_RULES = (
     experts_split_as_the_core_trains_them,
     weights_sharded_as_the_core_trains_them,
     recompute_as_the_core_trains_it,
+    activations_saved_as_the_core_saves_them,
 )
 
 

@@ -29,6 +29,8 @@ def activation_parts(
     selective: bool = False,
     element_bytes: int = 4,
     accelerator: bool = False,
+    saved: str = "autograd",
+    fp8: bool = False,
 ) -> dict[str, int]:
     """Saved-for-backward bytes of one Llama block, hand-attention (no flash), on one rank, by the part of the block
     that saves them (core.memory.swap's ``memory.swap_ops``): a rough, documented count. ``seq`` is the whole sequence;
@@ -47,12 +49,21 @@ def activation_parts(
     C slots. Under Megatron's MoE parallel folding (``etp`` < tp, ``parallel.etp``; estimated, not trained) each rank
     routes its own share of the tensor-parallel group's tokens, T etp / tp, to experts split over etp ranks only, and
     gathers no sequence for it (as ``core.perf.work`` counts its FLOPs). ``element_bytes``: 4 (fp32) or 2 (bf16
-    activations).
+    activations). ``saved="megatron"`` (``cluster.saved_activations``) counts what Megatron-LM keeps instead: the
+    norms' outputs as this rank's shard, the SwiGLU's input 2F and the down projection's input F, and with ``fp8``
+    each projection's FP8 copy of its input (one byte; two for a norm's output gathered again under sequence
+    parallelism) beside flash attention's bf16 output.
     The per-token count is Korthikanti et al. 2022's for a Llama block (SwiGLU's three MLP tensors in place of
     GELU's). (The layout rules make tp divide D, kv and F, so the parts' divisions by tp are exact.)
     """
+    b, fused = element_bytes, saved == "megatron"
+    cast = 1 if fused and fp8 else b  # a projection's own copy of its input: Transformer Engine's FP8 cast
+
+    def swiglu(width: int) -> int:  # bytes per token (or slot) of one SwiGLU MLP of ``width``
+        return 2 * width * b + width * cast if fused else (3 if selective else 4) * width * b
+
     local = seq // cp
-    mlp, routed = (3 if selective else 4) * m.ffn_hidden, 0
+    mlp, routed = swiglu(m.ffn_hidden), 0
     if moe:  # the core routes whole sequences on every rank (core.parallel.expert_parallel): the experts' slots
         # (input, gate/up/silu/product split over tp, output), router scores, the gathered tokens of a split sequence
         etp = tp if etp is None else etp
@@ -63,20 +74,22 @@ def activation_parts(
             slots = math.ceil(tokens * m.moe_top_k * (m.moe_capacity_factor or 1.0))
         else:
             slots = m.n_experts * moe_capacity(tokens, m.moe_top_k, m.n_experts, m.moe_capacity_factor)
-        routed = slots * (2 * m.d_model + 4 * F // etp) + tokens * (4 * m.n_experts + gathered)
-        mlp = 4 * F * m.moe_shared_experts
+        expert = swiglu(F) if fused else 4 * F * b  # the core's selective recompute keeps the experts' silu
+        routed = slots * (m.d_model * (cast + b) + expert // etp) + tokens * (4 * m.n_experts + gathered) * b
+        mlp = expert * m.moe_shared_experts
     scores = score_floats(m, seq, tp, cp) if not (selective or accelerator) else 0
     gathered_kv = (m.kv_width // tp) * seq if cp > 1 else 0
     latent = m.latent_width // (tp if sp else 1)  # MLA's latents: per token, replicated over tp
     # the norms' inputs, then their outputs: gathered whole under SP where GQA's or a (shared) MLP's projections read
+    # them (Megatron gathers them again in backward: its shard, and under fp8 its row- and column-wise casts)
     D, gqa, dense = m.d_model, not m.mla, not moe or m.moe_shared_experts > 0
-    b = element_bytes
+    out = (2 if sp else 1) if fused and fp8 else b
+    norm_out = sum(D // (tp if sp and not (whole and not fused) else 1) for whole in (gqa, dense))
+    attention = (m.q_width + m.attn_width + m.kv_width) // tp * b + (m.attn_width // tp if fused and fp8 else 0)
     return {
-        "norm": b * batch * local * sum(D // (tp if sp and not whole else 1) for whole in (False, False, gqa, dense)),
-        "attention": b
-        * batch
-        * (local * ((m.q_width + m.attn_width + m.kv_width) // tp + latent) + scores + gathered_kv),
-        "mlp": b * (batch * local * (mlp // tp) + routed),
+        "norm": batch * local * (2 * b * (D // (tp if sp else 1)) + out * norm_out),
+        "attention": batch * (local * (attention + latent * b) + (scores + gathered_kv) * b),
+        "mlp": batch * local * (mlp // tp) + routed,
     }
 
 
@@ -101,6 +114,8 @@ def block_activation_parts(cfg: TrainConfig, moe: bool, *, selective: bool = Fal
         selective=selective,
         element_bytes=element_bytes(cfg),
         accelerator=cfg.device != "CPU",
+        saved=cfg.cluster.saved_activations,
+        fp8=t.precision == "fp8",
     )
 
 

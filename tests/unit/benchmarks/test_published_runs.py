@@ -106,6 +106,21 @@ def test_a_megatron_bridge_row_with_context_parallelism_is_read_as_its_recipe_ra
     assert "Megatron keeps the weights whole" in skip_reason({**row, "flags": ["ddp", "phase=pretrain"]})
 
 
+def test_a_row_that_does_not_say_whether_it_recomputed_is_read_with_the_least_that_fits():
+    """SC'21 Table 2 states no recompute. GPT-3 175B under ZeRO-3 on 384 A100s, micro-batch 4 of 2,048 tokens, no
+    model parallelism: by hand, a block keeps at least 32 h bytes a token without recompute (bf16: the norms' inputs
+    and outputs 8 h, q, k, v and the attention output 8 h, the MLP's 3 F = 8 h wide tensors 16 h), over 96 blocks
+    far more than the 80 GB the run had, so it is read with full recompute; the PTDP row (TP 8 x PP 12, micro-batch 1)
+    fits without and is read so; a row that states its recompute keeps it."""
+    zero3 = next(r for r in DATA["runs"] if r["id"] == "mlm-sc21-t2-gpt-175b-zero3-384gpu")
+    ptdp = next(r for r in DATA["runs"] if r["id"] == "mlm-sc21-t2-gpt-175b-ptdp-384gpu")
+    h, micro, seq, layers = zero3["model"]["d_model"], zero3["micro_batch_size"], zero3["seq_len"], 96
+    assert zero3["activation_checkpointing"] is None and 32 * h * micro * seq * layers > 80 * 2**30
+    assert "memory.recompute=full" in overrides(zero3, None)
+    assert "memory.recompute=none" in overrides(ptdp, None)
+    assert "memory.recompute=none" in overrides({**zero3, "activation_checkpointing": "none"}, None)
+
+
 def test_layout_pairs_stay_within_one_release():
     """The same layout moved 1.77x between two Megatron-Bridge containers: rows of two releases are no pair."""
     a = _row()

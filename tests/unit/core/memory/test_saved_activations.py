@@ -1,0 +1,68 @@
+"""What a block keeps for backward, by the stack that runs it (``cluster.saved_activations``): autograd's count
+(the core, torchtitan) against Megatron-LM's with Transformer Engine, each derived here per token by hand from the
+tensors the stacks' code saves (the sources are cited in ``core.config.cluster``)."""
+
+import pytest
+
+from core.config import ConfigError, load_config
+from core.config.rules import check_runnable
+from core.memory.activations import block_activation_parts
+
+D, HEADS, KV_HEADS, F, TP, SEQ = 256, 8, 4, 512, 4, 64
+KV = 2 * D * KV_HEADS // HEADS  # keys and values
+
+
+def _parts(saved: str, precision: str, tp: int = TP) -> dict[str, int]:
+    cfg = load_config(
+        [
+            "device=GPU",
+            "cluster=h100-sxm",
+            "model=tiny",
+            f"model.d_model={D}",
+            f"model.n_heads={HEADS}",
+            f"model.n_kv_heads={KV_HEADS}",
+            f"model.ffn_hidden={F}",
+            f"training.seq_len={SEQ}",
+            "training.micro_batch_size=1",
+            "training.global_batch_size=1",
+            f"training.precision={precision}",
+            f"parallel.tp={tp}",
+            f"parallel.sp={str(tp > 1).lower()}",
+            f"cluster.saved_activations={saved}",
+        ]
+    )
+    assert cfg.device != "CPU"  # flash attention: no S x S matrices in the counts below
+    return {part: n // SEQ for part, n in block_activation_parts(cfg, moe=False).items()}  # bytes per token
+
+
+def test_autograd_keeps_the_gathered_norm_outputs_and_four_mlp_tensors_in_bf16_even_under_fp8():
+    bf16 = {"norm": 2 * (2 * D // TP) + 2 * (2 * D), "attention": 2 * (2 * D + KV) // TP, "mlp": 2 * 4 * F // TP}
+    assert _parts("autograd", "bf16") == bf16
+    assert _parts("autograd", "fp8") == bf16  # torchao's float8 linears keep their bf16 inputs
+
+
+def test_megatron_keeps_the_shard_and_the_fused_swiglus_input():
+    # norms' inputs and outputs as this rank's shard; SwiGLU's input (gate, up) and the down projection's input
+    norm, attention = 2 * (2 * D // TP) * 2, 2 * (2 * D + KV) // TP
+    assert _parts("megatron", "bf16") == {"norm": norm, "attention": attention, "mlp": 2 * 3 * F // TP}
+
+
+def test_megatron_under_fp8_keeps_each_projections_fp8_copy_of_its_input():
+    got = _parts("megatron", "fp8")
+    # the norm outputs: FP8 row- and column-wise copies (2 bytes) of the shard, gathered again in backward
+    assert got["norm"] == 2 * (2 * D // TP) + 2 * (2 * D // TP)
+    # flash attention's bf16 output and the output projection's one-byte copy of it
+    assert got["attention"] == 2 * (2 * D + KV) // TP + D // TP
+    # the SwiGLU's bf16 input and the down projection's one-byte copy of its output
+    assert got["mlp"] == (2 * 2 * F + F) // TP
+    # without sequence parallelism nothing is gathered again: one byte (the column-wise copy) per norm output
+    whole = _parts("megatron", "fp8", tp=1)
+    assert whole["norm"] == 2 * 2 * D + 2 * D and whole["mlp"] == 2 * 2 * F + F
+
+
+def test_the_core_trains_autograds_and_refuses_megatrons():
+    cfg = load_config(["model=tiny", "cluster.saved_activations=megatron"])
+    with pytest.raises(ConfigError, match="cluster.saved_activations"):
+        check_runnable(cfg)
+    with pytest.raises(ConfigError, match="cluster.saved_activations"):
+        load_config(["cluster.saved_activations=deepspeed"])
