@@ -12,8 +12,9 @@ ZeRO-3 over 384 GPUs); dp_replicate as ``perf_model.overrides`` reads the row; e
 sequence, precision, the row's flags) fixed as ``perf_model.overrides`` gives it, with the fitted efficiencies.
 The ranking is by predicted tokens/s per device among the points that fit in memory (not only the speed-memory
 front: a slower layout with less memory is still a rank down). A value the core refuses for the row's model and
-batch whatever the other params are (the space's own check) is dropped from its axis before planning; a row whose
-published split is uneven is not planned. Writes ``benchmarks/data/plan_vs_experts.md``.
+batch whatever the other params are (the space's own check) is dropped from its axis before planning. A row whose
+published split is uneven (``parallel.pp_layers``) is no point of these evenly split spaces: its layout is predicted
+apart and ranked by its speed among the space's fitting points. Writes ``benchmarks/data/plan_vs_experts.md``.
 """
 
 from __future__ import annotations
@@ -32,12 +33,13 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from perf_model import DATA, FIT, fit, overrides, skip_reason  # noqa: E402
+from perf_model import DATA, FIT, fit, load, overrides, skip_reason  # noqa: E402
 from provenance import git_commit  # noqa: E402
 
 from autoresearch.search.planner import Verdict, plan  # noqa: E402
 from autoresearch.space import SpaceError, load_space  # noqa: E402
 from core.config import ConfigError, parse_overrides  # noqa: E402
+from core.perf import estimate_step  # noqa: E402
 
 SEARCHED = (
     "parallel.dp_shard",
@@ -104,6 +106,18 @@ def published_point(settings: dict) -> dict:
     return {k: settings.get(k, defaults.get(k)) for k in SEARCHED}
 
 
+def _runs(values: list) -> str:
+    """``[1, 2, 2, 2, 1]`` as ``1, 2 x 3, 1``: a published split, readable in a table cell."""
+    out, i = [], 0
+    while i < len(values):
+        j = i
+        while j < len(values) and values[j] == values[i]:
+            j += 1
+        out.append(f"{values[i]}" if j - i == 1 else f"{values[i]} x {j - i}")
+        i = j
+    return ", ".join(out)
+
+
 def plan_pruned(space: dict, published: dict) -> list:
     """Plan ``space``, first dropping each value the space's check says the core refuses for this model and batch
     whatever the other params are (tp 8 over 4 key-value heads, ZeRO-1 over one rank, ...); the published value is
@@ -148,11 +162,9 @@ def main() -> None:
     ]
     hits, gains, started = 0, [], time.time()
     for row in rows[: args.limit]:
-        typed = parse_overrides(overrides(row, efficiency[row["device"]]))
-        if "parallel.pp_layers" in typed:
-            why = "its uneven split (parallel.pp_layers) is not a point of spaces that split the layers evenly"
-            lines.append(f"| {row['id']} | - | not planned: {why} | - | - | - |")
-            continue
+        published = overrides(row, efficiency[row["device"]])
+        typed = parse_overrides(published)
+        uneven = typed.pop("parallel.pp_layers", None)  # planned among even splits, and predicted apart
         space = space_for(row, typed)
         profile = yaml.safe_load((ROOT / "configs" / "cluster" / f"{typed['cluster']}.yaml").read_text())
         space["fixed"]["device"] = profile["device"]  # the space is checked by the core's rules for that device
@@ -166,16 +178,25 @@ def main() -> None:
             key=lambda r: -r.tokens_per_sec_per_device,
         )
         mine = published_point(typed)
-        where = next((i for i, r in enumerate(ranked) if r.params == mine), None)
         layout = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in mine.items())
-        if where is None:
+        if uneven is None:
+            where = next((i for i, r in enumerate(ranked) if r.params == mine), None)
+            speed = ranked[where].tokens_per_sec_per_device if where is not None else None
             own = next((r for r in every if r.params == mine), None)
             why = f"{own.verdict.value}: {own.reason}" if own else "not a point of the space"
+        else:  # no point of the evenly split space: its own prediction, placed among the ranked points by speed
+            layout += f", pp_layers=[{_runs(uneven)}]"
+            est = estimate_step(load(published))
+            speed = est.tokens_per_sec_per_device if est.fits else None
+            where = None if speed is None else sum(r.tokens_per_sec_per_device > speed for r in ranked)
+            why = f"memory: {est.peak_memory_bytes_per_rank / 2**30:.1f} GiB per rank over the device's"
+            why += f" {est.memory_bytes_per_device / 2**30:g}"
+        if where is None:
             lines.append(f"| {row['id']} | {layout} | predicted not to run ({why}) | no | - | - |")
             continue
         best = ranked[0]
         hits += where < TOP
-        gain = best.tokens_per_sec_per_device / ranked[where].tokens_per_sec_per_device
+        gain = best.tokens_per_sec_per_device / speed
         gains.append(gain)
         choice = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in best.params.items() if mine.get(k) != v)
         lines.append(

@@ -80,14 +80,19 @@ def activation_parts(
     scores = score_floats(m, seq, tp, cp) if not (selective or accelerator) else 0
     gathered_kv = (m.kv_width // tp) * seq if cp > 1 else 0
     latent = m.latent_width // (tp if sp else 1)  # MLA's latents: per token, replicated over tp
-    # the norms' inputs, then their outputs: gathered whole under SP where GQA's or a (shared) MLP's projections read
-    # them (Megatron gathers them again in backward: its shard, and under fp8 its row- and column-wise casts)
     D, gqa, dense = m.d_model, not m.mla, not moe or m.moe_shared_experts > 0
-    out = (2 if sp else 1) if fused and fp8 else b
-    norm_out = sum(D // (tp if sp and not (whole and not fused) else 1) for whole in (gqa, dense))
+
+    def norm_output(projected: bool, gathered: bool) -> int:
+        """Bytes a token of a norm's output on this rank: gathered whole under SP where GQA's or a (shared) MLP's
+        column-parallel projections read it; Megatron keeps its shard and gathers it again in backward, and under
+        fp8 a projection's cast of it (row- and column-wise where gathered again); a router reads it in bf16."""
+        width = D // (tp if sp and not (gathered and not fused) else 1)
+        return width * ((2 if gathered and sp else 1) if fused and fp8 and projected else b)
+
     attention = (m.q_width + m.attn_width + m.kv_width) // tp * b + (m.attn_width // tp if fused and fp8 else 0)
+    norm = 2 * b * (D // (tp if sp else 1)) + norm_output(True, gqa) + norm_output(dense, dense)  # inputs, outputs
     return {
-        "norm": batch * local * (2 * b * (D // (tp if sp else 1)) + out * norm_out),
+        "norm": batch * local * norm,
         "attention": batch * (local * (attention + latent * b) + (scores + gathered_kv) * b),
         "mlp": batch * local * (mlp // tp) + routed,
     }

@@ -12,7 +12,7 @@ D, HEADS, KV_HEADS, F, TP, SEQ = 256, 8, 4, 512, 4, 64
 KV = 2 * D * KV_HEADS // HEADS  # keys and values
 
 
-def _parts(saved: str, precision: str, tp: int = TP) -> dict[str, int]:
+def _parts(saved: str, precision: str, tp: int = TP, *extra: str, moe: bool = False) -> dict[str, int]:
     cfg = load_config(
         [
             "device=GPU",
@@ -29,10 +29,11 @@ def _parts(saved: str, precision: str, tp: int = TP) -> dict[str, int]:
             f"parallel.tp={tp}",
             f"parallel.sp={str(tp > 1).lower()}",
             f"cluster.saved_activations={saved}",
+            *extra,
         ]
     )
     assert cfg.device != "CPU"  # flash attention: no S x S matrices in the counts below
-    return {part: n // SEQ for part, n in block_activation_parts(cfg, moe=False).items()}  # bytes per token
+    return {part: n // SEQ for part, n in block_activation_parts(cfg, moe=moe).items()}  # bytes per token
 
 
 def test_autograd_keeps_the_gathered_norm_outputs_and_four_mlp_tensors_in_bf16_even_under_fp8():
@@ -58,6 +59,20 @@ def test_megatron_under_fp8_keeps_each_projections_fp8_copy_of_its_input():
     # without sequence parallelism nothing is gathered again: one byte (the column-wise copy) per norm output
     whole = _parts("megatron", "fp8", tp=1)
     assert whole["norm"] == 2 * 2 * D + 2 * D and whole["mlp"] == 2 * 2 * F + F
+
+
+def test_under_fp8_megatron_routes_experts_from_bf16_and_keeps_their_fp8_copies():
+    # an MoE block, no shared expert, no TP: the MLP norm's output goes to the router in bf16, not to a projection;
+    # per routed token the grouped matmul's one-byte copy of its input, the expert's bf16 output, SwiGLU's input
+    # and the down projection's one-byte copy of its output (capacity factor 1: top-k slots a token)
+    experts, top_k, width = 4, 2, 128
+    got = _parts(
+        "megatron", "fp8", 1, f"model.n_experts={experts}", f"model.moe_top_k={top_k}", f"model.moe_ffn_hidden={width}",
+        moe=True,
+    )  # fmt: skip
+    assert got["norm"] == 2 * 2 * D + D + 2 * D
+    router = 4 * experts * 2  # the core's router scores, per token, in bf16 (unchanged by the stack)
+    assert got["mlp"] == top_k * (D + 2 * D + 2 * 2 * width + width) + router
 
 
 def test_the_core_trains_autograds_and_refuses_megatrons():
