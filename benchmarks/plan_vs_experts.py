@@ -194,16 +194,18 @@ def main() -> None:
         if where is None:
             lines.append(f"| {row['id']} | {layout} | predicted not to run ({why}) | no | - | - |")
             continue
-        best = ranked[0]
+        fitting = len(ranked) + (uneven is not None)  # an uneven published layout is one more fitting point
+        best = ranked[0] if where > 0 else None  # where 0: the published layout is the plan's first choice
         hits += where < TOP
-        gain = best.tokens_per_sec_per_device / speed
+        gain = best.tokens_per_sec_per_device / speed if best else 1.0
         gains.append(gain)
-        choice = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in best.params.items() if mine.get(k) != v)
+        changed = best.params.items() if best else ()
+        choice = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in changed if mine.get(k) != v)
         lines.append(
-            f"| {row['id']} | {layout} | {where + 1} of {len(ranked)} | {'yes' if where < TOP else 'no'} | "
+            f"| {row['id']} | {layout} | {where + 1} of {fitting} | {'yes' if where < TOP else 'no'} | "
             f"{choice or 'the same'} | {gain:.2f}x |"
         )
-        print(f"  {row['id']}: rank {where + 1} of {len(ranked)}, gain {gain:.2f}x", file=sys.stderr)
+        print(f"  {row['id']}: rank {where + 1} of {fitting}, gain {gain:.2f}x", file=sys.stderr)
     planned = len(lines) - 2
     summary = (
         f"{planned} published settings planned in {time.time() - started:.0f} s; the published layout in the top "

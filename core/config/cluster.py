@@ -83,7 +83,8 @@ class ClusterConfig:
     reduce_precision: str = "fp32"
     """Gradient reductions (FSDP reduce-scatter, data-parallel all-reduce) in fp32 (torchtitan's FSDP default;
     Megatron's for bf16 runs) or bf16 (Megatron's for fp16 runs, or bf16 ones with --grad-reduce-in-bf16): half the
-    bytes."""
+    bytes. A gradient kept whole (no FSDP) is held in this precision too, as Megatron's gradient buffer takes the
+    reduction's dtype (core.memory); FSDP's gradient shards stay fp32."""
     overlap_fsdp: bool = True
     """FSDP gathers the next block's weights while this block computes (prefetch), and reduces gradients while
     backward goes on: only what compute cannot hide is exposed."""

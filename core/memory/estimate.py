@@ -214,7 +214,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     return Terms(
         # fp32 masters (bf16: beside the compute copies; fp32: the weights themselves, whole under ZeRO-1)
         params=4 * ((stored if bf16 else whole) + copied) + weight_bytes * copies,
-        grads=4 * whole * (3 if cfg.grad_accum_steps > 1 and not accelerator else 1),
+        grads=_grad_bytes(cfg) * whole * (3 if cfg.grad_accum_steps > 1 and not accelerator else 1),
         optimizer=4 * state_floats,
         activations=activations,
         recomputed=recomputed,
@@ -232,6 +232,15 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         rebuilt=rebuilt or 0,
         sharded_ops=sharded_ops,
     )
+
+
+def _grad_bytes(cfg: TrainConfig) -> int:
+    """Bytes a gradient element is held in: fp32, but on accelerators a gradient kept whole (no FSDP) accumulates in
+    the buffer it is reduced from, in the reduction's precision (``cluster.reduce_precision``; Megatron-LM's
+    ``grad_reduce_in_fp32`` sets its gradient buffer's dtype). FSDP's shards land in the fp32 masters' gradients."""
+    par = cfg.parallel
+    sharded = par.shards_weights and par.dp_shard * par.cp * par.expert_dp > 1
+    return cfg.cluster.reduce_bytes if cfg.device != "CPU" and not sharded else 4
 
 
 def _swap_resident(cfg: TrainConfig, act: list[int], sc: list[int]) -> tuple[int, int]:

@@ -57,3 +57,18 @@ def test_swap_keeps_one_block_in_the_activations_precision():
         every = terms(_cfg(f"training.precision={precision}", "training.mode=pynative"))
         assert kept.recomputed * _cfg().model.n_layers == every.activations > 0
     assert terms(_cfg("training.precision=bf16", *swap)).recomputed * 2 == terms(_cfg(*swap)).recomputed
+
+
+def test_a_whole_gradient_is_held_in_the_precision_it_is_reduced_in():
+    """Megatron's gradient buffer takes the reduction's dtype (grad_reduce_in_fp32): a gradient kept whole is counted
+    at cluster.reduce_precision on accelerators; FSDP's shards land in the fp32 masters' gradients, and the CPU
+    keeps its fp32 gradients."""
+    numel = sum(math.prod(s) for s in param_shapes(_cfg().model).values())
+    assert terms(_cfg("training.precision=bf16")).grads == 4 * numel
+    assert terms(_cfg("training.precision=bf16", "cluster.reduce_precision=bf16")).grads == 2 * numel
+    shards = [
+        _cfg("training.precision=bf16", "parallel.dp_shard=2", f"cluster.reduce_precision={p}")
+        for p in ("fp32", "bf16")
+    ]
+    assert terms(shards[0]).grads == terms(shards[1]).grads < 4 * numel
+    assert terms(_cfg("cluster.reduce_precision=bf16", device="CPU")).grads == 4 * numel
