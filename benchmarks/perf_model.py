@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.config import ConfigError  # noqa: E402
-from core.perf import estimate_step  # noqa: E402
+from core.perf import estimate_step, fits_device  # noqa: E402
 from core.perf import planned_config as load  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "published_runs.yaml"
@@ -178,7 +178,7 @@ def _least_recompute(out: list[str]) -> str:
     as whoever ran it had to choose (none, else full: on accelerators selective recompute frees nothing the model
     counts, flash attention never forming the S x S matrices); none if neither fits, and the row is reported over."""
     for recompute in ("none", "full"):
-        if estimate_step(load([*out, f"memory.recompute={recompute}"])).fits:
+        if fits_device(load([*out, f"memory.recompute={recompute}"])):
             return recompute
     return "none"
 

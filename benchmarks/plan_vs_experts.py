@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from perf_model import DATA, FIT, fit, load, overrides, skip_reason  # noqa: E402
 from provenance import git_commit  # noqa: E402
 
-from autoresearch.search.planner import Verdict, plan  # noqa: E402
+from autoresearch.search.planner import PlanRow, Verdict, plan  # noqa: E402
 from autoresearch.space import SpaceError, load_space  # noqa: E402
 from core.config import ConfigError, parse_overrides  # noqa: E402
 from core.perf import estimate_step  # noqa: E402
@@ -106,7 +106,7 @@ def published_point(settings: dict) -> dict:
     return {k: settings.get(k, defaults.get(k)) for k in SEARCHED}
 
 
-def _runs(values: list) -> str:
+def runs_text(values: list) -> str:
     """``[1, 2, 2, 2, 1]`` as ``1, 2 x 3, 1``: a published split, readable in a table cell."""
     out, i = [], 0
     while i < len(values):
@@ -116,6 +116,15 @@ def _runs(values: list) -> str:
         out.append(f"{values[i]}" if j - i == 1 else f"{values[i]} x {j - i}")
         i = j
     return ", ".join(out)
+
+
+def rank_of(ranked: list[PlanRow], mine: dict, speed: float | None = None) -> int | None:
+    """Where the published layout stands among ``ranked`` (the fitting points, fastest first), from 0: its own
+    point's place; for an uneven split, which is no point of the space, the number of points predicted faster than
+    its ``speed`` (tokens/s per device; None: it does not fit). None when it is not among them."""
+    if speed is not None:
+        return sum(r.tokens_per_sec_per_device > speed for r in ranked)
+    return next((i for i, r in enumerate(ranked) if r.params == mine), None)
 
 
 def plan_pruned(space: dict, published: dict) -> list:
@@ -180,15 +189,15 @@ def main() -> None:
         mine = published_point(typed)
         layout = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in mine.items())
         if uneven is None:
-            where = next((i for i, r in enumerate(ranked) if r.params == mine), None)
+            where = rank_of(ranked, mine)
             speed = ranked[where].tokens_per_sec_per_device if where is not None else None
             own = next((r for r in every if r.params == mine), None)
             why = f"{own.verdict.value}: {own.reason}" if own else "not a point of the space"
         else:  # no point of the evenly split space: its own prediction, placed among the ranked points by speed
-            layout += f", pp_layers=[{_runs(uneven)}]"
+            layout += f", pp_layers=[{runs_text(uneven)}]"
             est = estimate_step(load(published))
             speed = est.tokens_per_sec_per_device if est.fits else None
-            where = None if speed is None else sum(r.tokens_per_sec_per_device > speed for r in ranked)
+            where = None if speed is None else rank_of(ranked, mine, speed)
             why = f"memory: {est.peak_memory_bytes_per_rank / 2**30:.1f} GiB per rank over the device's"
             why += f" {est.memory_bytes_per_device / 2**30:g}"
         if where is None:

@@ -128,7 +128,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     # ZeRO-1 (parallel.dp_shard_strategy=optim, estimated only): the master weights and states sharded as FSDP
     # shards them, each weight and its gradient whole on every rank
     gathers = par.shards_weights
-    n = stored = whole = state_floats = hidden = gathered = copies = copied = sharded_ops = 0
+    n = stored = whole = grad_bytes = state_floats = hidden = gathered = copies = copied = sharded_ops = 0
     for name, shape in param_shapes(m).items():
         p = layout_placement(name, shape, par.expert_tp if is_expert(name) else par.tp, fsdp, ep=par.ep)
         if par.expert_dp > 1 and is_expert(name):  # folded experts: FSDP over the ranks holding the same experts
@@ -149,6 +149,10 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
             gathered = max(gathered, p.local_numel) if sharded else gathered
             continue
         n, stored, whole = n + p.local_numel, stored + size, whole + resident
+        # A gradient FSDP shards lands in the fp32 master's gradient (torchtitan); on accelerators one kept whole
+        # accumulates in the buffer it is reduced from, in the reduction's precision (Megatron-LM's
+        # ``grad_reduce_in_fp32`` sets its gradient buffer's dtype)
+        grad_bytes += resident * (cfg.cluster.reduce_bytes if accelerator and not sharded else 4)
         copies += p.local_numel if bf16 and not sharded else 0
         if muon and uses_muon(name, shape):
             hidden += math.prod(shape)
@@ -214,7 +218,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     return Terms(
         # fp32 masters (bf16: beside the compute copies; fp32: the weights themselves, whole under ZeRO-1)
         params=4 * ((stored if bf16 else whole) + copied) + weight_bytes * copies,
-        grads=_grad_bytes(cfg) * whole * (3 if cfg.grad_accum_steps > 1 and not accelerator else 1),
+        grads=grad_bytes * (3 if cfg.grad_accum_steps > 1 and not accelerator else 1),
         optimizer=4 * state_floats,
         activations=activations,
         recomputed=recomputed,
@@ -232,15 +236,6 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         rebuilt=rebuilt or 0,
         sharded_ops=sharded_ops,
     )
-
-
-def _grad_bytes(cfg: TrainConfig) -> int:
-    """Bytes a gradient element is held in: fp32, but on accelerators a gradient kept whole (no FSDP) accumulates in
-    the buffer it is reduced from, in the reduction's precision (``cluster.reduce_precision``; Megatron-LM's
-    ``grad_reduce_in_fp32`` sets its gradient buffer's dtype). FSDP's shards land in the fp32 masters' gradients."""
-    par = cfg.parallel
-    sharded = par.shards_weights and par.dp_shard * par.cp * par.expert_dp > 1
-    return cfg.cluster.reduce_bytes if cfg.device != "CPU" and not sharded else 4
 
 
 def _swap_resident(cfg: TrainConfig, act: list[int], sc: list[int]) -> tuple[int, int]:

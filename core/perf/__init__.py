@@ -7,11 +7,12 @@ under a second.
     links.py     which tier a process group crosses, and the alpha-beta cost of each collective
     work.py      one micro-batch through one block on one rank: matmuls, memory-bound work, exposed collectives
     step.py      estimate_step(cfg): stages timed, the pipeline schedule simulated, data parallelism, optimizer;
+                 fits_device(cfg): the memory model's peak against the device's memory, untimed;
                  planned_config(overrides): a config on its cluster's device
     calibrate.py ``python -m core.perf calibrate``: cpu-local measured on this machine and cached
     collectives.py the all-reduce micro-benchmark the calibration measures cpu-local's link with, and its ring fit
 """
 
-from core.perf.step import StepEstimate, check_devices, estimate_step, planned_config
+from core.perf.step import StepEstimate, check_devices, estimate_step, fits_device, planned_config
 
-__all__ = ["StepEstimate", "check_devices", "estimate_step", "planned_config"]
+__all__ = ["StepEstimate", "check_devices", "estimate_step", "fits_device", "planned_config"]

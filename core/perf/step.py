@@ -95,6 +95,13 @@ def planned_config(overrides: list[str]) -> TrainConfig:
     return cfg
 
 
+def fits_device(cfg: TrainConfig) -> bool:
+    """Whether the memory model's peak per rank fits the cluster's device (``StepEstimate.fits`` without timing the
+    step; True when the cluster gives no memory size)."""
+    size = cfg.cluster.memory_gib
+    return size is None or estimate_memory(cfg, _memory_profile(cfg)).total <= size * 2**30
+
+
 def estimate_step(cfg: TrainConfig) -> StepEstimate:
     """Predict one step of ``cfg`` on ``cfg.cluster`` (whose devices must be the layout's ranks)."""
     dev = device(cfg.cluster, cfg.training.precision)

@@ -8,6 +8,7 @@ from core.config import load_config
 from core.config.rules import check_runnable
 from core.memory.estimate import terms
 from core.model.flops import param_shapes
+from core.parallel.placement import is_expert, layout_placement
 
 
 def _cfg(*overrides, device="GPU"):
@@ -72,3 +73,19 @@ def test_a_whole_gradient_is_held_in_the_precision_it_is_reduced_in():
     ]
     assert terms(shards[0]).grads == terms(shards[1]).grads < 4 * numel
     assert terms(_cfg("cluster.reduce_precision=bf16", device="CPU")).grads == 4 * numel
+
+
+def test_folded_experts_keep_fp32_shards_beside_whole_dense_gradients():
+    """A layout that shards some weights and keeps others whole (folded experts: FSDP over the 2 ranks holding the
+    same experts, the dense weights split by tp only) holds each gradient by its own weight's sharding: only the
+    dense ones move with cluster.reduce_precision."""
+    layout = ("model=moe-small", "training.precision=bf16", "parallel.tp=4", "parallel.sp=true")
+    layout += ("parallel.ep=2", "parallel.etp=1")
+    fp32, bf16 = (_cfg(*layout, f"cluster.reduce_precision={p}") for p in ("fp32", "bf16"))
+    assert fp32.parallel.expert_dp == 2 and fp32.parallel.dp_shard == 1
+    dense = sum(
+        layout_placement(name, shape, 4, 1, ep=2).local_numel
+        for name, shape in param_shapes(fp32.model).items()
+        if not is_expert(name)
+    )
+    assert terms(fp32).grads - terms(bf16).grads == 2 * dense > 0
