@@ -197,8 +197,8 @@ def composed(groups: tuple) -> dict:
 
 def _items(settings: dict[str, Any]) -> tuple:
     """Settings as the cached helpers take them: (key, type name, value); the type name is part of the key, for
-    True == 1 hash alike but the core may treat them apart."""
-    return tuple((k, type(v).__name__, v) for k, v in settings.items())
+    True == 1 hash alike but the core may treat them apart. A list (a fixed value of a list key) as a tuple."""
+    return tuple((k, type(v).__name__, tuple(v) if isinstance(v, list) else v) for k, v in settings.items())
 
 
 def _tree(items: tuple) -> dict:
@@ -213,7 +213,7 @@ def _tree(items: tuple) -> dict:
         node, leaf = (tree.get(head), rest) if rest else (tree, head)
         if not isinstance(node, dict) or leaf not in node:  # the composition holds every key of the schema
             raise ConfigError(key, f"{leaf} is not a key of the {head} section (python -m core.train --help)")
-        node[leaf] = value
+        node[leaf] = list(value) if isinstance(value, tuple) else value
     return tree
 
 

@@ -170,6 +170,10 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
     if recompute == "selective" and row["source"].startswith("torchtitan") and "ac_selective_layer" not in row["flags"]:
         recompute = "selective_op"  # torchtitan's selective_ac_option=op, its default (the rows' notes)
     out.append(f"memory.recompute={recompute}")
+    if recompute == "selective" and row["source"].startswith(("megatron", "mcore")):
+        # Megatron's selective recompute is what --recompute-modules names: core_attn unless the row says
+        modules = "layernorm,moe_act" if "recompute_norm_act" in row["flags"] else "core_attn"
+        out.append(f"memory.recompute_modules=[{modules}]")
     return out
 
 

@@ -89,11 +89,6 @@ def value_problem(key: str, value: Any) -> str | None:
             f"{', '.join(options)} (the files in configs/{key}/)"
         )
     annotation = schema.fields[key]
-    if _takes_list(annotation) and value is not None:
-        return (
-            f"core.config's {key} is a list, which a space cannot set (fixed values and choices are "
-            f"scalars); use null or leave it out (got {kind(value)})"
-        )
     try:
         _adapter(annotation).validate_python(value, strict=True)
     except ValidationError:
@@ -106,14 +101,12 @@ def _adapter(annotation: Any) -> TypeAdapter:
     return TypeAdapter(annotation)
 
 
-def _takes_list(annotation: Any) -> bool:
-    return get_origin(annotation) is list or any(get_origin(a) is list for a in get_args(annotation))
-
-
 def _type_text(annotation: Any) -> str:
     if get_origin(annotation) in (Union, UnionType) and NoneType in get_args(annotation):
         inner = [a for a in get_args(annotation) if a is not NoneType]
         return f"{_type_text(inner[0])} or null"
+    if get_origin(annotation) is list:  # a fixed value only: a choice is a scalar (autoresearch.space.params)
+        return "a list of " + {int: "integers", str: "strings"}.get(get_args(annotation)[0], str(annotation))
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
         annotation, str(annotation)
     )

@@ -8,7 +8,7 @@ description: free text for people and the LLM proposer
 trial_command: core.train           # default; "other": trials run another --command (keys not checked)
 objective: {metric: val_loss, direction: minimize}   # metric: a key of trial_summary.json "metrics"
 world_size: 1                       # ranks available to a trial (a name constraints may use); default 1
-fixed:                              # Hydra overrides applied to every trial, key -> scalar
+fixed:                              # Hydra overrides applied to every trial, key -> scalar or list of scalars
   model: tiny
   trial.max_steps: 30
 params:                             # what varies; each is choice | int | float (autoresearch.space.params)
@@ -43,7 +43,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, Valida
 from autoresearch.space.expr import Expr, ExprError, parse
 from autoresearch.space.params import PARAM_TYPES, Param
 from autoresearch.space.schema import FieldError, Lines, SpaceError, StrictModel, first_problem, kind
-from core.config import override, scalar_text
+from core.config import format_value, override, scalar_text
 
 # Keys of trial_summary.json "metrics" an objective may name.
 OBJECTIVE_METRICS = (
@@ -74,9 +74,11 @@ def _dotted_name(name: str) -> str:
     return name
 
 
-def _scalar(value: Any) -> Any:
-    if not (value is None or isinstance(value, (str, int, float, bool))):
-        raise ValueError(f"must be a scalar override value (string, number, bool, null), got {kind(value)}")
+def _fixed_value(value: Any) -> Any:
+    """A fixed override: a scalar, or a list of scalars for the core's list keys (memory.recompute_stages)."""
+    for item in value if isinstance(value, list) else [value]:
+        if not (item is None or isinstance(item, (str, int, float, bool))):
+            raise ValueError(f"must be a scalar (string, number, bool, null) or a list of them, got {kind(item)}")
     return value
 
 
@@ -159,7 +161,7 @@ class SearchSpace(StrictModel):
     trial_command: Literal["core.train", "other"] = CORE_COMMAND
     objective: Objective
     world_size: Annotated[int, Field(gt=0)] = 1
-    fixed: Annotated[dict[DottedName, Annotated[Any, AfterValidator(_scalar)]], _none_as({})] = {}
+    fixed: Annotated[dict[DottedName, Annotated[Any, AfterValidator(_fixed_value)]], _none_as({})] = {}
     params: Annotated[dict[DottedName, Param], AfterValidator(_some_params)]
     constraints: Annotated[list[str], _none_as([])] = []
     budget: Annotated[Budget, _none_as({})] = Budget()
@@ -394,7 +396,7 @@ class SearchSpace(StrictModel):
             f"objective: {goal}; world_size: {self.world_size}",
         ]
         if self.fixed:
-            lines.append("fixed: " + ", ".join(f"{k}={scalar_text(v)}" for k, v in self.fixed.items()))
+            lines.append("fixed: " + ", ".join(f"{k}={format_value(v)}" for k, v in self.fixed.items()))
         lines.append("params:")
         lines += [f"  {name}: {p.describe()}" for name, p in self.params.items()]
         if self.constraints:

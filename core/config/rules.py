@@ -228,6 +228,16 @@ def per_op_recompute_fits_the_blocks(cfg: TrainConfig) -> None:
     )
 
 
+def recompute_modules_count_megatrons_saving(cfg: TrainConfig) -> None:
+    require(
+        cfg.memory.recompute_modules is None or cfg.cluster.saved_activations == "megatron",
+        "memory.recompute_modules",
+        "names Megatron-LM's --recompute-modules, which drop what Megatron keeps for backward: set "
+        "cluster.saved_activations=megatron (estimated, not trained), or leave it null for the core's selective "
+        "recompute",
+    )
+
+
 def swap_runs_where_built(cfg: TrainConfig) -> None:
     if not cfg.memory.swap:
         return
@@ -389,6 +399,7 @@ CROSS_SECTION_RULES = (
     recompute_stages_match_the_pipeline,
     selective_recompute_saves_memory,
     per_op_recompute_fits_the_blocks,
+    recompute_modules_count_megatrons_saving,
     swap_runs_where_built,
     layer_counts_fit_the_model,
     batch_splits_over_data_parallel,

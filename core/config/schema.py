@@ -23,6 +23,7 @@ PP_TRANSPOSE_OVERFLOWS = ("full", "min")
 DP_SHARD_STRATEGIES = ("optim_grads_params", "optim")  # Megatron-FSDP's names (data_parallel_sharding_strategy)
 RECOMPUTE = ("none", "selective", "selective_op", "full")
 SWAP_OPS = ("attention", "mlp", "norm")  # the parts of a block memory.swap_ops chooses from (core.memory.swap)
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act")  # Megatron-LM's --recompute-modules the estimates count
 DEVICES = ("CPU", "Ascend", "GPU")
 PRECISIONS = ("fp32", "bf16", "fp8")
 DEFAULT_GRACE_SEC = 30.0  # trial.grace_sec: the one home of the grace default (the agent's watchdog reads it)
@@ -249,6 +250,11 @@ class MemoryConfig:
     """Recompute the first this many blocks (of each pipeline stage); null: every block."""
     recompute_stages: list[str] | None = None
     """One recompute setting per pipeline stage (pp * pp_virtual), overriding ``recompute``."""
+    recompute_modules: list[str] | None = None
+    """Megatron-LM's ``--recompute-modules``: what selective recompute drops and rebuilds in backward, in place of
+    the core's own policy: core_attn (attention's S x S matrices, which flash attention never keeps), layernorm (the
+    two norms' outputs), moe_act (the experts' activation output); null: the core's policy. Counted against what
+    Megatron keeps (``cluster.saved_activations=megatron``): estimated, not trained."""
     swap: bool = False
     """Move saved activations to a slower tier until backward reads them (``core.memory.swap``; PyNative)."""
     swap_layers: int | None = None
@@ -297,6 +303,13 @@ class MemoryConfig:
         require(
             self.swap_prefetch >= 0, "memory.swap_prefetch", f"must be >= 0 (0: no prefetch; got {self.swap_prefetch})"
         )
+        for value in self.recompute_modules or []:
+            require(
+                value in RECOMPUTE_MODULES,
+                "memory.recompute_modules",
+                f"must name Megatron-LM recompute modules among {', '.join(RECOMPUTE_MODULES)}, or be null for the "
+                f"core's selective recompute (got {value!r})",
+            )
         defaults = {f.name: f.default for f in fields(MemoryConfig)}
         for name in ("swap_layers", "swap_ops", "swap_prefetch"):  # settings of swap, meaningless without it
             require(

@@ -31,6 +31,7 @@ def activation_parts(
     accelerator: bool = False,
     saved: str = "autograd",
     fp8: bool = False,
+    modules: list[str] | None = None,
 ) -> dict[str, int]:
     """Saved-for-backward bytes of one Llama block, hand-attention (no flash), on one rank, by the part of the block
     that saves them (core.memory.swap's ``memory.swap_ops``): a rough, documented count. ``seq`` is the whole sequence;
@@ -52,11 +53,17 @@ def activation_parts(
     activations). ``saved="megatron"`` (``cluster.saved_activations``) counts what Megatron-LM keeps instead: the
     norms' outputs as this rank's shard, the SwiGLU's input 2F and the down projection's input F, and with ``fp8``
     each projection's FP8 copy of its input (one byte; two for a norm's output gathered again under sequence
-    parallelism) beside flash attention's bf16 output.
+    parallelism) beside flash attention's bf16 output. Under ``selective``, ``modules`` (Megatron-LM's
+    ``--recompute-modules``, ``memory.recompute_modules``) replace the core's policy: core_attn drops the S x S
+    matrices, layernorm the norms' outputs (a projection reading one then saves the original, which is dropped with
+    it: megatron/core/transformer/transformer_layer.py), moe_act the experts' activation output, the down
+    projection's input (``experts.py``: an output-discarding checkpoint; under FP8 the projection keeps the original).
     The per-token count is Korthikanti et al. 2022's for a Llama block (SwiGLU's three MLP tensors in place of
     GELU's). (The layout rules make tp divide D, kv and F, so the parts' divisions by tp are exact.)
     """
     b, fused = element_bytes, saved == "megatron"
+    redo = set(modules or ()) if selective else set()
+    drop_scores = "core_attn" in redo or (selective and modules is None)
     cast = 1 if fused and fp8 else b  # a projection's own copy of its input: Transformer Engine's FP8 cast
 
     def swiglu(width: int) -> int:  # bytes per token (or slot) of one SwiGLU MLP of ``width``
@@ -75,9 +82,10 @@ def activation_parts(
         else:
             slots = m.n_experts * moe_capacity(tokens, m.moe_top_k, m.n_experts, m.moe_capacity_factor)
         expert = swiglu(F) if fused else 4 * F * b  # the core's selective recompute keeps the experts' silu
-        routed = slots * (m.d_model * (cast + b) + expert // etp) + tokens * (4 * m.n_experts + gathered) * b
+        routed_expert = 2 * F * b if fused and "moe_act" in redo else expert  # moe_act: the routed experts' only
+        routed = slots * (m.d_model * (cast + b) + routed_expert // etp) + tokens * (4 * m.n_experts + gathered) * b
         mlp = expert * m.moe_shared_experts
-    scores = score_floats(m, seq, tp, cp) if not (selective or accelerator) else 0
+    scores = score_floats(m, seq, tp, cp) if not (drop_scores or accelerator) else 0
     gathered_kv = (m.kv_width // tp) * seq if cp > 1 else 0
     latent = m.latent_width // (tp if sp else 1)  # MLA's latents: per token, replicated over tp
     D, gqa, dense = m.d_model, not m.mla, not moe or m.moe_shared_experts > 0
@@ -90,7 +98,8 @@ def activation_parts(
         return width * ((2 if gathered and sp else 1) if fused and fp8 and projected else b)
 
     attention = (m.q_width + m.attn_width + m.kv_width) // tp * b + (m.attn_width // tp if fused and fp8 else 0)
-    norm = 2 * b * (D // (tp if sp else 1)) + norm_output(True, gqa) + norm_output(dense, dense)  # inputs, outputs
+    norm = 2 * b * (D // (tp if sp else 1))  # inputs
+    norm += 0 if "layernorm" in redo else norm_output(True, gqa) + norm_output(dense, dense)
     return {
         "norm": batch * local * norm,
         "attention": batch * (local * (attention + latent * b) + (scores + gathered_kv) * b),
@@ -121,6 +130,7 @@ def block_activation_parts(cfg: TrainConfig, moe: bool, *, selective: bool = Fal
         accelerator=cfg.device != "CPU",
         saved=cfg.cluster.saved_activations,
         fp8=t.precision == "fp8",
+        modules=cfg.memory.recompute_modules,
     )
 
 

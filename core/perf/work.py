@@ -15,7 +15,10 @@ of heads, FFN width and vocabulary (D: width, kv: key/value width, F: FFN width,
     memory-bound         norms and residuals 10 D per token (over tp with sequence parallelism), RoPE 2 (A + kv)
                          / tp, SwiGLU's element-wise 3 F / tp: read and written once forward, twice backward
     recompute            full: the block's forward again in backward; selective: its element-wise work (and the
-                         attention core where the S x S matrices are not kept by flash attention); selective_op
+                         attention core where the S x S matrices are not kept by flash attention), or under
+                         Megatron's ``memory.recompute_modules`` what each names: layernorm the norms (4 D a token),
+                         moe_act the routed experts' SwiGLU (3 k c F_e / tp), core_attn the attention core without
+                         flash attention; selective_op
                          (torchtitan's per-op policy): the element-wise work and every second weight matmul (wk,
                          wo, the MLP's up projection; the all-gathers it re-runs under TP are not counted)
     launches             the host's kernel launches, ``cluster.launch_overhead_us`` per block forward, twice
@@ -121,6 +124,7 @@ class BlockWork:
     router: tuple[float, float]  # an MoE block's router, never FP8 ((0, 0) in a dense block)
     attention: tuple[float, float]  # the causal attention core: (FLOPs, head dim)
     elementwise_bytes: float  # memory-bound bytes read and written
+    module_bytes: dict[str, float]  # of those, what Megatron's recompute modules re-run (layernorm, moe_act)
     casts: tuple[float, float]  # bytes the weight matmuls' FP8 casts move under fp8: (forward, backward)
 
 
@@ -168,8 +172,10 @@ def block_work(cfg: TrainConfig, i: int) -> BlockWork:
         for out, inner in ((width / tp, D), (width / tp, D), (D, width / tp)):
             mm.add(T, out, inner, smallest=min(T, width / tp))
     rope = m.q_width + m.kv_width / 2  # q and k (MLA: each head's whole q and k, as concatenated)
-    elementwise = T * sh.act_bytes * (10 * D / (tp if par.sp else 1) + 2 * rope / tp + 3 * active / tp)
-    return BlockWork(mm.items, router, core, elementwise, (mm.forward, mm.backward))
+    norms, routed_act = 4 * D / (tp if par.sp else 1), 3 * (active - width) / tp
+    elementwise = T * sh.act_bytes * (norms + 6 * D / (tp if par.sp else 1) + 2 * rope / tp + 3 * active / tp)
+    modules = {"layernorm": T * sh.act_bytes * norms, "moe_act": T * sh.act_bytes * routed_act}
+    return BlockWork(mm.items, router, core, elementwise, modules, (mm.forward, mm.backward))
 
 
 def launch_seconds(cfg: TrainConfig, dev: Device) -> float:
@@ -203,7 +209,10 @@ def block_passes(cfg: TrainConfig, dev: Device, i: int, recompute: str) -> tuple
     if recompute == "full":
         bwd.recompute, bwd.launch = fwd.compute, bwd.launch + fwd.launch
     elif recompute == "selective":
-        bwd.recompute = dev.memory_seconds(elementwise) + (0.0 if sh.flash else dev.matmul_seconds(*core))
+        modules = cfg.memory.recompute_modules  # Megatron's; None: the core's (every element-wise op, the core)
+        again = elementwise if modules is None else sum(w.module_bytes.get(name, 0.0) for name in modules)
+        attention_again = not sh.flash and (modules is None or "core_attn" in modules)
+        bwd.recompute = dev.memory_seconds(again) + (dev.matmul_seconds(*core) if attention_again else 0.0)
     elif recompute == "selective_op":  # dense GQA (core.config.rules): wq wk wv wo gate up down; wk, wo, up re-run
         again = sum(dev.matmul_seconds(f, d, fp8=fp8) for f, d in w.matmuls[1::2])
         bwd.recompute = again + dev.memory_seconds(elementwise)

@@ -87,6 +87,17 @@ def test_a_zoo_row_is_read_as_its_megatron_arguments_say():
     assert not any(o.startswith(("parallel.dp_shard_strategy", "cluster.ep_dedup")) for o in plain)
 
 
+def test_a_zoo_rows_selective_recompute_is_the_modules_it_printed():
+    """A4 prints its recompute as "norm, act" (--recompute-modules layernorm moe_act); a Megatron row that says only
+    selective takes Megatron's default, core_attn; torchtitan's selective is its own."""
+    row = next(r for r in DATA["runs"] if r["id"] == "mcore-zoo-qwen3-235b-bf16-tp2-ep32-pp8-vpp4-a4")
+    assert "memory.recompute_modules=[layernorm,moe_act]" in overrides(row, None)
+    flags = [f for f in row["flags"] if f != "recompute_norm_act"]
+    assert "memory.recompute_modules=[core_attn]" in overrides({**row, "flags": flags}, None)
+    titan = next(r for r in DATA["runs"] if r["source"].startswith("torchtitan") and r["activation_checkpointing"])
+    assert not any(o.startswith("memory.recompute_modules") for o in overrides(titan, None))
+
+
 def test_a_megatron_bridge_row_with_context_parallelism_is_read_as_its_recipe_ran():
     """Llama 3.1 405B on 1024 H100 (TP 8, PP 8 x VP 8, CP 2, DP 8), flagged from its release's recipe: the
     distributed optimizer is ZeRO-1 over the 8 data-parallel ranks (masters and states sharded over them and the 2

@@ -182,8 +182,16 @@ CASES = [
         "list-setting",
         fixed("memory.swap_ops: attention"),
         "fixed.memory.swap_ops",
-        "is a list, which a space cannot set",
-        "use null or leave it out",
+        "must be a list of strings or null",
+        "(got str 'attention')",
+        9,
+    ),
+    (
+        "list-of-the-wrong-type",
+        fixed("memory.swap_ops: [1]"),
+        "fixed.memory.swap_ops",
+        "must be a list of strings or null",
+        "(got list [1])",
         9,
     ),
     (
@@ -456,6 +464,10 @@ def test_every_shipped_space_loads_cleanly(path):
         },
         {"training.mode": "jit", "memory.recompute": "selective"},
         {"model": "tiny", "model.moe_capacity_factor": None, "parallel.sp": True, "parallel.tp": 2},
+        # a fixed list (the core's list keys): as load_config reads [full,none]
+        {"model": "small", "parallel.pp": 2, "memory.recompute_stages": ["full", "none"]},
+        {"model": "small", "parallel.pp": 2, "memory.recompute_stages": ["full", "nonsense"]},
+        {"model": "small", "memory.recompute_stages": ["full", "none"]},
     ],
 )
 def test_the_check_composes_configs_as_load_config_does(settings):

@@ -205,7 +205,7 @@ MALFORMED = [
     ),
     ("no-params", GOOD[: GOOD.index("params:")] + "params: {}\n", "params", "needs at least one param", 8),
     ("fixed-collides", replace("model: tiny", "model: tiny\n  optim.lr: 0.01"), "fixed.optim.lr", "is also a param", 7),
-    ("fixed-not-scalar", replace("model: tiny", "model: [tiny]"), "fixed.model", "must be a scalar", 6),
+    ("fixed-not-scalar", replace("model: tiny", "model: {name: tiny}"), "fixed.model", "must be a scalar", 6),
     (
         "constraint-does-not-parse",
         replace('- "parallel.dp_replicate <= world_size"', '- "parallel.dp_replicate <= "'),

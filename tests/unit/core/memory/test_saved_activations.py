@@ -12,7 +12,9 @@ D, HEADS, KV_HEADS, F, TP, SEQ = 256, 8, 4, 512, 4, 64
 KV = 2 * D * KV_HEADS // HEADS  # keys and values
 
 
-def _parts(saved: str, precision: str, tp: int = TP, *extra: str, moe: bool = False) -> dict[str, int]:
+def _parts(
+    saved: str, precision: str, tp: int = TP, *extra: str, moe: bool = False, selective: bool = False
+) -> dict[str, int]:
     cfg = load_config(
         [
             "device=GPU",
@@ -33,7 +35,8 @@ def _parts(saved: str, precision: str, tp: int = TP, *extra: str, moe: bool = Fa
         ]
     )
     assert cfg.device != "CPU"  # flash attention: no S x S matrices in the counts below
-    return {part: n // SEQ for part, n in block_activation_parts(cfg, moe=moe).items()}  # bytes per token
+    parts = block_activation_parts(cfg, moe=moe, selective=selective)
+    return {part: n // SEQ for part, n in parts.items()}  # bytes per token
 
 
 def test_autograd_keeps_the_gathered_norm_outputs_and_four_mlp_tensors_in_bf16_even_under_fp8():
@@ -81,3 +84,33 @@ def test_the_core_trains_autograds_and_refuses_megatrons():
         check_runnable(cfg)
     with pytest.raises(ConfigError, match="cluster.saved_activations"):
         load_config(["cluster.saved_activations=deepspeed"])
+
+
+MOE = ("model.n_experts=4", "model.moe_top_k=2", "model.moe_ffn_hidden=128")
+
+
+def test_megatrons_recompute_modules_drop_the_norms_outputs_and_the_experts_activation():
+    """--recompute-modules layernorm moe_act (output-discarding checkpoints): the norms keep only their inputs, a
+    routed expert only its SwiGLU's input; under FP8 the projections then save the originals, dropped with them."""
+    top_k, width, router = 2, 128, 4 * 4 * 2
+    modules = ("memory.recompute=selective", "memory.recompute_modules=[layernorm,moe_act]")
+    for precision in ("bf16", "fp8"):
+        got = _parts("megatron", precision, 1, *MOE, *modules, moe=True, selective=True)
+        assert got["norm"] == 2 * 2 * D  # the two norms' inputs, in bf16
+        cast = 1 if precision == "fp8" else 2  # the grouped matmul's copy of its input
+        assert got["mlp"] == top_k * (cast * D + 2 * D + 2 * 2 * width) + router
+    dense = _parts(
+        "megatron", "bf16", TP, "memory.recompute=selective", "memory.recompute_modules=[layernorm]", selective=True
+    )
+    assert dense == {**_parts("megatron", "bf16"), "norm": 2 * (2 * D // TP)}
+    # where the blocks do not recompute, or under Megatron's default (core_attn: flash keeps no S x S), nothing moves
+    assert _parts("megatron", "fp8", 1, *MOE, *modules, moe=True) == _parts("megatron", "fp8", 1, *MOE, moe=True)
+    default = ("memory.recompute=selective", "memory.recompute_modules=[core_attn]")
+    assert _parts("megatron", "bf16", TP, *default, selective=True) == _parts("megatron", "bf16")
+
+
+def test_recompute_modules_are_megatrons_and_named():
+    with pytest.raises(ConfigError, match="memory.recompute_modules"):  # autograd's saving has no such checkpoints
+        load_config(["model=tiny", "memory.recompute_modules=[layernorm]"])
+    with pytest.raises(ConfigError, match="memory.recompute_modules.*core_attn, layernorm, moe_act"):
+        load_config(["model=tiny", "cluster.saved_activations=megatron", "memory.recompute_modules=[mlp]"])
