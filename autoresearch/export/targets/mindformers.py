@@ -706,6 +706,8 @@ MINDFORMERS = Target(
         "core.train runs), written as MindFormers' optimizer parallel over optimizer_weight_shard_size ranks",
         "cluster": "the cluster the step-time model planned for (core.perf); the run uses the devices it is launched "
         "on",
+        "memory.recompute_modules": "Megatron-LM's --recompute-modules, which the step-time model plans with (never "
+        "a trial's: core.train refuses it); MindFormers' select_recompute names its own ops",
         "memory.swap_prefetch": "counts blocks loaded ahead in the core; MindFormers' backward_prefetch counts its "
         "own scheduling steps (written as its default, 1): tune it on the device",
         "execution.capture_mode": "how mindspore.jit turns the core's Python into a graph; MindFormers compiles "

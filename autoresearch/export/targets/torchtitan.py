@@ -350,6 +350,10 @@ TORCHTITAN = Target(
             "torchtitan's data_parallel_shard_degree is FSDP2 (ZeRO-3), as a trial's dp_shard (optim_grads_params: "
             "the strategy core.train runs); it has no ZeRO-1 setting"
         ),
+        "memory.recompute_modules": (
+            "Megatron-LM's --recompute-modules, which the step-time model plans with (never a trial's: core.train "
+            "refuses it); torchtitan's activation_checkpoint names no modules"
+        ),
         "memory.swap": NO_SWAP,
         "memory.swap_layers": NO_SWAP,
         "memory.swap_ops": NO_SWAP,
