@@ -70,6 +70,10 @@ PRESETS = {
     "qwen3-235b-a22b": "qwen3-235b-a22b",
 }
 # Schedule names of the sources, as the core's. MindSpore's pipeline runs 1F1B (MindFormers' docs).
+# The torchtitan releases that compiled the loss under training.compile (cluster.loss=compiled: components/loss.py at
+# 820504e and e7c0cae); the 2024 ones ran it eagerly (train.py at 9dec370: "compiling loss function causes CUDA
+# errors, turning off for now"; at 3faaa1a not compiled at all).
+COMPILED_LOSS = ("torchtitan-asynctp-202506", "torchtitan-h200-trainy-202506")
 SCHEDULES = {"interleaved_1f1b": "interleaved", "Interleaved1F1B": "interleaved", "mindspore_pipeline": "1f1b"}
 GPT_VOCAB = 51200  # Megatron's GPT vocabulary, padded (the SC'21 runs)
 
@@ -116,6 +120,9 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
             # Megatron reduces fp16 gradients in fp16 (the SC'21 rows); bf16 ones in fp32 unless
             # --grad-reduce-in-bf16, as the rows flagged grad_reduce_fp32 leave them
             out.append("cluster.reduce_precision=bf16")
+    if row["source"].startswith("torchtitan"):  # PyTorch's cross-entropy, eager or compiled (core.config.cluster)
+        compiled = row["source"] in COMPILED_LOSS and "torch.compile" in row["flags"]
+        out.append(f"cluster.loss={'compiled' if compiled else 'eager'}")
     if any(f in row["flags"] for f in ("deepep", "te_deepep")):
         out.append("cluster.ep_dedup=true")  # DeepEP's dispatch: a token crosses to each remote node once
     if any(f in row["flags"] for f in ("async_tp", "tp_comm_overlap")):

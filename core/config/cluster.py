@@ -108,6 +108,15 @@ class ClusterConfig:
     keeps only its input (megatron/core/fusions/fused_bias_swiglu.py), and under fp8 each projection keeps its
     input's FP8 cast, one byte an element, two (row- and column-wise copies) where it is gathered again; flash
     attention keeps its output in bf16 beside the output projection's FP8 copy. (``core.memory.activations``)"""
+    loss: str = "fused"
+    """How the stack takes the output head's logits through the loss: the bytes a logit holds at the loss's peak,
+    the start of its backward. ``fused``: the core's cross-entropy with its own backward (``core.model.loss``): the
+    logits and, in bf16, their fp32 copy (6 bytes; 4 in fp32). ``eager``: PyTorch's ``cross_entropy`` on a
+    ``float()`` copy, as torchtitan ran it until it compiled the loss (train.py at 9dec370, 2024-12: "compiling loss
+    function causes CUDA errors, turning off for now"): log-softmax's fp32 output, saved for backward, beside its
+    gradient and the input's (12 bytes; the logits themselves freed by ``del pred`` before backward). ``compiled``:
+    torch.compile's fused loss (torchtitan with training.compile from 2025, components/loss.py at e7c0cae): the
+    logits kept for backward and their gradient, in the logits' precision (twice their bytes)."""
     stage_recompute: bool = True
     """Pipeline stages but the last recompute their forward in backward and keep only their inputs for the
     micro-batches in flight, as the core's pipeline runtime does (``core.parallel.pipeline.runtime``); false: each
@@ -162,6 +171,11 @@ class ClusterConfig:
             self.saved_activations in ("autograd", "megatron"),
             "cluster.saved_activations",
             f"must be autograd or megatron (got {self.saved_activations!r})",
+        )
+        require(
+            self.loss in ("fused", "eager", "compiled"),
+            "cluster.loss",
+            f"must be fused, eager or compiled (got {self.loss!r})",
         )
         for key in ("overlap_tp", "overlap_cp"):
             value = getattr(self, key)

@@ -385,6 +385,15 @@ def activations_saved_as_the_core_saves_them(cfg: TrainConfig) -> None:
     )
 
 
+def loss_as_the_core_computes_it(cfg: TrainConfig) -> None:
+    require(
+        cfg.cluster.loss == "fused",
+        "cluster.loss",
+        f"{cfg.cluster.loss} counts another stack's loss (python -m core.perf, core.memory); the core trains with its "
+        "fused cross-entropy: set it to fused",
+    )
+
+
 # In order: a rule may rely on the ones before it (the micro-batch rules on the data-parallel split).
 CROSS_SECTION_RULES = (
     fused_kernels_run_on_the_host,
@@ -417,6 +426,7 @@ RUN_RULES = (
     weights_sharded_as_the_core_trains_them,
     recompute_as_the_core_trains_it,
     activations_saved_as_the_core_saves_them,
+    loss_as_the_core_computes_it,
 )
 
 

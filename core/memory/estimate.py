@@ -222,8 +222,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         optimizer=4 * state_floats,
         activations=activations,
         recomputed=recomputed,
-        # bf16: the logits in bf16 and their fp32 copy for the loss
-        logits=(6 if bf16 else 4) * local_tokens * (m.vocab_size // par.tp) if has_loss else 0,
+        logits=logit_bytes(cfg) * local_tokens * (m.vocab_size // par.tp) if has_loss else 0,
         layers=layers,
         muon_hidden=4 * hidden,
         ranks=par.world_size,
@@ -236,6 +235,18 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         rebuilt=rebuilt or 0,
         sharded_ops=sharded_ops,
     )
+
+
+def logit_bytes(cfg: TrainConfig) -> int:
+    """Bytes one logit holds at the loss's peak, by the stack's loss (``cluster.loss``): the core's fused loss keeps
+    the logits and, in bf16, their fp32 copy; PyTorch's eager cross-entropy the fp32 log-softmax output with its
+    gradient and the input's; a compiled loss the logits and their gradient."""
+    loss = cfg.cluster.loss
+    if loss == "eager":
+        return 12
+    if loss == "compiled":
+        return 2 * element_bytes(cfg)
+    return 6 if cfg.compute_precision == "bf16" else 4
 
 
 def _swap_resident(cfg: TrainConfig, act: list[int], sc: list[int]) -> tuple[int, int]:

@@ -98,6 +98,18 @@ def test_a_zoo_rows_selective_recompute_is_the_modules_it_printed():
     assert not any(o.startswith("memory.recompute_modules") for o in overrides(titan, None))
 
 
+def test_a_torchtitan_row_takes_its_logits_through_its_releases_loss():
+    """torchtitan ran its loss eagerly in 2024 (train.py at 9dec370 turned its compile off) and compiled it under
+    training.compile in 2025 (components/loss.py); other stacks keep the core's fused count."""
+    by_id = {r["id"]: r for r in DATA["runs"]}
+    assert "cluster.loss=eager" in overrides(by_id["tt-llama3.1-8b-fsdp-8gpu-compile-bf16"], None)
+    trainy = by_id["tt-trainy-llama3.1-8b-fsdp-32gpu-h200-compile-fp8"]
+    assert "cluster.loss=compiled" in overrides(trainy, None)
+    assert "cluster.loss=eager" in overrides({**trainy, "flags": []}, None)  # not compiled without torch.compile
+    megatron = by_id["mcore-zoo-qwen3-235b-bf16-tp4-ep8-pp8-vpp4-a8"]
+    assert not any(o.startswith("cluster.loss") for o in overrides(megatron, None))
+
+
 def test_a_megatron_bridge_row_with_context_parallelism_is_read_as_its_recipe_ran():
     """Llama 3.1 405B on 1024 H100 (TP 8, PP 8 x VP 8, CP 2, DP 8), flagged from its release's recipe: the
     distributed optimizer is ZeRO-1 over the 8 data-parallel ranks (masters and states sharded over them and the 2

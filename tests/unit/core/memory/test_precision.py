@@ -4,7 +4,9 @@ copy (gathered by FSDP instead of kept), halves the saved activations, and on ac
 
 import math
 
-from core.config import load_config
+import pytest
+
+from core.config import ConfigError, load_config
 from core.config.rules import check_runnable
 from core.memory.estimate import terms
 from core.model.flops import param_shapes
@@ -89,3 +91,20 @@ def test_folded_experts_keep_fp32_shards_beside_whole_dense_gradients():
         if not is_expert(name)
     )
     assert terms(fp32).grads - terms(bf16).grads == 2 * dense > 0
+
+
+def test_the_logits_are_held_as_the_stacks_loss_holds_them():
+    """Bytes a logit holds at the loss's peak (cluster.loss), by hand for model=small's head (this rank's tokens x
+    its vocabulary): the core's fused loss the logits and their fp32 copy; PyTorch's eager cross-entropy the fp32
+    log-softmax output, its gradient and the input's; a compiled loss the logits and their gradient."""
+    cfg = _cfg()
+    n = cfg.training.micro_batch_size * cfg.training.seq_len * cfg.model.vocab_size
+    expected = {("fp32", "fused"): 4, ("bf16", "fused"): 2 + 4, ("fp32", "eager"): 3 * 4, ("bf16", "eager"): 3 * 4}
+    expected |= {("fp32", "compiled"): 2 * 4, ("bf16", "compiled"): 2 * 2}
+    for (precision, loss), per_logit in expected.items():
+        got = terms(_cfg(f"training.precision={precision}", f"cluster.loss={loss}")).logits
+        assert got == per_logit * n, (precision, loss)
+    with pytest.raises(ConfigError, match="cluster.loss"):  # the core trains its own loss only
+        check_runnable(_cfg("cluster.loss=eager", device="CPU"))
+    with pytest.raises(ConfigError, match="cluster.loss: must be fused, eager or compiled"):
+        _cfg("cluster.loss=chunked")
