@@ -69,11 +69,11 @@ PRESETS = {
     "qwen3-30b-a3b": "qwen3-30b-a3b",
     "qwen3-235b-a22b": "qwen3-235b-a22b",
 }
-# Schedule names of the sources, as the core's. MindSpore's pipeline runs 1F1B (MindFormers' docs).
 # The torchtitan releases that compiled the loss under training.compile (cluster.loss=compiled: components/loss.py at
 # 820504e and e7c0cae); the 2024 ones ran it eagerly (train.py at 9dec370: "compiling loss function causes CUDA
 # errors, turning off for now"; at 3faaa1a not compiled at all).
 COMPILED_LOSS = ("torchtitan-asynctp-202506", "torchtitan-h200-trainy-202506")
+# Schedule names of the sources, as the core's. MindSpore's pipeline runs 1F1B (MindFormers' docs).
 SCHEDULES = {"interleaved_1f1b": "interleaved", "Interleaved1F1B": "interleaved", "mindspore_pipeline": "1f1b"}
 GPT_VOCAB = 51200  # Megatron's GPT vocabulary, padded (the SC'21 runs)
 
