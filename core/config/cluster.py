@@ -117,6 +117,14 @@ class ClusterConfig:
     gradient and the input's (12 bytes; the logits themselves freed by ``del pred`` before backward). ``compiled``:
     torch.compile's fused loss (torchtitan with training.compile from 2025, components/loss.py at e7c0cae): the
     logits kept for backward and their gradient, in the logits' precision (twice their bytes)."""
+    master_weights: bool = True
+    """Whether a 16-bit run keeps fp32 master weights beside its 16-bit compute copies (the core, torchtitan,
+    Megatron-LM) or stores the weights in 16 bits and updates them in place, as MindFormers' configs with
+    ``param_init_type: bfloat16`` or ``float16`` do (e.g. configs/llama2/finetune_llama2_70b_bf16_32p.yaml at
+    2388c729). False counts no master and no copy: the weights and their gradients (MindSpore's take their weight's
+    dtype) in 16 bits, reduced so (with cluster.reduce_precision=bf16), the optimizer's states in fp32 (MindFormers'
+    FP32StateAdamWeightDecay and AdamW: mindformers/core/optim/adamw.py reads weight and gradient as fp32 and writes
+    the weight back in its own dtype)."""
     stage_recompute: bool = True
     """Pipeline stages but the last recompute their forward in backward and keep only their inputs for the
     micro-batches in flight, as the core's pipeline runtime does (``core.parallel.pipeline.runtime``); false: each

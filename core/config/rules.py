@@ -238,6 +238,23 @@ def recompute_modules_count_megatrons_saving(cfg: TrainConfig) -> None:
     )
 
 
+def weights_without_masters_are_16_bit(cfg: TrainConfig) -> None:
+    c = cfg.cluster
+    if c.master_weights:
+        return
+    require(
+        cfg.training.precision != "fp32",
+        "cluster.master_weights",
+        "false stores the weights in 16 bits, and training.precision=fp32 computes in fp32: set "
+        "training.precision=bf16, or leave cluster.master_weights true",
+    )
+    require(
+        c.reduce_precision == "bf16",
+        "cluster.reduce_precision",
+        "must be bf16 with cluster.master_weights=false: 16-bit weights have 16-bit gradients, reduced as they are",
+    )
+
+
 def swap_runs_where_built(cfg: TrainConfig) -> None:
     if not cfg.memory.swap:
         return
@@ -385,6 +402,15 @@ def activations_saved_as_the_core_saves_them(cfg: TrainConfig) -> None:
     )
 
 
+def weights_kept_as_the_core_keeps_them(cfg: TrainConfig) -> None:
+    require(
+        cfg.cluster.master_weights,
+        "cluster.master_weights",
+        "false counts MindFormers' 16-bit weights without fp32 masters (python -m core.perf, core.memory); the core "
+        "trains with fp32 master weights: set it to true",
+    )
+
+
 def loss_as_the_core_computes_it(cfg: TrainConfig) -> None:
     require(
         cfg.cluster.loss == "fused",
@@ -409,6 +435,7 @@ CROSS_SECTION_RULES = (
     selective_recompute_saves_memory,
     per_op_recompute_fits_the_blocks,
     recompute_modules_count_megatrons_saving,
+    weights_without_masters_are_16_bit,
     swap_runs_where_built,
     layer_counts_fit_the_model,
     batch_splits_over_data_parallel,
@@ -426,6 +453,7 @@ RUN_RULES = (
     weights_sharded_as_the_core_trains_them,
     recompute_as_the_core_trains_it,
     activations_saved_as_the_core_saves_them,
+    weights_kept_as_the_core_keeps_them,
     loss_as_the_core_computes_it,
 )
 

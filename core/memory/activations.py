@@ -66,8 +66,9 @@ def activation_parts(
     drop_scores = "core_attn" in redo or (selective and modules is None)
     cast = 1 if fused and fp8 else b  # a projection's own copy of its input: Transformer Engine's FP8 cast
 
-    def swiglu(width: int) -> int:  # bytes per token (or slot) of one SwiGLU MLP of ``width``
-        return 2 * width * b + width * cast if fused else (3 if selective else 4) * width * b
+    def swiglu(width: int, act: bool = True) -> int:  # bytes per token (or slot) of one SwiGLU MLP of ``width``
+        # (Megatron's: the gate/up output, and the activation output unless ``act`` is False, recomputed)
+        return 2 * width * b + (width * cast if act else 0) if fused else (3 if selective else 4) * width * b
 
     local = seq // cp
     mlp, routed = swiglu(m.ffn_hidden), 0
@@ -82,7 +83,8 @@ def activation_parts(
         else:
             slots = m.n_experts * moe_capacity(tokens, m.moe_top_k, m.n_experts, m.moe_capacity_factor)
         expert = swiglu(F) if fused else 4 * F * b  # the core's selective recompute keeps the experts' silu
-        routed_expert = 2 * F * b if fused and "moe_act" in redo else expert  # moe_act: the routed experts' only
+        # moe_act recomputes the routed experts' activation, not the shared experts'
+        routed_expert = swiglu(F, act="moe_act" not in redo) if fused else expert
         routed = slots * (m.d_model * (cast + b) + routed_expert // etp) + tokens * (4 * m.n_experts + gathered) * b
         mlp = expert * m.moe_shared_experts
     scores = score_floats(m, seq, tp, cp) if not (drop_scores or accelerator) else 0

@@ -118,8 +118,10 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     # bf16: activations and compute copies of the weights in bf16 (FSDP gathers them in bf16; without FSDP each
     # rank keeps one beside its fp32 master), gradients, states and the loss in fp32. Accelerators run flash
     # attention (no S x S matrices saved) and accumulate gradients in place. CPU emulates bf16 in fp32 storage
-    # (TrainConfig.compute_precision): counted as fp32.
+    # (TrainConfig.compute_precision): counted as fp32. Without master weights (cluster.master_weights=false,
+    # MindFormers' 16-bit param_init_type) the weights and their gradients are the 16-bit ones, the states fp32.
     bf16, accelerator = cfg.compute_precision == "bf16", cfg.device != "CPU"
+    masters = cfg.cluster.master_weights
     act_bytes = weight_bytes = element_bytes(cfg)
     held_names, chunks, has_loss, in_flight = pipeline_rank(cfg, pp_rank)
     preprocess, frozen = preprocess_copy(cfg, pp_rank), frozen_names(m)
@@ -152,8 +154,10 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         # A gradient FSDP shards lands in the fp32 master's gradient (torchtitan); on accelerators one kept whole
         # accumulates in the buffer it is reduced from, in the reduction's precision (Megatron-LM's
         # ``grad_reduce_in_fp32`` sets its gradient buffer's dtype)
-        grad_bytes += resident * (cfg.cluster.reduce_bytes if accelerator and not sharded else 4)
-        copies += p.local_numel if bf16 and not sharded else 0
+        grad_bytes += resident * (
+            weight_bytes if not masters else cfg.cluster.reduce_bytes if accelerator and not sharded else 4
+        )
+        copies += p.local_numel if bf16 and masters and not sharded else 0
         if muon and uses_muon(name, shape):
             hidden += math.prod(shape)
             state_floats += size  # Muon: one momentum buffer
@@ -216,8 +220,11 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
             recomputed_scores = in_flight * recomputed_scores
     layers = sum(len(blocks) for blocks, _ in chunks)
     return Terms(
-        # fp32 masters (bf16: beside the compute copies; fp32: the weights themselves, whole under ZeRO-1)
-        params=4 * ((stored if bf16 else whole) + copied) + weight_bytes * copies,
+        # fp32 masters (bf16: beside the compute copies; fp32: the weights themselves, whole under ZeRO-1), or
+        # without masters the weights as they are held, in their 16 bits
+        params=4 * ((stored if bf16 else whole) + copied) + weight_bytes * copies
+        if masters
+        else weight_bytes * (whole + copied),
         grads=grad_bytes * (3 if cfg.grad_accum_steps > 1 and not accelerator else 1),
         optimizer=4 * state_floats,
         activations=activations,

@@ -39,6 +39,7 @@ from core.perf.device import Device, device
 from core.perf.work import Pass, Shape, block_passes, edge_passes, expert_numel, sharded_numel, sharding_groups
 
 ADAMW_BYTES = 4 + 4 + 4 + 8 + 8  # per held parameter: master read+write, gradient read, m and v read+write
+ADAMW_BYTES_16 = 2 + 2 + 2 + 8 + 8  # without masters (cluster.master_weights=false): the 16-bit weight and gradient
 
 
 @dataclass
@@ -53,7 +54,7 @@ class StepEstimate:
 
     @property
     def fits(self) -> bool:
-        return self.memory_bytes_per_device is None or self.peak_memory_bytes_per_rank <= self.memory_bytes_per_device
+        return _fits(self.peak_memory_bytes_per_rank, self.memory_bytes_per_device)
 
 
 def check_devices(cfg: TrainConfig) -> None:
@@ -98,8 +99,13 @@ def planned_config(overrides: list[str]) -> TrainConfig:
 def fits_device(cfg: TrainConfig) -> bool:
     """Whether the memory model's peak per rank fits the cluster's device (``StepEstimate.fits`` without timing the
     step; True when the cluster gives no memory size)."""
-    size = cfg.cluster.memory_gib
-    return size is None or estimate_memory(cfg, _memory_profile(cfg)).total <= size * 2**30
+    capacity = device(cfg.cluster, cfg.training.precision).memory_bytes
+    return _fits(estimate_memory(cfg, _memory_profile(cfg)).total, capacity)
+
+
+def _fits(peak: int, capacity: float | None) -> bool:
+    """A peak per rank within the device's memory; a device of no stated size holds anything."""
+    return capacity is None or peak <= capacity
 
 
 def estimate_step(cfg: TrainConfig) -> StepEstimate:
@@ -261,6 +267,8 @@ def _dp_seconds(cfg: TrainConfig, dev: Device, pp_rank: int, *, first_forward: f
 
 def _optimizer_seconds(cfg: TrainConfig, dev: Device, pp_rank: int) -> float:
     held = _state_numel(cfg, pp_rank)
+    if not cfg.cluster.master_weights:
+        return dev.memory_seconds(held * ADAMW_BYTES_16)
     copy = 2 if cfg.training.precision == "bf16" else 0  # the bf16 compute copy written back
     return dev.memory_seconds(held * (ADAMW_BYTES + copy))
 

@@ -14,7 +14,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from perf_model import _pairs, _precision_pairs, overrides, precision, skip_reason  # noqa: E402
+from perf_model import _pairs, _precision_pairs, load, overrides, precision, skip_reason  # noqa: E402
 
 DATA = yaml.safe_load((ROOT / "benchmarks" / "data" / "published_runs.yaml").read_text())
 FIELDS = {
@@ -96,6 +96,21 @@ def test_a_zoo_rows_selective_recompute_is_the_modules_it_printed():
     assert "memory.recompute_modules=[core_attn]" in overrides({**row, "flags": flags}, None)
     titan = next(r for r in DATA["runs"] if r["source"].startswith("torchtitan") and r["activation_checkpointing"])
     assert not any(o.startswith("memory.recompute_modules") for o in overrides(titan, None))
+
+
+def test_a_mindformers_row_keeps_its_weights_in_the_dtype_its_config_sets():
+    """MindFormers' param_init_type (recorded from each row's config): 16-bit weights are held without fp32 masters,
+    their gradients reduced in 16 bits; fp32 weights keep the default count, as every other stack's rows do. Every
+    MindFormers row records it."""
+    by_id = {r["id"]: r for r in DATA["runs"]}
+    sixteen = overrides(by_id["ms-llama2-70b-bf16-mp4-pp8-32npu-800ta2"], None)
+    assert {"cluster.master_weights=false", "cluster.reduce_precision=bf16"} <= set(sixteen)
+    load(sixteen)  # the rules accept the pair
+    fp32 = overrides(by_id["ms-llama3-70b-finetune-mp8-pp8-900a2"], None)
+    assert not any(o.startswith(("cluster.master_weights", "cluster.reduce_precision")) for o in fp32)
+    for row in DATA["runs"]:
+        if row["source"].startswith("mindformers"):
+            assert sum(f.startswith("param_init_type=") for f in row["flags"]) == 1, row["id"]
 
 
 def test_a_torchtitan_row_takes_its_logits_through_its_releases_loss():

@@ -108,3 +108,25 @@ def test_the_logits_are_held_as_the_stacks_loss_holds_them():
         check_runnable(_cfg("cluster.loss=eager", device="CPU"))
     with pytest.raises(ConfigError, match="cluster.loss: must be fused, eager or compiled"):
         _cfg("cluster.loss=chunked")
+
+
+def test_weights_without_masters_are_held_in_16_bits():
+    """MindFormers' 16-bit weights (cluster.master_weights=false): by hand from the parameter count, the weights and
+    their gradients 2 bytes each, no compute copy, the states fp32 (8 bytes) as with masters; FSDP keeps 16-bit
+    shards of the weights and gradients. The rules refuse it where it cannot hold: fp32 compute, 32-bit gradient
+    reductions, and the core's own training (fp32 masters)."""
+    numel = sum(math.prod(s) for s in param_shapes(_cfg().model).values())
+    no_masters = ("training.precision=bf16", "cluster.master_weights=false", "cluster.reduce_precision=bf16")
+    whole = terms(_cfg(*no_masters))
+    assert (whole.params, whole.grads, whole.optimizer) == (2 * numel, 2 * numel, 8 * numel)
+    with_masters = terms(_cfg("training.precision=bf16", "cluster.reduce_precision=bf16"))
+    assert (with_masters.params, with_masters.grads) == (6 * numel, 2 * numel)  # master + copy; reduced in bf16
+    sharded = terms(_cfg(*no_masters, "parallel.dp_shard=2"))
+    shard = sum(layout_placement(name, shape, 1, 2).shard_len for name, shape in param_shapes(_cfg().model).items())
+    assert (sharded.params, sharded.grads, sharded.optimizer) == (2 * shard, 2 * shard, 8 * shard)
+    with pytest.raises(ConfigError, match="cluster.master_weights: false stores the weights in 16 bits"):
+        _cfg("cluster.master_weights=false", "cluster.reduce_precision=bf16")
+    with pytest.raises(ConfigError, match="cluster.reduce_precision: must be bf16 with cluster.master_weights"):
+        _cfg("training.precision=bf16", "cluster.master_weights=false")
+    with pytest.raises(ConfigError, match="cluster.master_weights"):  # the core trains with fp32 masters
+        check_runnable(_cfg(*no_masters, device="CPU"))
