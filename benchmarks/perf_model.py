@@ -123,6 +123,8 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
     if row["source"].startswith("torchtitan"):  # PyTorch's cross-entropy, eager or compiled (core.config.cluster)
         compiled = row["source"] in COMPILED_LOSS and "torch.compile" in row["flags"]
         out.append(f"cluster.loss={'compiled' if compiled else 'eager'}")
+    if row["source"].startswith("mindformers"):  # its select (comm) recompute (core.config.cluster)
+        out.append("cluster.saved_activations=mindformers")
     if any(f in row["flags"] for f in ("param_init_type=bfloat16", "param_init_type=float16")):
         # MindFormers' 16-bit weights: no fp32 masters, 16-bit gradients reduced as they are (core.config.cluster)
         out += ["cluster.master_weights=false", "cluster.reduce_precision=bf16"]

@@ -107,7 +107,13 @@ class ClusterConfig:
     (megatron/core/tensor_parallel/layers.py; TE's layernorm_linear.py, ``ln_out_needs_gather``), the fused SwiGLU
     keeps only its input (megatron/core/fusions/fused_bias_swiglu.py), and under fp8 each projection keeps its
     input's FP8 cast, one byte an element, two (row- and column-wise copies) where it is gathered again; flash
-    attention keeps its output in bf16 beside the output projection's FP8 copy. (``core.memory.activations``)"""
+    attention keeps its output in bf16 beside the output projection's FP8 copy. ``mindformers``: MindSpore's
+    autodiff keeps what autograd keeps, and ``memory.recompute=selective`` is MindFormers' select_recompute and
+    select_comm_recompute with their default patterns, as its Llama configs set them together
+    (docs/feature_cards/Offset_Recompute.md and mindformers/models/utils.py at 2388c729): the SwiGLU's silu and
+    product recomputed (``feed_forward.mul``, ``feed_forward.w1.activation.silu``: its gate and up outputs kept), and
+    the communication after each norm (``.*\\.norm``) re-run in backward: under sequence parallelism the norms'
+    outputs kept as this rank's shard. The experts keep autograd's count. (``core.memory.activations``)"""
     loss: str = "fused"
     """How the stack takes the output head's logits through the loss: the bytes a logit holds at the loss's peak,
     the start of its backward. ``fused``: the core's cross-entropy with its own backward (``core.model.loss``): the
@@ -176,9 +182,9 @@ class ClusterConfig:
             f"must be fp32 or bf16 (got {self.reduce_precision!r})",
         )
         require(
-            self.saved_activations in ("autograd", "megatron"),
+            self.saved_activations in ("autograd", "megatron", "mindformers"),
             "cluster.saved_activations",
-            f"must be autograd or megatron (got {self.saved_activations!r})",
+            f"must be autograd, megatron or mindformers (got {self.saved_activations!r})",
         )
         require(
             self.loss in ("fused", "eager", "compiled"),

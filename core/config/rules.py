@@ -397,8 +397,8 @@ def activations_saved_as_the_core_saves_them(cfg: TrainConfig) -> None:
     require(
         cfg.cluster.saved_activations == "autograd",
         "cluster.saved_activations",
-        "megatron counts what Megatron-LM keeps for backward (python -m core.perf, core.memory); the core trains "
-        "with autograd's: set it to autograd",
+        f"{cfg.cluster.saved_activations} counts what another stack keeps for backward (python -m core.perf, "
+        "core.memory); the core trains with autograd's: set it to autograd",
     )
 
 

@@ -58,17 +58,26 @@ def activation_parts(
     matrices, layernorm the norms' outputs (a projection reading one then saves the original, which is dropped with
     it: megatron/core/transformer/transformer_layer.py), moe_act the experts' activation output, the down
     projection's input (``experts.py``: an output-discarding checkpoint; under FP8 the projection keeps the original).
+    ``saved="mindformers"`` counts autograd's, and under ``selective`` MindFormers' default select_recompute and
+    select_comm_recompute instead of the core's policy: the MLP keeps its gate and up outputs 2F (silu and the
+    product recomputed), the norms' outputs their shard under sequence parallelism (the all-gather re-run), the S x S
+    matrices kept (its default patterns leave the softmax alone), the experts as autograd's.
     The per-token count is Korthikanti et al. 2022's for a Llama block (SwiGLU's three MLP tensors in place of
     GELU's). (The layout rules make tp divide D, kv and F, so the parts' divisions by tp are exact.)
     """
     b, fused = element_bytes, saved == "megatron"
+    mindformers = saved == "mindformers" and selective  # MindFormers' select (comm) recompute, its default patterns
     redo = set(modules or ()) if selective else set()
-    drop_scores = "core_attn" in redo or (selective and modules is None)
+    drop_scores = "core_attn" in redo or (selective and modules is None and not mindformers)
     cast = 1 if fused and fp8 else b  # a projection's own copy of its input: Transformer Engine's FP8 cast
 
     def swiglu(width: int, act: bool = True) -> int:  # bytes per token (or slot) of one SwiGLU MLP of ``width``
         # (Megatron's: the gate/up output, and the activation output unless ``act`` is False, recomputed)
-        return 2 * width * b + (width * cast if act else 0) if fused else (3 if selective else 4) * width * b
+        return (
+            2 * width * b + (width * cast if act else 0)
+            if fused
+            else (2 if mindformers else 3 if selective else 4) * width * b
+        )
 
     local = seq // cp
     mlp, routed = swiglu(m.ffn_hidden), 0
@@ -95,8 +104,9 @@ def activation_parts(
     def norm_output(projected: bool, gathered: bool) -> int:
         """Bytes a token of a norm's output on this rank: gathered whole under SP where GQA's or a (shared) MLP's
         column-parallel projections read it; Megatron keeps its shard and gathers it again in backward, and under
-        fp8 a projection's cast of it (row- and column-wise where gathered again); a router reads it in bf16."""
-        width = D // (tp if sp and not (gathered and not fused) else 1)
+        fp8 a projection's cast of it (row- and column-wise where gathered again); a router reads it in bf16.
+        MindFormers' select_comm_recompute keeps the shard too."""
+        width = D // (tp if sp and not (gathered and not (fused or mindformers)) else 1)
         return width * ((2 if gathered and sp else 1) if fused and fp8 and projected else b)
 
     attention = (m.q_width + m.attn_width + m.kv_width) // tp * b + (m.attn_width // tp if fused and fp8 else 0)

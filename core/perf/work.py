@@ -18,7 +18,8 @@ of heads, FFN width and vocabulary (D: width, kv: key/value width, F: FFN width,
                          attention core where the S x S matrices are not kept by flash attention), or under
                          Megatron's ``memory.recompute_modules`` what each names: layernorm the norms (4 D a token),
                          moe_act the routed experts' SwiGLU (3 k c F_e / tp), core_attn the attention core without
-                         flash attention; selective_op
+                         flash attention, under MindFormers' (``cluster.saved_activations=mindformers``) the
+                         dense MLP's SwiGLU (3 F / tp; the norms' re-gathered outputs not priced); selective_op
                          (torchtitan's per-op policy): the element-wise work and every second weight matmul (wk,
                          wo, the MLP's up projection; the all-gathers it re-runs under TP are not counted)
     launches             the host's kernel launches, ``cluster.launch_overhead_us`` per block forward, twice
@@ -124,7 +125,8 @@ class BlockWork:
     router: tuple[float, float]  # an MoE block's router, never FP8 ((0, 0) in a dense block)
     attention: tuple[float, float]  # the causal attention core: (FLOPs, head dim)
     elementwise_bytes: float  # memory-bound bytes read and written
-    module_bytes: dict[str, float]  # of those, what Megatron's recompute modules re-run (layernorm, moe_act)
+    module_bytes: dict[str, float]  # of those, what Megatron's recompute modules re-run (layernorm, moe_act), and
+    # MindFormers' select_recompute (swiglu)
     casts: tuple[float, float]  # bytes the weight matmuls' FP8 casts move under fp8: (forward, backward)
 
 
@@ -175,6 +177,7 @@ def block_work(cfg: TrainConfig, i: int) -> BlockWork:
     norms, routed_act = 4 * D / (tp if par.sp else 1), 3 * (active - width) / tp
     elementwise = T * sh.act_bytes * (norms + 6 * D / (tp if par.sp else 1) + 2 * rope / tp + 3 * active / tp)
     modules = {"layernorm": T * sh.act_bytes * norms, "moe_act": T * sh.act_bytes * routed_act}
+    modules["swiglu"] = T * sh.act_bytes * 3 * width / tp  # the dense (or shared) MLP's: MindFormers' selective
     return BlockWork(mm.items, router, core, elementwise, modules, (mm.forward, mm.backward))
 
 
@@ -210,6 +213,8 @@ def block_passes(cfg: TrainConfig, dev: Device, i: int, recompute: str) -> tuple
         bwd.recompute, bwd.launch = fwd.compute, bwd.launch + fwd.launch
     elif recompute == "selective":
         modules = cfg.memory.recompute_modules  # Megatron's; None: the core's (every element-wise op, the core)
+        if modules is None and cfg.cluster.saved_activations == "mindformers":
+            modules = ["swiglu"]  # MindFormers' select_recompute: silu and the product (its comm re-runs unpriced)
         again = elementwise if modules is None else sum(w.module_bytes.get(name, 0.0) for name in modules)
         attention_again = not sh.flash and (modules is None or "core_attn" in modules)
         bwd.recompute = dev.memory_seconds(again) + (dev.matmul_seconds(*core) if attention_again else 0.0)

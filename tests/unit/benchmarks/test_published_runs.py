@@ -101,13 +101,15 @@ def test_a_zoo_rows_selective_recompute_is_the_modules_it_printed():
 def test_a_mindformers_row_keeps_its_weights_in_the_dtype_its_config_sets():
     """MindFormers' param_init_type (recorded from each row's config): 16-bit weights are held without fp32 masters,
     their gradients reduced in 16 bits; fp32 weights keep the default count, as every other stack's rows do. Every
-    MindFormers row records it."""
+    MindFormers row records it, and is read with what MindFormers' selective recompute keeps."""
     by_id = {r["id"]: r for r in DATA["runs"]}
     sixteen = overrides(by_id["ms-llama2-70b-bf16-mp4-pp8-32npu-800ta2"], None)
     assert {"cluster.master_weights=false", "cluster.reduce_precision=bf16"} <= set(sixteen)
     load(sixteen)  # the rules accept the pair
     fp32 = overrides(by_id["ms-llama3-70b-finetune-mp8-pp8-900a2"], None)
     assert not any(o.startswith(("cluster.master_weights", "cluster.reduce_precision")) for o in fp32)
+    # and each is read with MindFormers' select (comm) recompute
+    assert "cluster.saved_activations=mindformers" in sixteen and "cluster.saved_activations=mindformers" in fp32
     for row in DATA["runs"]:
         if row["source"].startswith("mindformers"):
             assert sum(f.startswith("param_init_type=") for f in row["flags"]) == 1, row["id"]

@@ -114,3 +114,26 @@ def test_recompute_modules_are_megatrons_and_named():
         load_config(["model=tiny", "memory.recompute_modules=[layernorm]"])
     with pytest.raises(ConfigError, match="memory.recompute_modules.*core_attn, layernorm, moe_act"):
         load_config(["model=tiny", "cluster.saved_activations=megatron", "memory.recompute_modules=[mlp]"])
+
+
+def test_mindformers_select_recompute_keeps_the_gate_and_up_outputs_and_the_norms_shards():
+    """MindFormers' selective (its default select_recompute and select_comm_recompute patterns): the SwiGLU's silu and
+    product recomputed (gate and up outputs kept, 2F), the communication after each norm re-run (its output kept as
+    this rank's sequence shard); without recompute autograd's count, and a MoE block's experts as autograd's."""
+    norm_shard = 2 * (2 * D // TP) * 2  # inputs and outputs, this rank's shard, bf16
+    attention = 2 * (2 * D + KV) // TP
+    assert _parts("mindformers", "bf16", selective=True) == {
+        "norm": norm_shard,
+        "attention": attention,
+        "mlp": 2 * 2 * F // TP,
+    }
+    assert _parts("mindformers", "bf16") == _parts("autograd", "bf16")  # nothing recomputed: autograd's
+    # a MoE block's experts keep autograd's count (tp 1: the norms' outputs are this rank's whole either way)
+    moe = _parts("mindformers", "bf16", 1, *MOE, moe=True, selective=True)
+    assert moe == _parts("autograd", "bf16", 1, *MOE, moe=True, selective=True)
+    # the core's selective keeps the gathered norm outputs and three MLP tensors
+    assert _parts("autograd", "bf16", selective=True)["mlp"] == 2 * 3 * F // TP
+    with pytest.raises(ConfigError, match="cluster.saved_activations: must be autograd, megatron or mindformers"):
+        _parts("mindspore", "bf16")
+    with pytest.raises(ConfigError, match="mindformers counts what another stack keeps"):
+        check_runnable(load_config(["cluster.saved_activations=mindformers"]))
