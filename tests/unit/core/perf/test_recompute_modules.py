@@ -15,24 +15,27 @@ from tests.unit.core.perf.conftest import CLUSTER
 D, F, TOP_K, T = 4096, 14336, 2, 1024
 
 
-def _recompute(*modules: str) -> float:
-    listed = f"[{','.join(modules)}]"
+def _selective(*overrides: str, model: str = "mixtral-8x7b") -> float:
+    """Backward's recompute seconds of block 0 under selective recompute, on 8 FSDP ranks of the made-up node."""
     cfg = planned_config(
         [
             *CLUSTER,
             "cluster.nodes=1",
-            "model=mixtral-8x7b",
+            f"model={model}",
             "training.precision=bf16",
             "training.seq_len=1024",
             "training.global_batch_size=8",
             "training.micro_batch_size=1",
             "parallel.dp_shard=8",
             "memory.recompute=selective",
-            "cluster.saved_activations=megatron",
-            f"memory.recompute_modules={listed}",
+            *overrides,
         ]
     )
     return block_passes(cfg, device(cfg.cluster, "bf16"), 0, "selective")[1].recompute
+
+
+def _recompute(*modules: str) -> float:
+    return _selective("cluster.saved_activations=megatron", f"memory.recompute_modules=[{','.join(modules)}]")
 
 
 def test_each_module_re_runs_its_own_element_wise_work():
@@ -48,19 +51,5 @@ def test_each_module_re_runs_its_own_element_wise_work():
 def test_mindformers_selective_re_runs_the_dense_swiglu():
     """MindFormers' select_recompute (``cluster.saved_activations=mindformers``): silu and the product of the dense
     MLP re-run in backward, reading gate and up and writing the product (Llama 3 8B's F 14336, bf16), nothing else."""
-    cfg = planned_config(
-        [
-            *CLUSTER,
-            "cluster.nodes=1",
-            "model=llama3-8b",
-            "training.precision=bf16",
-            "training.seq_len=1024",
-            "training.global_batch_size=8",
-            "training.micro_batch_size=1",
-            "parallel.dp_shard=8",
-            "memory.recompute=selective",
-            "cluster.saved_activations=mindformers",
-        ]
-    )
-    recompute = block_passes(cfg, device(cfg.cluster, "bf16"), 0, "selective")[1].recompute
+    recompute = _selective("cluster.saved_activations=mindformers", model="llama3-8b")
     assert recompute == pytest.approx(2 * T * 3 * 14336 / 2000e9)
