@@ -64,6 +64,11 @@ class Device:
         return nbytes / self.memory_bandwidth
 
 
+def memory_bytes(cluster: ClusterConfig) -> float | None:
+    """One device's memory (None where the profile gives no size), known without measuring anything."""
+    return None if cluster.memory_gib is None else cluster.memory_gib * 2**30
+
+
 def device(cluster: ClusterConfig, precision: str) -> Device:
     """The rates of ``cluster``'s devices at ``precision``; a number the profile leaves null and nothing measured
     gives is a ConfigError naming the key."""
@@ -89,7 +94,7 @@ def device(cluster: ClusterConfig, precision: str) -> Device:
         efficiency=need("matmul_efficiency"),
         half_dim=cluster.matmul_half_dim,
         memory_bandwidth=need("memory_bandwidth_gbps") * GBPS,
-        memory_bytes=None if cluster.memory_gib is None else cluster.memory_gib * 2**30,
+        memory_bytes=memory_bytes(cluster),
         launch=need("launch_overhead_us") * US * share,
         intra=link("intra", cluster.collective_efficiency_intra),
         # a single node's groups never leave it: its inter-node link is never used

@@ -35,7 +35,7 @@ from core.model.flops import flops_per_token
 from core.parallel.pipeline.mpipe import owner
 from core.parallel.pipeline.schedules import compile_schedule, schedule_of, stage_layers
 from core.perf import links
-from core.perf.device import Device, device
+from core.perf.device import Device, device, memory_bytes
 from core.perf.work import Pass, Shape, block_passes, edge_passes, expert_numel, sharded_numel, sharding_groups
 
 ADAMW_BYTES = 4 + 4 + 4 + 8 + 8  # per held parameter: master read+write, gradient read, m and v read+write
@@ -99,8 +99,7 @@ def planned_config(overrides: list[str]) -> TrainConfig:
 def fits_device(cfg: TrainConfig) -> bool:
     """Whether the memory model's peak per rank fits the cluster's device (``StepEstimate.fits`` without timing the
     step; True when the cluster gives no memory size)."""
-    capacity = device(cfg.cluster, cfg.training.precision).memory_bytes
-    return _fits(estimate_memory(cfg, _memory_profile(cfg)).total, capacity)
+    return _fits(estimate_memory(cfg, _memory_profile(cfg)).total, memory_bytes(cfg.cluster))
 
 
 def _fits(peak: int, capacity: float | None) -> bool:
