@@ -393,31 +393,24 @@ def recompute_as_the_core_trains_it(cfg: TrainConfig) -> None:
     )
 
 
-def activations_saved_as_the_core_saves_them(cfg: TrainConfig) -> None:
-    require(
-        cfg.cluster.saved_activations == "autograd",
-        "cluster.saved_activations",
-        f"{cfg.cluster.saved_activations} counts what another stack keeps for backward (python -m core.perf, "
-        "core.memory); the core trains with autograd's: set it to autograd",
-    )
+# The cluster keys that describe another stack's step for the estimates (python -m core.perf, core.memory): key,
+# the core's value (the only one it trains), what another value counts, and what the core trains with.
+OTHER_STACKS = (
+    ("saved_activations", "autograd", "what another stack keeps for backward", "autograd's"),
+    ("master_weights", True, "MindFormers' 16-bit weights without fp32 masters", "fp32 master weights"),
+    ("loss", "fused", "another stack's loss", "its fused cross-entropy"),
+)
 
 
-def weights_kept_as_the_core_keeps_them(cfg: TrainConfig) -> None:
-    require(
-        cfg.cluster.master_weights,
-        "cluster.master_weights",
-        "false counts MindFormers' 16-bit weights without fp32 masters (python -m core.perf, core.memory); the core "
-        "trains with fp32 master weights: set it to true",
-    )
-
-
-def loss_as_the_core_computes_it(cfg: TrainConfig) -> None:
-    require(
-        cfg.cluster.loss == "fused",
-        "cluster.loss",
-        f"{cfg.cluster.loss} counts another stack's loss (python -m core.perf, core.memory); the core trains with its "
-        "fused cross-entropy: set it to fused",
-    )
+def cluster_keys_describe_the_core(cfg: TrainConfig) -> None:
+    for key, core, counts, trains in OTHER_STACKS:
+        value = getattr(cfg.cluster, key)
+        require(  # values spelled as an override spells them (true, not True)
+            value == core,
+            f"cluster.{key}",
+            f"{str(value).lower()} counts {counts} (python -m core.perf, core.memory); the core trains with "
+            f"{trains}: set it to {str(core).lower()}",
+        )
 
 
 # In order: a rule may rely on the ones before it (the micro-batch rules on the data-parallel split).
@@ -452,9 +445,7 @@ RUN_RULES = (
     experts_split_as_the_core_trains_them,
     weights_sharded_as_the_core_trains_them,
     recompute_as_the_core_trains_it,
-    activations_saved_as_the_core_saves_them,
-    weights_kept_as_the_core_keeps_them,
-    loss_as_the_core_computes_it,
+    cluster_keys_describe_the_core,
 )
 
 
