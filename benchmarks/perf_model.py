@@ -186,6 +186,9 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
         # Megatron's selective recompute is what --recompute-modules names: core_attn unless the row says
         modules = "layernorm,moe_act" if "recompute_norm_act" in row["flags"] else "core_attn"
         out.append(f"memory.recompute_modules=[{modules}]")
+    counts = [f.split("=", 1)[1] for f in row["flags"] if f.startswith("select_recompute=")]
+    if counts:  # MindFormers' recompute per stage: the first this many blocks of each (its config's select_recompute)
+        out.append(f"memory.recompute_stage_layers={counts[0]}")
     return out
 
 

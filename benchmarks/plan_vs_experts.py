@@ -13,8 +13,9 @@ sequence, precision, the row's flags) fixed as ``perf_model.overrides`` gives it
 The ranking is by predicted tokens/s per device among the points that fit in memory (not only the speed-memory
 front: a slower layout with less memory is still a rank down). A value the core refuses for the row's model and
 batch whatever the other params are (the space's own check) is dropped from its axis before planning. A row whose
-published split is uneven (``parallel.pp_layers``) is no point of these evenly split spaces: its layout is predicted
-apart and ranked by its speed among the space's fitting points. Writes ``benchmarks/data/plan_vs_experts.md``.
+published split is uneven (``parallel.pp_layers``) or whose recompute is counted per stage
+(``memory.recompute_stage_layers``, MindFormers' 70B rows) is no point of these spaces: its layout is predicted apart
+and ranked by its speed among the space's fitting points. Writes ``benchmarks/data/plan_vs_experts.md``.
 """
 
 from __future__ import annotations
@@ -173,7 +174,9 @@ def main() -> None:
     for row in rows[: args.limit]:
         published = overrides(row, efficiency[row["device"]])
         typed = parse_overrides(published)
-        uneven = typed.pop("parallel.pp_layers", None)  # planned among even splits, and predicted apart
+        # an uneven split or per-stage recompute counts: no point of the space (planned among even splits and one
+        # recompute setting for every block), so the published layout is predicted apart
+        apart = {k: typed.pop(k) for k in ("parallel.pp_layers", "memory.recompute_stage_layers") if k in typed}
         space = space_for(row, typed)
         profile = yaml.safe_load((ROOT / "configs" / "cluster" / f"{typed['cluster']}.yaml").read_text())
         space["fixed"]["device"] = profile["device"]  # the space is checked by the core's rules for that device
@@ -188,13 +191,13 @@ def main() -> None:
         )
         mine = published_point(typed)
         layout = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in mine.items())
-        if uneven is None:
+        if not apart:
             where = rank_of(ranked, mine)
             speed = ranked[where].tokens_per_sec_per_device if where is not None else None
             own = next((r for r in every if r.params == mine), None)
             why = f"{own.verdict.value}: {own.reason}" if own else "not a point of the space"
-        else:  # no point of the evenly split space: its own prediction, placed among the ranked points by speed
-            layout += f", pp_layers=[{runs_text(uneven)}]"
+        else:  # no point of the space: its own prediction, placed among the ranked points by speed
+            layout += "".join(f", {k.split('.')[-1]}=[{runs_text(v)}]" for k, v in apart.items())
             est = estimate_step(load(published))
             speed = est.tokens_per_sec_per_device if est.fits else None
             where = None if speed is None else rank_of(ranked, mine, speed)
@@ -203,7 +206,7 @@ def main() -> None:
         if where is None:
             lines.append(f"| {row['id']} | {layout} | predicted not to run ({why}) | no | - | - |")
             continue
-        fitting = len(ranked) + (uneven is not None)  # an uneven published layout is one more fitting point
+        fitting = len(ranked) + bool(apart)  # a published layout predicted apart is one more fitting point
         best = ranked[0] if where > 0 else None  # where 0: the published layout is the plan's first choice
         hits += where < TOP
         gain = best.tokens_per_sec_per_device / speed if best else 1.0

@@ -199,6 +199,12 @@ def recompute_stages_match_the_pipeline(cfg: TrainConfig) -> None:
         "memory.recompute_stages",
         f"needs one setting per pipeline stage (pp * pp_virtual = {stages}), got {given}",
     )
+    counts = cfg.memory.recompute_stage_layers
+    require(
+        counts is None or len(counts) == stages,
+        "memory.recompute_stage_layers",
+        f"needs one block count per pipeline stage (pp * pp_virtual = {stages}), got {counts}",
+    )
 
 
 def selective_recompute_saves_memory(cfg: TrainConfig) -> None:
@@ -280,6 +286,12 @@ def layer_counts_fit_the_model(cfg: TrainConfig) -> None:
             f"memory.{name}",
             f"{r} exceeds model.n_layers={cfg.model.n_layers}; lower it, or set it to null for every block",
         )
+    counts, split = cfg.memory.recompute_stage_layers, cfg.parallel.stage_split(cfg.model.n_layers)
+    require(
+        counts is None or len(counts) != len(split) or all(c <= n for c, n in zip(counts, split, strict=True)),
+        "memory.recompute_stage_layers",
+        f"{counts} exceeds the blocks of a stage {split}; lower that stage's count",
+    )
 
 
 # ---- the batch and the budget ---------------------------------------------------------------------------------

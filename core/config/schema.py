@@ -248,6 +248,10 @@ class MemoryConfig:
     ``core.perf``) for dense GQA blocks, not trained."""
     recompute_layers: int | None = None
     """Recompute the first this many blocks (of each pipeline stage); null: every block."""
+    recompute_stage_layers: list[int] | None = None
+    """One count per pipeline stage (pp * pp_virtual), in place of ``recompute_layers``: recompute the first this
+    many blocks of each stage, 0 none. Early stages hold more micro-batches in flight, so they recompute more
+    (MindFormers' per-stage ``select_recompute: [10, 8, 6, 4, 2, 0, 0, 0]``)."""
     recompute_stages: list[str] | None = None
     """One recompute setting per pipeline stage (pp * pp_virtual), overriding ``recompute``."""
     recompute_modules: list[str] | None = None
@@ -282,6 +286,16 @@ class MemoryConfig:
             self.recompute_layers is None or self.recompute_layers >= 1,
             "memory.recompute_layers",
             f"must be >= 1, or null for every block (got {self.recompute_layers})",
+        )
+        require(
+            self.recompute_stage_layers is None or min(self.recompute_stage_layers, default=0) >= 0,
+            "memory.recompute_stage_layers",
+            f"must count blocks (>= 0) per stage, or be null (got {self.recompute_stage_layers})",
+        )
+        require(
+            self.recompute_stage_layers is None or self.recompute_layers is None,
+            "memory.recompute_stage_layers",
+            "counts the recomputed blocks per stage in place of memory.recompute_layers; set one of them to null",
         )
         require(self.limit_gb is None or self.limit_gb > 0, "memory.limit_gb", "must be > 0 or null")
         require(
@@ -321,6 +335,10 @@ class MemoryConfig:
     def recompute_of(self, stage: int) -> str:
         """The recompute setting of pipeline stage ``stage`` (of the whole model without a pipeline)."""
         return self.recompute_stages[stage] if self.recompute_stages else self.recompute
+
+    def recompute_layers_of(self, stage: int) -> int | None:
+        """How many leading blocks of pipeline stage ``stage`` recompute (None: all of them)."""
+        return self.recompute_stage_layers[stage] if self.recompute_stage_layers is not None else self.recompute_layers
 
     @property
     def recompute_settings(self) -> set[str]:

@@ -39,7 +39,7 @@ def breakdown(cfg: TrainConfig) -> dict:
     ranks = []
     for r in range(par.pp):
         est = apply_profile(terms(cfg, r), profile)
-        blocks = [i for b, _ in pipeline_rank(cfg, r)[1] for i in b]
+        blocks = [i for b in pipeline_rank(cfg, r)[1].values() for i in b]
         ranks.append(
             {
                 "pp_rank": r,
@@ -55,6 +55,7 @@ def breakdown(cfg: TrainConfig) -> dict:
         "world_size": par.world_size,
         "recompute": cfg.memory.recompute_stages or cfg.memory.recompute,
         "recompute_layers": cfg.memory.recompute_layers,
+        "recompute_stage_layers": cfg.memory.recompute_stage_layers,
         "swap": cfg.memory.swap,
         "ranks": ranks,
     }
@@ -71,6 +72,7 @@ def format_breakdown(b: dict) -> str:
         f"per-rank peak estimate, {b['device']} {b['mode']}: {profile}",
         f"{b['world_size']} rank(s); recompute {b['recompute']}"
         + (f" (first {b['recompute_layers']} blocks)" if b["recompute_layers"] else "")
+        + (f" (first {b['recompute_stage_layers']} blocks of each stage)" if b["recompute_stage_layers"] else "")
         + f"; swap {'on' if b['swap'] else 'off'}",
         "",
     ]

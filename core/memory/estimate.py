@@ -62,8 +62,8 @@ class Terms:
         return self.params + self.grads + self.optimizer
 
 
-def pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple[int, str]], bool, int]:
-    """What pipeline rank ``pp_rank`` holds: (its parameter names, (blocks, recompute) of each of its stages,
+def pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], dict[int, range], bool, int]:
+    """What pipeline rank ``pp_rank`` holds: (its parameter names, the blocks of each of its (virtual) stages,
     whether it computes the loss, the most micro-batch stages in flight on it). Without a pipeline: everything."""
     m, par = cfg.model, cfg.parallel
     n_stages = par.stages
@@ -78,7 +78,7 @@ def pipeline_rank(cfg: TrainConfig, pp_rank: int) -> tuple[set[str], list[tuple[
     if last:
         held |= {"norm.weight"} | ({"lm_head.weight"} if not m.tie_embeddings else set())
         held |= set(groups.get("mtp.", ())) | ({"embed.weight"} if m.mtp_layers else set())  # MTP reads the table
-    chunks = [(ranges[s], cfg.memory.recompute_of(s)) for s in mine]
+    chunks = {s: ranges[s] for s in mine}
     in_flight = 1
     if par.pp > 1:  # the schedule simulated once per shape (compile_schedule caches it), not per rank
         schedule = compile_schedule(**schedule_of(cfg))
@@ -126,7 +126,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     held_names, chunks, has_loss, in_flight = pipeline_rank(cfg, pp_rank)
     preprocess, frozen = preprocess_copy(cfg, pp_rank), frozen_names(m)
     plan = recompute_plan(cfg)
-    redone = {f"layers.{i}." for blocks, r in chunks if r == "full" for i in plan.marked(blocks)}
+    redone = {f"layers.{i}." for s, blocks in chunks.items() if plan.mode(s) == "full" for i in plan.marked(blocks, s)}
     # ZeRO-1 (parallel.dp_shard_strategy=optim, estimated only): the master weights and states sharded as FSDP
     # shards them, each weight and its gradient whole on every rank
     gathers = par.shards_weights
@@ -180,16 +180,16 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     # A stage's backward runs one micro-batch at a time (core.parallel.pipeline): the largest stage's activations
     # are live at once. Full recompute keeps each recomputed block's input and rebuilds one block at a time;
     # selective keeps less of each recomputed block.
-    largest = max((blocks for blocks, _ in chunks), key=lambda blocks: sum(act[i] for i in blocks))
+    largest = max(chunks.values(), key=lambda blocks: sum(act[i] for i in blocks))
     activations, scores = sum(act[i] for i in largest), sum(sc[i] for i in largest)
     if has_loss and m.mtp_layers:  # MTP modules (core.model.mtp), never recomputed: a block each, its norms and
         # projection's inputs (4 D a token), and its S x S scores
         activations += m.mtp_layers * (block_activation_bytes(cfg, m.n_experts > 0) + 4 * block_input)
         scores += m.mtp_layers * scores_each
 
-    def saved(blocks, r: str) -> tuple[int, int, int]:
-        """(bytes, their S x S scores, the rebuilt block's bytes) saved by the blocks of one stage under ``r``."""
-        redo = plan.rerun(blocks, r)
+    def saved(stage: int, blocks: range) -> tuple[int, int, int]:
+        """(bytes, their S x S scores, the rebuilt block's bytes) saved by the blocks of stage ``stage``."""
+        redo, r = plan.rerun(blocks, stage), plan.mode(stage)
         keep = blocks[len(redo) :]
         kept = (sum(act[i] for i in keep), sum(sc[i] for i in keep))
         if not redo:
@@ -204,8 +204,8 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         return sum(act[i] for i in redo) + kept[0], sum(sc[i] for i in redo) + kept[1], 0
 
     recomputed = recomputed_scores = rebuilt = None
-    if any(r != "none" for _, r in chunks):
-        recomputed, recomputed_scores, rebuilt = max(saved(blocks, r) for blocks, r in chunks)
+    if any(plan.mode(s) != "none" and plan.marked(blocks, s) for s, blocks in chunks.items()):
+        recomputed, recomputed_scores, rebuilt = max(saved(s, blocks) for s, blocks in chunks.items())
     if cfg.memory.swap:
         recomputed, recomputed_scores = _swap_resident(cfg, act, sc)
     stash = block_input * in_flight * (2 if has_loss else 1) if par.pp > 1 else 0
@@ -218,7 +218,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         if recomputed is not None:  # full recompute rebuilds one block at a time, whatever is in flight
             recomputed = in_flight * (recomputed - rebuilt) + rebuilt
             recomputed_scores = in_flight * recomputed_scores
-    layers = sum(len(blocks) for blocks, _ in chunks)
+    layers = sum(len(blocks) for blocks in chunks.values())
     return Terms(
         # fp32 masters (bf16: beside the compute copies; fp32: the weights themselves, whole under ZeRO-1), or
         # without masters the weights as they are held, in their 16 bits
@@ -236,7 +236,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         gathered=weight_bytes * gathered,
         comm_params=4 * whole if par.world_size > 1 else 0,
         stash=stash,
-        selective=any(r == "selective" for _, r in chunks),
+        selective=any(plan.mode(s) == "selective" and plan.marked(blocks, s) for s, blocks in chunks.items()),
         scores=scores,
         recomputed_scores=recomputed_scores or 0,
         rebuilt=rebuilt or 0,

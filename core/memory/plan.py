@@ -23,28 +23,30 @@ from core.config import TrainConfig
 @dataclass(frozen=True)
 class RecomputePlan:
     modes: tuple[str, ...]  # per pipeline stage (one without a pipeline): none | selective | selective_op | full
-    layers: int | None  # memory.recompute_layers: the first this many blocks of each stage; None: all
+    layers: tuple[int | None, ...]  # per stage: its first this many blocks (memory.recompute_layers_of); None: all
     segmented: bool  # full recompute runs as a SegmentedStep: under jit, without a pipeline
 
     def mode(self, stage: int = 0) -> str:
         return self.modes[stage]
 
-    def blocks(self, n_blocks: int) -> range:
-        """The blocks of a stage with ``n_blocks`` blocks marked for recompute: its first ``layers`` (all if
-        None). FSDP gathers plainly inside them (``core.parallel.fsdp``)."""
-        return range(n_blocks if self.layers is None else min(self.layers, n_blocks))
+    def blocks(self, n_blocks: int, stage: int = 0) -> range:
+        """The blocks of stage ``stage`` (of ``n_blocks`` blocks) marked for recompute: its first ``layers`` (all
+        if None). FSDP gathers plainly inside them (``core.parallel.fsdp``)."""
+        k = self.layers[stage]
+        return range(n_blocks if k is None else min(k, n_blocks))
 
-    def marked(self, blocks: Sequence[int]) -> Sequence[int]:
-        """Of one stage's blocks (in order), those marked for recompute (``blocks``)."""
-        return blocks[: len(self.blocks(len(blocks)))]
+    def marked(self, blocks: Sequence[int], stage: int = 0) -> Sequence[int]:
+        """Of stage ``stage``'s blocks (in order), those marked for recompute (``blocks``)."""
+        return blocks[: len(self.blocks(len(blocks), stage))]
 
-    def rerun(self, blocks: Sequence[int], mode: str) -> Sequence[int]:
-        """Of one stage's blocks (in order), those whose forward runs again in backward under ``mode``: the marked
-        ones, except that the segmented step never recomputes the last block (its segment holds the loss:
+    def rerun(self, blocks: Sequence[int], stage: int = 0) -> Sequence[int]:
+        """Of stage ``stage``'s blocks (in order), those whose forward runs again in backward under its mode: the
+        marked ones, except that the segmented step never recomputes the last block (its segment holds the loss:
         ``core.memory.segmented``)."""
+        mode = self.mode(stage)
         if mode == "none":
             return blocks[:0]
-        marked = self.marked(blocks)
+        marked = self.marked(blocks, stage)
         if mode == "full" and self.segmented and len(marked) == len(blocks):
             return marked[:-1]
         return marked
@@ -54,16 +56,13 @@ class RecomputePlan:
         """Whether the step runs as compiled segments (full recompute, jit, no pipeline)."""
         return self.segmented and self.modes == ("full",)
 
-    @property
-    def any(self) -> bool:
-        return any(m != "none" for m in self.modes)
-
 
 def recompute_plan(cfg: TrainConfig) -> RecomputePlan:
-    """The plan of ``cfg``: ``memory.recompute`` (or ``recompute_stages``) over its ``recompute_layers``."""
-    pipeline = cfg.parallel.pp > 1
+    """The plan of ``cfg``: ``memory.recompute`` (or ``recompute_stages``) over its ``recompute_layers`` (or
+    ``recompute_stage_layers``)."""
+    pipeline, stages = cfg.parallel.pp > 1, range(cfg.parallel.stages)
     return RecomputePlan(
-        modes=tuple(cfg.memory.recompute_of(s) for s in range(cfg.parallel.stages)),
-        layers=cfg.memory.recompute_layers,
+        modes=tuple(cfg.memory.recompute_of(s) for s in stages),
+        layers=tuple(cfg.memory.recompute_layers_of(s) for s in stages),
         segmented=cfg.training.mode == "jit" and not pipeline,
     )

@@ -2,7 +2,8 @@
 2016, "Training Deep Nets with Sublinear Memory Cost"; selective: Korthikanti et al. 2022, "Reducing Activation
 Recomputation in Large Transformer Models").
 
-``memory.recompute`` over the first ``memory.recompute_layers`` blocks (of the model, or of each pipeline stage):
+``memory.recompute`` over the first ``memory.recompute_layers`` blocks (of the model, or of each pipeline stage; or
+as many as ``memory.recompute_stage_layers`` counts for each stage):
 
 - ``selective``: the parts that are cheap to compute and costly to keep — the RMS norms, the SwiGLU product and
   attention's scores and softmax (per head a (S, S) pair, which dominates at long sequences) — save only their inputs,

@@ -172,7 +172,7 @@ def _stage_passes(cfg: TrainConfig, dev: Device) -> list[tuple[Pass, Pass]]:
         mode = plan.mode(s)
         # every marked block: the stacks the accelerator profiles price recompute them all (the core's segmented
         # step spares the last one, ``RecomputePlan.rerun``: a block's forward, not priced)
-        redo = set(plan.marked(blocks)) if mode != "none" else set()
+        redo = set(plan.marked(blocks, s)) if mode != "none" else set()
         for i in blocks:
             f, b = block_passes(cfg, dev, i, mode if i in redo else "none")
             fwd.add(f)

@@ -181,7 +181,7 @@ def _parallelize_part(
     if dims.cp > 1:
         apply_context_parallel(model, groups["cp"], cfg.training.seq_len)
     apply_moe_parallel(model, dims, groups, placements, cfg.training.seq_len)
-    mode, blocks = plan.mode(stage), plan.blocks(len(model.layers))
+    mode, blocks = plan.mode(stage), plan.blocks(len(model.layers), stage)
     if mode == "selective":
         apply_selective(model, blocks)
     full = blocks if mode == "full" else range(0)

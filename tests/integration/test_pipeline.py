@@ -1,7 +1,7 @@
 """Pipeline layouts, run by real worker processes, reproduce the 1-process run with the same global batch and
 seed (per-step losses, validation loss, final parameters after consolidating the sharded checkpoint): every
-schedule, uneven stage splits (one with stages of no blocks at the ends), and pipelines composed with data, tensor
-and fully sharded data parallelism."""
+schedule, uneven stage splits (one with stages of no blocks at the ends), pipelines composed with data, tensor
+and fully sharded data parallelism, and recompute counted per stage."""
 
 from __future__ import annotations
 
@@ -40,7 +40,14 @@ LAYOUTS = {
     ),
     "uneven 1+3 untied": (*PP, "parallel.pp_layers=[1,3]", "model.tie_embeddings=false"),
     "pp=2 tp=2 sp": (*PP, "parallel.tp=2", "parallel.sp=true"),
-    "pp=2 dp_shard=2 recompute stage 0": (*PP, "parallel.dp_shard=2", "memory.recompute_stages=[full,none]"),
+    # full recompute of stage 0's first block only (a count per stage): FSDP gathers plainly inside it and through
+    # its ShardedOps in the next
+    "pp=2 dp_shard=2 recompute 1 block of stage 0": (
+        *PP,
+        "parallel.dp_shard=2",
+        "memory.recompute_stages=[full,none]",
+        "memory.recompute_stage_layers=[1,0]",
+    ),
 }
 REFERENCE = {"1f1b muon": ("optim=muon",), "uneven 1+3 untied": ("model.tie_embeddings=false",)}
 

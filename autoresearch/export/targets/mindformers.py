@@ -192,13 +192,13 @@ def _recompute_export(c: Flat) -> Flat:
             "MindFormers' recompute_config recomputes whole blocks or named ops (select_recompute), not every second "
             "matmul (memory.recompute=selective_op, torchtitan's policy); use selective or full"
         )
-    if stages is None and c["memory.recompute_layers"] is None:
+    given = c["memory.recompute_stage_layers"] or [c["memory.recompute_layers"]] * len(split)
+    if stages is None and given == [None] * len(split):
         return {
             "recompute_config.recompute": settings[0] == "full",
             "recompute_config.select_recompute": settings[0] == "selective",
         }
-    k = c["memory.recompute_layers"]
-    counts = [n if k is None else min(k, n) for n in split]
+    counts = [n if k is None else min(k, n) for k, n in zip(given, split, strict=True)]
     pp, v = c["parallel.pp"], c["parallel.pp_virtual"]
     return {
         f"recompute_config.{name}": per_stage(
@@ -218,18 +218,17 @@ def _recompute_restore(doc: Flat, core: Flat) -> Flat:
 
     full = counts(doc.get("recompute_config.recompute", False))
     select = counts(doc.get("recompute_config.select_recompute", False))
-    settings = ["full" if f else "selective" if s else "none" for f, s in zip(full, select, strict=True)]
-    blocks = [f or s for f, s in zip(full, select, strict=True)]
-    k = max(blocks, default=0)
-    if any(s != "none" and b != min(k, n) for s, b, n in zip(settings, blocks, split, strict=True)):
+    if any(0 < f < s for f, s in zip(full, select, strict=True)):  # (a block recomputed whole needs no select)
         raise ValueError(
-            f"recompute_config {full} / {select} is not the first k blocks of every stage (memory.recompute_layers)"
+            f"recompute_config {full} / {select} recomputes some blocks of a stage whole and the next selectively; "
+            "the core sets one mode per stage (memory.recompute_stages)"
         )
-    return recompute_spelling(settings, k or None, split)
+    settings = ["full" if f else "selective" if s else "none" for f, s in zip(full, select, strict=True)]
+    return recompute_spelling(settings, [f or s for f, s in zip(full, select, strict=True)], split)
 
 
 RECOMPUTE = Rule(
-    ("memory.recompute", "memory.recompute_layers", "memory.recompute_stages"),
+    ("memory.recompute", "memory.recompute_layers", "memory.recompute_stages", "memory.recompute_stage_layers"),
     ("recompute_config.recompute", "recompute_config.select_recompute"),
     _recompute_export,
     _recompute_restore,

@@ -155,17 +155,28 @@ def split_spelling(split: list[int], n_layers: int) -> tuple[list[int] | None, i
     return list(split), 0
 
 
-def recompute_spelling(settings: list[str], count: int | None, split: list[int]) -> Flat:
-    """memory.recompute / recompute_stages / recompute_layers for per-stage settings and a block count:
-    one setting for all stages is ``recompute``; a count covering every recomputed stage's blocks is null."""
+def recompute_spelling(settings: list[str], counts: list[int | None], split: list[int]) -> Flat:
+    """memory.recompute / recompute_stages / recompute_layers / recompute_stage_layers for per-stage settings and
+    per-stage block counts (None: all): a stage that recomputes none of its blocks is ``none``; one setting for all
+    stages is ``recompute``; counts covering every recomputed stage's blocks are null, the first k of each
+    ``recompute_layers``, and any others ``recompute_stage_layers``."""
+    done = [n if k is None else min(k, n) for k, n in zip(counts, split, strict=True)]
+    settings = ["none" if n and k == 0 else s for s, k, n in zip(settings, done, split, strict=True)]
     uniform = len(set(settings)) == 1
-    recomputed = [n for n, s in zip(split, settings, strict=True) if s != "none"]
-    if count is not None and all(count >= n for n in recomputed):
-        count = None
+    recomputed = [(k, n) for s, k, n in zip(settings, done, split, strict=True) if s != "none"]
+    first = max((k for k, _ in recomputed), default=0)
+    layers = stage_layers = None
+    if all(k == n for k, n in recomputed):
+        pass
+    elif all(k == min(first, n) for k, n in recomputed):
+        layers = first
+    else:
+        stage_layers = [k if s != "none" else 0 for s, k in zip(settings, done, strict=True)]
     return {
         "memory.recompute": settings[0] if uniform else DEFAULTS["memory.recompute"],
         "memory.recompute_stages": None if uniform else list(settings),
-        "memory.recompute_layers": count,
+        "memory.recompute_layers": layers,
+        "memory.recompute_stage_layers": stage_layers,
     }
 
 
@@ -184,7 +195,8 @@ def canonical(c: Flat) -> Flat:
     split = stage_split(c)
     out["parallel.pp_layers"], out["parallel.pp_offset"] = split_spelling(split, c["model.n_layers"])
     settings = list(c["memory.recompute_stages"] or [c["memory.recompute"]] * len(split))
-    out.update(recompute_spelling(settings, c["memory.recompute_layers"], split))
+    counts = c["memory.recompute_stage_layers"] or [c["memory.recompute_layers"]] * len(split)
+    out.update(recompute_spelling(settings, counts, split))
     if c["memory.swap_layers"] is not None and c["memory.swap_layers"] >= c["model.n_layers"]:
         out["memory.swap_layers"] = None
     if out["optim.min_lr_ratio"] == 1.0:

@@ -186,23 +186,25 @@ def _recompute_export(c: Flat) -> Flat:
             "torchtitan's activation_checkpoint applies one policy to every block; "
             f"memory.recompute_stages={c['memory.recompute_stages']} differs per stage"
         )
-    if c["memory.recompute_layers"] is not None:
-        raise NoCounterpart(
-            "torchtitan's activation_checkpoint policy wraps every block (ActivationCheckpointing.apply), not the "
-            f"first {c['memory.recompute_layers']} of each stage (memory.recompute_layers)"
-        )
+    for key in ("memory.recompute_layers", "memory.recompute_stage_layers"):
+        if c[key] is not None:
+            raise NoCounterpart(
+                "torchtitan's activation_checkpoint policy wraps every block (ActivationCheckpointing.apply), not the "
+                f"first {c[key]} of each stage ({key})"
+            )
     mode = c["memory.recompute"]  # selective_op is torchtitan's SelectiveAC itself, read back as the core's nearest
     return {"activation_checkpoint": "selective" if mode == "selective_op" else mode}
 
 
 RECOMPUTE = Rule(
-    ("memory.recompute", "memory.recompute_layers", "memory.recompute_stages"),
+    ("memory.recompute", "memory.recompute_layers", "memory.recompute_stages", "memory.recompute_stage_layers"),
     ("activation_checkpoint",),
     _recompute_export,
     lambda doc, core: {
         "memory.recompute": doc["activation_checkpoint"],
         "memory.recompute_layers": None,
         "memory.recompute_stages": None,
+        "memory.recompute_stage_layers": None,
     },
 )
 

@@ -115,6 +115,22 @@ def test_a_mindformers_row_keeps_its_weights_in_the_dtype_its_config_sets():
             assert sum(f.startswith("param_init_type=") for f in row["flags"]) == 1, row["id"]
 
 
+def test_a_mindformers_row_recomputes_each_stage_as_its_config_counts():
+    """MindFormers' per-stage select_recompute (recorded from each 70B row's config) is read as the core's count per
+    stage, a valid config; the counts fall from the first stage, which holds the most micro-batches in flight."""
+    counted = [r for r in DATA["runs"] if any(f.startswith("select_recompute=") for f in r["flags"])]
+    assert len(counted) == 5
+    for row in counted:
+        cfg = load(overrides(row, None))
+        counts = cfg.memory.recompute_stage_layers
+        assert len(counts) == row["layout"]["pp"] and counts == sorted(counts, reverse=True) and counts[0] > counts[-1]
+        assert cfg.memory.recompute == "selective" and cfg.memory.recompute_layers is None
+    by_id = {r["id"]: r for r in DATA["runs"]}
+    assert "memory.recompute_stage_layers=[10,8,6,4,2,0,0,0]" in overrides(
+        by_id["ms-llama3-70b-finetune-mp8-pp8-900a2"], None
+    )
+
+
 def test_a_torchtitan_row_takes_its_logits_through_its_releases_loss():
     """torchtitan ran its loss eagerly in 2024 (train.py at 9dec370 turned its compile off) and compiled it under
     training.compile in 2025 (components/loss.py); other stacks keep the core's fused count."""

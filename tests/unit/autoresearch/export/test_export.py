@@ -16,6 +16,7 @@ from autoresearch import export
 from autoresearch.export.__main__ import main as export_main
 from autoresearch.export.recipe import recipe_text
 from autoresearch.export.targets import TARGETS, canonical, export_config, flatten, import_config, unflatten
+from autoresearch.export.targets.mindformers import RECOMPUTE as MINDFORMERS_RECOMPUTE
 from autoresearch.export.targets.rules import NoCounterpart, same
 from autoresearch.study.storage import load_study
 from core.config import MemoryConfig, ParallelConfig, load_config, to_dict
@@ -240,6 +241,15 @@ CASES = {
         "training.mode=pynative",
         "seed=7",
     ],
+    "per-stage-counts": [  # MindFormers' per-stage select_recompute, as its 70B configs set it
+        "model=small",
+        "model.n_layers=8",
+        "parallel.pp=4",
+        "training.micro_batch_size=2",
+        "memory.recompute=selective",
+        "memory.recompute_stage_layers=[2,1,1,0]",
+        "training.mode=pynative",
+    ],
     "swap": [
         "model=tiny",
         "training.mode=pynative",
@@ -417,6 +427,9 @@ def test_mindformers_pins_the_parallel_keys():
         "decay_start_ratio": 0.7,
     }
     assert "mode" not in doc["context"]  # MindFormers' YAML trainer is graph mode only; the header says so
+
+    doc = export_config(TARGETS["mindformers"], flat(*CASES["per-stage-counts"])).doc
+    assert doc["recompute_config"] == {"recompute": [0, 0, 0, 0], "select_recompute": [2, 1, 1, 0]}
 
     doc = export_config(TARGETS["mindformers"], flat(*CASES["offset-constant"])).doc
     assert doc["parallel"]["pipeline_config"] == {"pipeline_interleave": False, "pipeline_scheduler": "1f1b"}
@@ -650,6 +663,40 @@ def test_canonical_spells_equal_configs_one_way():
         "constant",
         0.1,
     )
+
+
+def test_per_stage_counts_are_spelled_the_plainest_way_that_says_the_same():
+    """A count per stage is recompute_layers when it is the first k of every recomputing stage, nothing when it
+    covers them, and a stage that recomputes none of its blocks is a stage without recompute."""
+    base = ("model=small", "model.n_layers=8", "parallel.pp=4", "memory.recompute=full")
+
+    def spelled(counts: str) -> tuple:
+        c = canonical(flat(*base, f"memory.recompute_stage_layers={counts}"))
+        return tuple(
+            c[f"memory.{k}"] for k in ("recompute", "recompute_stages", "recompute_layers", "recompute_stage_layers")
+        )
+
+    assert spelled("[2,2,2,2]") == ("full", None, None, None)
+    assert spelled("[1,1,1,1]") == ("full", None, 1, None)
+    assert spelled("[2,1,1,0]") == ("none", ["full", "full", "full", "none"], None, [2, 1, 1, 0])
+    assert spelled("[0,0,0,0]") == ("none", None, None, None)
+    assert spelled("[2,2,0,0]") == ("none", ["full", "full", "none", "none"], None, None)
+
+
+def test_mindformers_per_stage_recompute_reads_back_as_its_counts():
+    """MindFormers' own Llama 3 70B recompute_config (research/llama3/finetune_llama3_70b.yaml at 2388c729:
+    select_recompute [10, 8, 6, 4, 2, 0, 0, 0] over 8 stages of 10 layers) is the core's per-stage counts; a stage
+    recomputing some blocks whole and the next selectively has no core counterpart."""
+    core = flat("model=small", "model.n_layers=80", "parallel.pp=8", "training.global_batch_size=16")
+    select = {"recompute_config.recompute": False, "recompute_config.select_recompute": [10, 8, 6, 4, 2, 0, 0, 0]}
+    restored = MINDFORMERS_RECOMPUTE.restore(select, core)
+    assert restored["memory.recompute_stage_layers"] == [10, 8, 6, 4, 2, 0, 0, 0]
+    assert restored["memory.recompute_stages"] == ["selective"] * 5 + ["none"] * 3
+    # every block of stage 0 whole: its select count says nothing more
+    whole = MINDFORMERS_RECOMPUTE.restore({**select, "recompute_config.recompute": [10, 0, 0, 0, 0, 0, 0, 0]}, core)
+    assert whole["memory.recompute_stages"][:2] == ["full", "selective"]
+    with pytest.raises(ValueError, match="one mode per stage"):
+        MINDFORMERS_RECOMPUTE.restore({**select, "recompute_config.recompute": [2, 0, 0, 0, 0, 0, 0, 0]}, core)
 
 
 def test_a_value_mapped_to_no_counterpart_is_raised_and_the_rest_restore():

@@ -70,6 +70,22 @@ def test_swap_settings_compose():
         (["memory.swap_ops=[mlp]"], "memory.swap_ops", "set memory.swap=true"),
         (["memory.swap_prefetch=1"], "memory.swap_prefetch", "set memory.swap=true"),
         (["memory.recompute_layers=7", "model=tiny"], "memory.recompute_layers", "exceeds model.n_layers"),
+        (["memory.recompute_stage_layers=[-1]"], "memory.recompute_stage_layers", "must count blocks (>= 0)"),
+        (
+            ["memory.recompute_stage_layers=[1]", "memory.recompute_layers=1"],
+            "memory.recompute_stage_layers",
+            "set one of them to null",
+        ),
+        (
+            ["model=small", "parallel.pp=2", "memory.recompute_stage_layers=[1]"],
+            "memory.recompute_stage_layers",
+            "(pp * pp_virtual = 2)",
+        ),
+        (
+            ["model=small", "parallel.pp=2", "parallel.pp_layers=[3,1]", "memory.recompute_stage_layers=[1,2]"],
+            "memory.recompute_stage_layers",
+            "exceeds the blocks of a stage [3, 1]",
+        ),
         (["training.mode=graph"], "training.mode", "jit or pynative"),
         (["execution.jit_level=O2"], "execution.jit_level", "O0 or O1"),
         (["execution.capture_mode=trace"], "execution.capture_mode", "ast or bytecode"),

@@ -13,6 +13,7 @@ from core.memory import activations
 from core.memory import estimate as memory
 from core.memory.__main__ import main as memory_main
 from core.memory.breakdown import _ROWS
+from core.memory.plan import recompute_plan
 from core.model.flops import param_shapes
 
 
@@ -334,3 +335,17 @@ def test_fsdp_counts_each_op_that_differentiates_itself(model):  # (moe: experts
     slope = memory.runtime_profile("CPU", "jit").sharded_op_graph
     est = [memory.estimate_memory(c) for c in (cfg, one)]
     assert est[0].graphs - est[1].graphs == slope * (wrapped(cfg) - wrapped(one, recomputed=[0]))
+
+
+def test_each_stage_keeps_what_its_own_recompute_count_says():
+    """memory.recompute_stage_layers=[2,1,0,0] over 4 stages of 2 blocks: each pipeline rank holds what it holds
+    when every stage recomputes its count (2: all, 1: the first, 0: none), by the estimate's terms."""
+    base = ["model=small", "model.n_layers=8", "parallel.pp=4", "training.mode=pynative", "memory.recompute=full"]
+    counted = load_config([*base, "memory.recompute_stage_layers=[2,1,0,0]"])
+    same = {0: "memory.recompute_layers=2", 1: "memory.recompute_layers=1", 2: "memory.recompute=none"}
+    for rank, other in [*same.items(), (3, "memory.recompute=none")]:
+        assert memory.terms(counted, rank) == memory.terms(load_config([*base, other]), rank)
+    none = memory.terms(load_config([*base, "memory.recompute=none"]), 0)
+    assert memory.terms(counted, 0).recomputed < none.activations  # (the references differ: the test can fail)
+    # and the trainer marks what the estimate counted (core.training.parallelize reads the same plan)
+    assert [list(recompute_plan(counted).blocks(2, s)) for s in range(4)] == [[0, 1], [0], [], []]

@@ -35,7 +35,7 @@ def _step(recompute: str, mode: str, layers: int | None, batch, swap=None):
     loss, eval_loss = LinearCrossEntropyLoss(train=True), LinearCrossEntropyLoss(train=False)
     params = list(model.trainable_params())
     jit = mode == "jit"
-    blocks = RecomputePlan(modes=("full",), layers=layers, segmented=True).blocks(CFG.n_layers)
+    blocks = RecomputePlan(modes=("full",), layers=(layers,), segmented=True).blocks(CFG.n_layers)
     if recompute == "selective":
         apply_selective(model, blocks)
     if recompute == "full" and jit:

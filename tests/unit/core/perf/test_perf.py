@@ -465,3 +465,18 @@ def test_folded_experts_are_fsdp_sharded_over_the_ranks_that_hold_the_same_ones(
     extra = estimate_step(edp2).breakdown["comm_fsdp"] - estimate_step(edp1).breakdown["comm_fsdp"]
     assert extra == pytest.approx(L * (2 * gather + scatter))
     assert terms(edp2).optimizer == terms(edp1).optimizer == terms(_moe(*FOLD, "parallel.ep=4")).optimizer
+
+
+def test_per_stage_recompute_counts_are_priced_stage_by_stage():
+    """memory.recompute_stage_layers prices each stage's own count: all of a stage's blocks or none is
+    recompute_stages, one count everywhere recompute_layers, and each block more re-runs more."""
+    base = ["cluster.devices_per_node=4", "parallel.pp=4", "training.seq_len=1024", "training.global_batch_size=8"]
+    est = lambda *o: estimate_step(_cfg(*base, *o))  # noqa: E731
+    full = lambda counts: est("memory.recompute=full", f"memory.recompute_stage_layers={counts}")  # noqa: E731
+    assert full("[8,0,0,0]") == est("memory.recompute_stages=[full,none,none,none]")
+    assert full("[2,2,2,2]") == est("memory.recompute=full", "memory.recompute_layers=2")
+    steps = [
+        e.step_time_sec
+        for e in (est(), full("[1,0,0,0]"), full("[8,0,0,0]"), full("[8,4,2,0]"), est("memory.recompute=full"))
+    ]
+    assert steps == sorted(steps) and len(set(steps)) == len(steps)
