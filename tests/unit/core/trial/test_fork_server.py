@@ -83,7 +83,8 @@ def test_exit_codes_signals_and_timeouts_are_popens(server, tmp_path):
 def test_taskset_becomes_the_childs_affinity(server, tmp_path):
     cores = sorted(os.sched_getaffinity(0))
     code, seen = probe(warm.popen, tmp_path, "pinned", "-c", PROBE, prefix=("taskset", "-c", str(cores[-1])))
-    assert code == 0 and seen["affinity"] == [cores[-1]]
+    assert code == 0, seen  # (the child's output: it failed once in CI under load, exit 1, its cause unseen)
+    assert seen["affinity"] == [cores[-1]]
 
 
 def test_without_a_server_or_for_other_commands_it_is_popen(tmp_path, monkeypatch):
