@@ -288,7 +288,8 @@ def layer_counts_fit_the_model(cfg: TrainConfig) -> None:
         )
     counts, split = cfg.memory.recompute_stage_layers, cfg.parallel.stage_split(cfg.model.n_layers)
     require(
-        counts is None or len(counts) != len(split) or all(c <= n for c, n in zip(counts, split, strict=True)),
+        counts is None
+        or all(c <= n for c, n in zip(counts, split, strict=True)),  # (lengths: recompute_stages_match_the_pipeline)
         "memory.recompute_stage_layers",
         f"{counts} exceeds the blocks of a stage {split}; lower that stage's count",
     )

@@ -43,6 +43,7 @@ from autoresearch.export.targets.rules import (
     rounded,
     same,
     split_spelling,
+    stage_recompute,
     stage_split,
     transpose_rule,
 )
@@ -185,15 +186,13 @@ BATCH = Rule(
 
 
 def _recompute_export(c: Flat) -> Flat:
-    split, stages = stage_split(c), c["memory.recompute_stages"]
-    settings = stages or [c["memory.recompute"]] * len(split)
+    split, (settings, given) = stage_split(c), stage_recompute(c)
     if "selective_op" in settings:
         raise NoCounterpart(
             "MindFormers' recompute_config recomputes whole blocks or named ops (select_recompute), not every second "
             "matmul (memory.recompute=selective_op, torchtitan's policy); use selective or full"
         )
-    given = c["memory.recompute_stage_layers"] or [c["memory.recompute_layers"]] * len(split)
-    if stages is None and given == [None] * len(split):
+    if c["memory.recompute_stages"] is None and given == [None] * len(split):
         return {
             "recompute_config.recompute": settings[0] == "full",
             "recompute_config.select_recompute": settings[0] == "selective",

@@ -141,6 +141,13 @@ def stage_split(c: Flat) -> list[int]:
     return ParallelConfig(**section(c, "parallel")).stage_split(c["model.n_layers"])
 
 
+def stage_recompute(c: Flat) -> tuple[list[str], list[int | None]]:
+    """Each pipeline stage's recompute setting and block count (None: all), as the core reads them
+    (``MemoryConfig.recompute_of`` / ``recompute_layers_of``)."""
+    memory, stages = MemoryConfig(**section(c, "memory")), range(len(stage_split(c)))
+    return [memory.recompute_of(s) for s in stages], [memory.recompute_layers_of(s) for s in stages]
+
+
 def split_spelling(split: list[int], n_layers: int) -> tuple[list[int] | None, int]:
     """(parallel.pp_layers, parallel.pp_offset) for a split: the even split moved by an offset when it is one
     (how the core spells it by default), else the layers per stage."""
@@ -165,18 +172,17 @@ def recompute_spelling(settings: list[str], counts: list[int | None], split: lis
     uniform = len(set(settings)) == 1
     recomputed = [(k, n) for s, k, n in zip(settings, done, split, strict=True) if s != "none"]
     first = max((k for k, _ in recomputed), default=0)
-    layers = stage_layers = None
-    if all(k == n for k, n in recomputed):
-        pass
-    elif all(k == min(first, n) for k, n in recomputed):
-        layers = first
+    if all(k == n for k, n in recomputed):  # every block of each recomputing stage
+        layers, listed = None, None
+    elif all(k == min(first, n) for k, n in recomputed):  # the first k of each
+        layers, listed = first, None
     else:
-        stage_layers = [k if s != "none" else 0 for s, k in zip(settings, done, strict=True)]
+        layers, listed = None, [k if s != "none" else 0 for s, k in zip(settings, done, strict=True)]
     return {
         "memory.recompute": settings[0] if uniform else DEFAULTS["memory.recompute"],
         "memory.recompute_stages": None if uniform else list(settings),
         "memory.recompute_layers": layers,
-        "memory.recompute_stage_layers": stage_layers,
+        "memory.recompute_stage_layers": listed,
     }
 
 
@@ -194,9 +200,7 @@ def canonical(c: Flat) -> Flat:
     out = dict(c)
     split = stage_split(c)
     out["parallel.pp_layers"], out["parallel.pp_offset"] = split_spelling(split, c["model.n_layers"])
-    settings = list(c["memory.recompute_stages"] or [c["memory.recompute"]] * len(split))
-    counts = c["memory.recompute_stage_layers"] or [c["memory.recompute_layers"]] * len(split)
-    out.update(recompute_spelling(settings, counts, split))
+    out.update(recompute_spelling(*stage_recompute(c), split))
     if c["memory.swap_layers"] is not None and c["memory.swap_layers"] >= c["model.n_layers"]:
         out["memory.swap_layers"] = None
     if out["optim.min_lr_ratio"] == 1.0:
