@@ -229,12 +229,17 @@ def _config_error(items: tuple) -> ConfigError | None:
 
 def predict_step(settings: dict[str, Any], *, one_host: bool = False) -> StepEstimate:
     """``core.perf``'s prediction for these settings (``key -> value``) on the cluster they name, as
-    ``python -m core.perf`` would give it for the same overrides (the device is the cluster's; the ranks must be
-    its devices); raises ConfigError naming the field. The values must have the schema's types, as a loaded
-    space's have (``autoresearch.space.core_check.value_problem``; override text through
-    ``core.config.parse_overrides`` first): the tree composed once per group choice is rebuilt with the
-    dataclasses' own rules (``from_dict``), without OmegaConf's type pass, which would take most of the time of
-    a plan of thousands of points.
+    ``python -m core.perf`` would give it for the same overrides (``planned``)."""
+    return estimate_step(planned(settings, one_host=one_host))
+
+
+def planned(settings: dict[str, Any], *, one_host: bool = False) -> TrainConfig:
+    """The config of these settings (``key -> value``) as ``core.perf`` plans it on the cluster they name (the
+    device is the cluster's; the ranks must be its devices); raises ConfigError naming the field. The values must
+    have the schema's types, as a loaded space's have (``autoresearch.space.core_check.value_problem``; override
+    text through ``core.config.parse_overrides`` first): the tree composed once per group choice is rebuilt with
+    the dataclasses' own rules (``from_dict``), without OmegaConf's type pass, which would take most of the time
+    of a plan of thousands of points.
 
     ``one_host``: settings that size no cluster (neither ``cluster.nodes`` nor ``cluster.devices_per_node``) are
     predicted on one node of as many devices as the layout has ranks, which is how the agent runs a trial of a
@@ -250,7 +255,7 @@ def predict_step(settings: dict[str, Any], *, one_host: bool = False) -> StepEst
         )
     cfg = from_dict(tree)
     check_devices(cfg)
-    return estimate_step(cfg)
+    return cfg
 
 
 def cluster_device(settings: dict[str, Any]) -> str:

@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from autoresearch.core_adapter import predict_step
+from autoresearch.core_adapter import planned
 from autoresearch.space import SearchSpace
 from autoresearch.space.core_check import key_problem, value_problem
 from core.config import ConfigError, override, parse_overrides
+from core.perf import estimate_step
+from core.perf.least_recompute import least_recompute
 
 
 class Verdict(str, Enum):
@@ -38,18 +40,24 @@ class PlanRow:
     step_time_sec: float | None = None
     memory_gib: float | None = None
     bubble: float | None = None  # the pipeline's idle share of the step
+    recompute_stage_layers: list[int] | None = None  # least_recompute: the blocks each stage recomputes
     verdict: Verdict = Verdict.RANKED
     reason: str = ""
     field: str = ""  # invalid: the config key the core's rule names
 
 
 def plan(
-    space: SearchSpace, overrides: list[str] | tuple[str, ...] = (), *, points_per_float: int = 4
+    space: SearchSpace,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    points_per_float: int = 4,
+    least_recompute: bool = False,
 ) -> list[PlanRow]:
     """Every grid point of ``space`` with ``overrides`` (``key=value`` text) on top, best first: the ranked ones
     by predicted tokens/s per device, then the dominated, then those over memory, then the invalid. An override
     of a searched key pins it (``cluster.nodes=32`` plans for 32 nodes only); raises ConfigError naming a key
-    the core does not have or a value of the wrong type."""
+    the core does not have or a value of the wrong type. ``least_recompute``: a point that recomputes does so on
+    the fewest blocks of each stage that fit (``core.perf.least_recompute``), its counts in the row."""
     extra = parse_overrides(overrides)
     for key, value in extra.items():
         if problem := key_problem(key) or value_problem(key, value):
@@ -59,7 +67,8 @@ def plan(
     if pinned:
         unique = {tuple(p.items()): p for p in ({**p, **pinned} for p in points)}
         points = [p for p in unique.values() if space.satisfies(p)]
-    rows = [_predict(space, point, extra) for point in points]
+    rows = [_predict(space, point, extra, least_recompute) for point in points]
+    _mark_recomputing_nothing(rows)
     _mark_dominated([r for r in rows if r.verdict is Verdict.RANKED])
     order = {v: i for i, v in enumerate(Verdict)}
     # ties broken by memory, then by the point's text: the order never depends on the order of the space file
@@ -74,11 +83,15 @@ def plan(
     )
 
 
-def _predict(space: SearchSpace, point: dict, extra: dict) -> PlanRow:
+def _predict(space: SearchSpace, point: dict, extra: dict, fit_recompute: bool) -> PlanRow:
     row = PlanRow(params=point)
     settings = {**space.fixed, **point, **extra}
     try:
-        est = predict_step(settings)
+        cfg = planned(settings)
+        if fit_recompute:
+            cfg = least_recompute(cfg)
+            row.recompute_stage_layers = cfg.memory.recompute_stage_layers
+        est = estimate_step(cfg)
     except ConfigError as exc:
         row.verdict, row.reason, row.field = Verdict.INVALID, str(exc), exc.field
         return row
@@ -90,6 +103,18 @@ def _predict(space: SearchSpace, point: dict, extra: dict) -> PlanRow:
         row.verdict = Verdict.MEMORY
         row.reason = f"{row.memory_gib:.1f} GiB per rank over the device's {est.memory_bytes_per_device / 2**30:.0f}"
     return row
+
+
+def _mark_recomputing_nothing(rows: list[PlanRow]) -> None:
+    """least_recompute: a point left recomputing no block of any stage is its twin with ``memory.recompute=none``
+    (the same config), which stays ranked where the space has it."""
+    plain = {_key(r): r for r in rows if r.params.get("memory.recompute") == "none" and r.verdict is Verdict.RANKED}
+    for row in rows:
+        counts = row.recompute_stage_layers
+        if row.verdict is Verdict.RANKED and counts is not None and not any(counts):
+            twin = PlanRow(params={**row.params, "memory.recompute": "none"})
+            if _key(twin) in plain:
+                row.verdict, row.reason = Verdict.DOMINATED, "recomputes no block: the point with memory.recompute=none"
 
 
 def _mark_dominated(rows: list[PlanRow]) -> None:

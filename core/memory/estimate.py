@@ -126,7 +126,10 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     held_names, chunks, has_loss, in_flight = pipeline_rank(cfg, pp_rank)
     preprocess, frozen = preprocess_copy(cfg, pp_rank), frozen_names(m)
     plan = recompute_plan(cfg)
-    redone = {f"layers.{i}." for s, blocks in chunks.items() if plan.mode(s) == "full" for i in plan.marked(blocks, s)}
+    redone = {
+        f"layers.{i}." for s, blocks in chunks.items() if plan.mode(s) == "full" for i in plan.recomputed(blocks, s)
+    }
+    used = plan.modes_used(chunks)
     # ZeRO-1 (parallel.dp_shard_strategy=optim, estimated only): the master weights and states sharded as FSDP
     # shards them, each weight and its gradient whole on every rank
     gathers = par.shards_weights
@@ -204,7 +207,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         return sum(act[i] for i in redo) + kept[0], sum(sc[i] for i in redo) + kept[1], 0
 
     recomputed = recomputed_scores = rebuilt = None
-    if any(plan.mode(s) != "none" and plan.marked(blocks, s) for s, blocks in chunks.items()):
+    if used:
         recomputed, recomputed_scores, rebuilt = max(saved(s, blocks) for s, blocks in chunks.items())
     if cfg.memory.swap:
         recomputed, recomputed_scores = _swap_resident(cfg, act, sc)
@@ -236,7 +239,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         gathered=weight_bytes * gathered,
         comm_params=4 * whole if par.world_size > 1 else 0,
         stash=stash,
-        selective=any(plan.mode(s) == "selective" and plan.marked(blocks, s) for s, blocks in chunks.items()),
+        selective="selective" in used,
         scores=scores,
         recomputed_scores=recomputed_scores or 0,
         rebuilt=rebuilt or 0,

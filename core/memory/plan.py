@@ -39,15 +39,20 @@ class RecomputePlan:
         """Of stage ``stage``'s blocks (in order), those marked for recompute (``blocks``)."""
         return blocks[: len(self.blocks(len(blocks), stage))]
 
+    def recomputed(self, blocks: Sequence[int], stage: int = 0) -> Sequence[int]:
+        """Of stage ``stage``'s blocks (in order), those its mode recomputes: the marked ones, none under ``none``."""
+        return blocks[:0] if self.mode(stage) == "none" else self.marked(blocks, stage)
+
+    def modes_used(self, chunks: dict[int, Sequence[int]]) -> set[str]:
+        """The modes that recompute some block of ``chunks`` (stage -> its blocks, as a pipeline rank holds them)."""
+        return {self.mode(s) for s, blocks in chunks.items() if self.recomputed(blocks, s)}
+
     def rerun(self, blocks: Sequence[int], stage: int = 0) -> Sequence[int]:
         """Of stage ``stage``'s blocks (in order), those whose forward runs again in backward under its mode: the
         marked ones, except that the segmented step never recomputes the last block (its segment holds the loss:
         ``core.memory.segmented``)."""
-        mode = self.mode(stage)
-        if mode == "none":
-            return blocks[:0]
-        marked = self.marked(blocks, stage)
-        if mode == "full" and self.segmented and len(marked) == len(blocks):
+        marked = self.recomputed(blocks, stage)
+        if self.mode(stage) == "full" and self.segmented and len(marked) == len(blocks):
             return marked[:-1]
         return marked
 

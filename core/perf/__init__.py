@@ -9,6 +9,7 @@ under a second.
     step.py      estimate_step(cfg): stages timed, the pipeline schedule simulated, data parallelism, optimizer;
                  fits_device(cfg): the memory model's peak against the device's memory, untimed;
                  planned_config(overrides): a config on its cluster's device
+    least_recompute.py the fewest blocks each pipeline stage recomputes for every rank to fit its device
     calibrate.py ``python -m core.perf calibrate``: cpu-local measured on this machine and cached
     collectives.py the all-reduce micro-benchmark the calibration measures cpu-local's link with, and its ring fit
 """

@@ -99,7 +99,7 @@ def planned_config(overrides: list[str]) -> TrainConfig:
 def fits_device(cfg: TrainConfig) -> bool:
     """Whether the memory model's peak per rank fits the cluster's device (``StepEstimate.fits`` without timing the
     step; True when the cluster gives no memory size)."""
-    return _fits(estimate_memory(cfg, _memory_profile(cfg)).total, memory_bytes(cfg.cluster))
+    return _fits(estimate_memory(cfg, memory_profile(cfg)).total, memory_bytes(cfg.cluster))
 
 
 def _fits(peak: int, capacity: float | None) -> bool:
@@ -148,7 +148,7 @@ def estimate_step(cfg: TrainConfig) -> StepEstimate:
     tokens = t.global_batch_size * t.seq_len / step
     per_device = tokens / par.world_size
     peak = dev.peak_flops
-    memory = estimate_memory(cfg, _memory_profile(cfg))
+    memory = estimate_memory(cfg, memory_profile(cfg))
     return StepEstimate(
         step_time_sec=step,
         tokens_per_sec=tokens,
@@ -172,7 +172,7 @@ def _stage_passes(cfg: TrainConfig, dev: Device) -> list[tuple[Pass, Pass]]:
         mode = plan.mode(s)
         # every marked block: the stacks the accelerator profiles price recompute them all (the core's segmented
         # step spares the last one, ``RecomputePlan.rerun``: a block's forward, not priced)
-        redo = set(plan.marked(blocks, s)) if mode != "none" else set()
+        redo = set(plan.recomputed(blocks, s))
         for i in blocks:
             f, b = block_passes(cfg, dev, i, mode if i in redo else "none")
             fwd.add(f)
@@ -294,7 +294,9 @@ def _held_numel(cfg: TrainConfig, pp_rank: int) -> tuple[float, float]:
     return sum(sharded_numel(cfg, p) for p in prefixes), sum(expert_numel(cfg, p) for p in prefixes)
 
 
-def _memory_profile(cfg: TrainConfig) -> RuntimeProfile:
+def memory_profile(cfg: TrainConfig) -> RuntimeProfile:
+    """How ``cfg``'s cluster holds memory: the runtime profile measured on CPU; on accelerators the tensors
+    themselves with the cluster's allocator margin, on top of its reserved memory."""
     c = cfg.cluster
     if c.device == "CPU":
         return runtime_profile(cfg.device, cfg.training.mode)

@@ -14,7 +14,8 @@ from autoresearch.plan import main
 from autoresearch.search.planner import Verdict, plan
 from autoresearch.space import load_space
 from core.config import ConfigError
-from core.perf import estimate_step, planned_config
+from core.perf import estimate_step, fits_device, planned_config
+from core.perf.least_recompute import least_recompute
 
 ROOT = Path(__file__).resolve().parents[4]
 SPACE = {
@@ -138,3 +139,34 @@ def test_the_command_runs_without_mindspore(space_file, tmp_path):
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "plan-test" in done.stdout and (tmp_path / "plan.csv").exists()
+
+
+def test_least_recompute_plans_each_point_with_the_fewest_blocks_that_fit(space_file, rows, tmp_path):
+    """--least-recompute: each point that recomputes is predicted as core.perf.least_recompute leaves its config
+    (through the full config path), none slower than recomputing every block, and the counts reach the table."""
+    fitted = plan(load_space(space_file), least_recompute=True)
+    before = {tuple(sorted(r.params.items())): r for r in rows}
+    spared = zeros = 0
+    for row in fitted:
+        if row.verdict is Verdict.INVALID:
+            continue
+        cfg = least_recompute(planned_config(_overrides(SPACE, row.params)))
+        assert row.recompute_stage_layers == cfg.memory.recompute_stage_layers
+        assert row.tokens_per_sec_per_device == pytest.approx(estimate_step(cfg).tokens_per_sec_per_device, rel=1e-12)
+        assert row.tokens_per_sec_per_device >= before[tuple(sorted(row.params.items()))].tokens_per_sec_per_device * (
+            1 - 1e-12
+        )
+        if row.params["memory.recompute"] == "none":
+            assert row.recompute_stage_layers is None
+        elif not any(row.recompute_stage_layers or [1]):  # the same config as its twin recomputing nothing
+            assert row.verdict is Verdict.DOMINATED and "memory.recompute=none" in row.reason
+            zeros += 1
+        elif row.recompute_stage_layers is not None and row.verdict is not Verdict.MEMORY:
+            assert fits_device(cfg)
+            spared += (
+                row.tokens_per_sec_per_device > before[tuple(sorted(row.params.items()))].tokens_per_sec_per_device
+            )
+    assert spared and zeros  # some point recomputing every block fits with fewer, and some with none
+    assert main(["--space", str(space_file), "--out", str(tmp_path), "--least-recompute"]) == 0
+    table = pd.read_csv(tmp_path / "plan.csv")
+    assert "memory.recompute_stage_layers" in table.columns
