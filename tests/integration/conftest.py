@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from core import ckpt as ck
+from core.trial import fork_server
 from tests.schema import assert_summary_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +43,18 @@ def run_trial(trial_dir: Path, *overrides: str, timeout: float = 300, env: dict 
         env={**os.environ, **(env or {})},
     )
     return TrialRun(proc.returncode, trial_dir, proc.stdout + proc.stderr)
+
+
+@pytest.fixture(scope="session")
+def warm():
+    """``run_trial``'s ``env`` that forks a multi-rank trial's scheduler and ranks from one warm server
+    (``core.trial.fork_server``, as the agent runs them) instead of importing MindSpore in each: seconds of CPU
+    per process, much of a layout suite's time on two cores. For the suites whose claim is the numbers a layout
+    computes (tests/integration/test_warm_trials.py checks warm trials against cold ones); not exported to this
+    process's environment, so that trials other tests start (in network namespaces, under Slurm) stay cold."""
+    with fork_server.serving() as address:
+        os.environ.pop(fork_server.SOCKET_ENV, None)
+        yield {fork_server.SOCKET_ENV: address}
 
 
 @pytest.fixture
@@ -77,14 +90,14 @@ def kill_rank_mid_run(trial_dir: Path, rank: int, *overrides: str) -> TrialRun:
     return TrialRun(proc.returncode, trial_dir, out)
 
 
-def trial_cache(root: Path, base: tuple[str, ...], timeout: float = 900):
+def trial_cache(root: Path, base: tuple[str, ...], timeout: float = 900, env: dict | None = None):
     """``get(*overrides)``: the trial of ``base`` + overrides, run once under ``root`` and reused (a module's tests
     compare many layouts with a few references)."""
     runs: dict = {}
 
     def get(*overrides: str) -> TrialRun:
         if overrides not in runs:
-            runs[overrides] = run_trial(root / f"run{len(runs)}", *base, *overrides, timeout=timeout)
+            runs[overrides] = run_trial(root / f"run{len(runs)}", *base, *overrides, timeout=timeout, env=env)
         return runs[overrides]
 
     return get

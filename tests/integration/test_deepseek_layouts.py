@@ -48,9 +48,9 @@ BIAS = "model.layers.1.mlp.score_bias"  # its key in a checkpoint
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def reference(tmp_path_factory, warm):
     """The 1-process run, once for the module."""
-    run = run_trial(tmp_path_factory.mktemp("deepseek") / "single", *BASE, timeout=900)
+    run = run_trial(tmp_path_factory.mktemp("deepseek") / "single", *BASE, timeout=900, env=warm)
     assert run.code == 0, run.output
     return run
 
@@ -66,8 +66,8 @@ def reference(tmp_path_factory):
         ("memory.recompute=full",),
     ],
 )
-def test_deepseek_layout_reproduces_the_single_process_run(reference, tmp_path, layout):
-    run = run_trial(tmp_path / "run", *BASE, *layout, timeout=900)
+def test_deepseek_layout_reproduces_the_single_process_run(reference, tmp_path, layout, warm):
+    run = run_trial(tmp_path / "run", *BASE, *layout, timeout=900, env=warm)
     assert run.code == 0, run.output + "".join(p.read_text()[-2000:] for p in (run.dir / "logs").glob("rank_*.log"))
     assert_same_run(run, reference, STEPS)
     params = final_params(run, STEPS)  # the MTP module trained, its block's bias moved

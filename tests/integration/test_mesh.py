@@ -42,7 +42,7 @@ _RUNS: dict = {}
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, warm):
     """Trials by (layout, optimizer), each run once for the whole module (later tests reuse them)."""
     root = tmp_path_factory.mktemp("mesh")
 
@@ -51,7 +51,7 @@ def runs(tmp_path_factory):
         if key not in _RUNS:
             overrides = {**LAYOUTS, **VARIANTS}.get(layout, ())
             name = f"{layout}-{optim}-{len(_RUNS)}".replace(" ", "_").replace("=", "")
-            _RUNS[key] = run_trial(root / name, *BASE, f"optim={optim}", *overrides, *extra, timeout=900)
+            _RUNS[key] = run_trial(root / name, *BASE, f"optim={optim}", *overrides, *extra, timeout=900, env=warm)
         return _RUNS[key]
 
     yield get

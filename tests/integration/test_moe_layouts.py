@@ -27,8 +27,8 @@ BASE = (
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    run = run_trial(tmp_path_factory.mktemp("moe") / "single", *BASE, timeout=900)
+def reference(tmp_path_factory, warm):
+    run = run_trial(tmp_path_factory.mktemp("moe") / "single", *BASE, timeout=900, env=warm)
     assert run.code == 0, run.output
     return run
 
@@ -48,8 +48,8 @@ EP = ("parallel.dp_shard=2", "parallel.ep=2")
         ("parallel.cp=2", "parallel.tp=2", "parallel.sp=true"),
     ],
 )
-def test_moe_layout_reproduces_the_single_process_run(reference, tmp_path, layout):
-    run = run_trial(tmp_path / "run", *BASE, *layout, timeout=900)
+def test_moe_layout_reproduces_the_single_process_run(reference, tmp_path, layout, warm):
+    run = run_trial(tmp_path / "run", *BASE, *layout, timeout=900, env=warm)
     assert run.code == 0, run.output + "".join(p.read_text()[-2000:] for p in (run.dir / "logs").glob("rank_*.log"))
     assert_same_run(run, reference, STEPS)
     dropped = reference.summary["metrics"]["moe_dropped_fraction"]

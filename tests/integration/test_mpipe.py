@@ -62,8 +62,8 @@ REFERENCE = {"T=2 min, muon": ("optim=muon",), "T=1 frozen": FROZEN, "T=1 min, M
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return trial_cache(tmp_path_factory.mktemp("mpipe"), BASE)
+def runs(tmp_path_factory, warm):
+    return trial_cache(tmp_path_factory.mktemp("mpipe"), BASE, env=warm)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

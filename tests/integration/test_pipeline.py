@@ -53,8 +53,8 @@ REFERENCE = {"1f1b muon": ("optim=muon",), "uneven 1+3 untied": ("model.tie_embe
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return trial_cache(tmp_path_factory.mktemp("pipeline"), BASE)
+def runs(tmp_path_factory, warm):
+    return trial_cache(tmp_path_factory.mktemp("pipeline"), BASE, env=warm)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
