@@ -15,11 +15,11 @@ from __future__ import annotations
 import dataclasses
 
 from core.config import TrainConfig
-from core.memory.estimate import apply_profile, estimate_memory, terms
+from core.memory.estimate import apply_profile, terms
 from core.memory.plan import recompute_plan
 from core.parallel.pipeline.schedules import stage_layers
 from core.perf.device import memory_bytes
-from core.perf.step import memory_profile
+from core.perf.step import fits_device, memory_profile
 
 
 def least_recompute(cfg: TrainConfig) -> TrainConfig:
@@ -45,9 +45,9 @@ def least_recompute(cfg: TrainConfig) -> TrainConfig:
         return apply_profile(terms(trial, rank), profile).total <= capacity
 
     # the whole config first (every rank at once): most points of a plan fit recomputing nothing, or not at all
-    if estimate_memory(cfg, profile).total > capacity:
+    if not fits_device(cfg):
         return cfg
-    if estimate_memory(none := _with_counts(cfg, [0] * len(counts)), profile).total <= capacity:
+    if fits_device(none := _with_counts(cfg, [0] * len(counts))):
         return none
     for rank in range(par.pp):
         most = max((counts[s] for s in range(rank, par.stages, par.pp)), default=0)
