@@ -125,9 +125,11 @@ def popen(
 ):
     """``subprocess.Popen(args, ...)``, from the warm server when one serves this process and ``args`` runs
     Python code of this interpreter (module docstring); otherwise, or when the server cannot be reached (it
-    forked nothing then: the process is started cold, with a warning on stderr), ``subprocess.Popen`` itself."""
+    forked nothing then: the process is started cold, with a warning on stderr), ``subprocess.Popen`` itself.
+    The server is the one ``env`` names (``$MSAR_WARM_SOCKET``), else this process's: a caller may keep a server
+    out of its own environment and give it to the processes it chooses (the integration tests' ``warm``)."""
     args = [str(a) for a in args]
-    address = os.environ.get(SOCKET_ENV)
+    address = (env or {}).get(SOCKET_ENV) or os.environ.get(SOCKET_ENV)
     affinity, python = _split_taskset(args)
     if address and _warm_command(python) and subprocess.PIPE not in (stdin, stdout, stderr):
         try:

@@ -3,6 +3,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,16 +34,26 @@ class TrialRun:
 
 
 def run_trial(trial_dir: Path, *overrides: str, timeout: float = 300, env: dict | None = None) -> TrialRun:
-    """``python -m core.train`` from the project root; ``env``: variables added to this process's."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "core.train", *overrides, f"trial.dir={trial_dir}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
-    return TrialRun(proc.returncode, trial_dir, proc.stdout + proc.stderr)
+    """``python -m core.train`` from the project root; ``env``: variables added to this process's. When they name
+    a warm server (the ``warm`` fixture), the trial is forked from it, its supervisor or single rank as well as a
+    multi-rank trial's scheduler and ranks; its output then goes through a file (a forked process takes no pipe)."""
+    command = [sys.executable, "-m", "core.train", *overrides, f"trial.dir={trial_dir}"]
+    env = {**os.environ, **(env or {})}
+    if fork_server.SOCKET_ENV not in env:
+        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+        return TrialRun(proc.returncode, trial_dir, proc.stdout + proc.stderr)
+    with tempfile.TemporaryFile("w+") as out:
+        proc = fork_server.popen(
+            command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT
+        )
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:  # as subprocess.run ends it
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        out.seek(0)
+        return TrialRun(code, trial_dir, out.read())
 
 
 @pytest.fixture(scope="session")

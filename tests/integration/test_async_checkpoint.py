@@ -16,9 +16,9 @@ BASE = ("model=tiny", "seed=4", "trial.max_steps=6", "checkpoint.interval=2", "c
 
 
 @pytest.mark.parametrize("layout", [(), ("parallel.dp_shard=2",)], ids=["1 process", "dp_shard=2"])
-def test_async_save_writes_what_a_synchronous_save_writes(tmp_path, layout):
+def test_async_save_writes_what_a_synchronous_save_writes(tmp_path, layout, warm):
     runs = {
-        mode: run_trial(tmp_path / mode, *BASE, *layout, f"checkpoint.async_save={mode == 'async'}")
+        mode: run_trial(tmp_path / mode, *BASE, *layout, f"checkpoint.async_save={mode == 'async'}", env=warm)
         for mode in ("sync", "async")
     }
     for run in runs.values():

@@ -35,9 +35,9 @@ def _ok(run):
     return run
 
 
-def test_the_bf16_loss_curve_follows_fp32(tmp_path):
-    fp32 = _ok(run_trial(tmp_path / "fp32", *CURVE))
-    bf16 = _ok(run_trial(tmp_path / "bf16", *CURVE, "training.precision=bf16"))
+def test_the_bf16_loss_curve_follows_fp32(tmp_path, warm):
+    fp32 = _ok(run_trial(tmp_path / "fp32", *CURVE, env=warm))
+    bf16 = _ok(run_trial(tmp_path / "bf16", *CURVE, "training.precision=bf16", env=warm))
     assert "runs bf16-emulated here" in (bf16.dir / "train.log").read_text()
     a, b = losses(bf16), losses(fp32)
     assert sorted(a) == sorted(b) == list(range(1, 51))
@@ -50,19 +50,19 @@ def test_the_bf16_loss_curve_follows_fp32(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def one_process(tmp_path_factory):
-    return _ok(run_trial(tmp_path_factory.mktemp("bf16") / "one", *LAYOUT))
+def one_process(tmp_path_factory, warm):
+    return _ok(run_trial(tmp_path_factory.mktemp("bf16") / "one", *LAYOUT, env=warm))
 
 
-def test_a_pipeline_passes_bf16_activations_as_one_process_holds_them(one_process, tmp_path):
-    run = _ok(run_trial(tmp_path / "pp2", *LAYOUT, "parallel.pp=2", "parallel.pp_layers=[1,2]"))
+def test_a_pipeline_passes_bf16_activations_as_one_process_holds_them(one_process, tmp_path, warm):
+    run = _ok(run_trial(tmp_path / "pp2", *LAYOUT, "parallel.pp=2", "parallel.pp_layers=[1,2]", env=warm))
     assert_same_run(run, one_process, 8)
 
 
 @pytest.mark.parametrize("layout", [("parallel.tp=2",), ("parallel.dp_shard=2", "parallel.ep=2")])
-def test_a_layout_that_sums_in_another_order_stays_within_bf16s_rounding(one_process, tmp_path, layout):
+def test_a_layout_that_sums_in_another_order_stays_within_bf16s_rounding(one_process, tmp_path, layout, warm):
     # FSDP gathers each shard cast to bf16 (the router's in fp32) and reduce-scatters fp32 gradients
-    run = _ok(run_trial(tmp_path / "run", *LAYOUT, *layout))
+    run = _ok(run_trial(tmp_path / "run", *LAYOUT, *layout, env=warm))
     got, want = losses(run), losses(one_process)
     assert sorted(got) == sorted(want)
     diff = max(abs(got[s] - want[s]) for s in want)

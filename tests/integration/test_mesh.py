@@ -133,7 +133,7 @@ def test_fsdp_divides_parameters_gradients_and_optimizer_state(runs, optim, n):
     assert sum(_state(sharded, rank) for rank in range(n)) >= _state(single)
 
 
-def test_resume_on_any_layout_continues_exactly(runs, tmp_path):
+def test_resume_on_any_layout_continues_exactly(runs, tmp_path, warm):
     ref = runs("single", "adamw")
     # a sharded checkpoint (tp=2) resumed on FSDP, and the 1-process checkpoint resumed on context parallelism
     # (resuming on its own layout is the same path: the checkpoint is consolidated, then sharded for the target)
@@ -142,7 +142,7 @@ def test_resume_on_any_layout_continues_exactly(runs, tmp_path):
         step5 = saved.dir / "checkpoints" / "step_00000005"
         assert (step5 / ("index.json" if source != "single" else ck.FILENAME)).exists()
         run = run_trial(
-            tmp_path / f"resumed{i}", *BASE, "optim=adamw", *target, f"checkpoint.resume={step5}", timeout=900
+            tmp_path / f"resumed{i}", *BASE, "optim=adamw", *target, f"checkpoint.resume={step5}", timeout=900, env=warm
         )
         assert run.code == 0, run.output
         assert_same_run(run, ref, STEPS, first_step=6)

@@ -103,3 +103,14 @@ def test_an_unreachable_server_starts_the_process_cold_and_says_so(tmp_path, mon
     proc = warm.popen([sys.executable, "-c", "import sys; sys.exit(3)"])
     assert isinstance(proc, subprocess.Popen) and proc.wait() == 3
     assert "no warm server at" in capsys.readouterr().err
+
+
+def test_a_server_named_in_env_alone_forks_the_child(server, tmp_path, monkeypatch):
+    """A caller that keeps the server out of its own environment (the integration tests' ``warm``) names it in the
+    child's: warm then; an env without it, in a process without it, is cold."""
+    monkeypatch.delenv(warm.SOCKET_ENV)  # the fixture's serving() set it
+    env = dict(os.environ)
+    proc = warm.popen([sys.executable, "-c", "pass"], env={**env, warm.SOCKET_ENV: server})
+    assert isinstance(proc, warm.WarmProcess) and proc.wait(timeout=60) == 0
+    proc = warm.popen([sys.executable, "-c", "pass"], env=env)
+    assert isinstance(proc, subprocess.Popen) and proc.wait() == 0
