@@ -3,7 +3,7 @@
 whether the layout its authors published is among the plan's top 5, and what the plan predicts for its own first
 choice against it.
 
-    .venv/bin/python benchmarks/plan_vs_experts.py [--limit N]
+    .venv/bin/python benchmarks/plan_vs_experts.py [--limit N] [--least-recompute]
 
 The space per row: every power-of-two split of the row's GPUs into dp_shard x tp x pp x cp (tp <= 8, pp <= 16,
 cp <= the row's), sequence parallelism with tp, 1F1B or interleaved (2 virtual stages), micro-batch 1, 2 or 4,
@@ -16,6 +16,11 @@ batch whatever the other params are (the space's own check) is dropped from its 
 published split is uneven (``parallel.pp_layers``) or whose recompute is counted per stage
 (``memory.recompute_stage_layers``, MindFormers' 70B rows) is no point of these spaces: its layout is predicted apart
 and ranked by its speed among the space's fitting points. Writes ``benchmarks/data/plan_vs_experts.md``.
+
+``--least-recompute`` plans each recomputing point with the fewest blocks per stage that fit
+(``core.perf.least_recompute``, the planner's ``--least-recompute``); the published layout is then predicted as it
+ran (every block recomputed) and ranked by its speed, so its own point with fewer blocks may stand above it.
+Writes ``benchmarks/data/plan_vs_experts_least_recompute.md``.
 """
 
 from __future__ import annotations
@@ -128,7 +133,7 @@ def rank_of(ranked: list[PlanRow], mine: dict, speed: float | None = None) -> in
     return next((i for i, r in enumerate(ranked) if r.params == mine), None)
 
 
-def plan_pruned(space: dict, published: dict) -> list:
+def plan_pruned(space: dict, published: dict, least_recompute: bool = False) -> list:
     """Plan ``space``, first dropping each value the space's check says the core refuses for this model and batch
     whatever the other params are (tp 8 over 4 key-value heads, ZeRO-1 over one rank, ...); the published value is
     never dropped: a space that refuses it is not planned."""
@@ -137,7 +142,7 @@ def plan_pruned(space: dict, published: dict) -> list:
             path = Path(tmp) / "space.yaml"
             path.write_text(yaml.safe_dump(space, sort_keys=False))
             try:
-                return plan(load_space(path))
+                return plan(load_space(path), least_recompute=least_recompute)
             except SpaceError as exc:
                 hit = re.fullmatch(r"params\.(.+)\.values\[(\d+)\]", exc.key)
                 if hit is None:
@@ -152,8 +157,13 @@ def plan_pruned(space: dict, published: dict) -> list:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=None, help="rows to plan (default: every distinct setting)")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "data" / "plan_vs_experts.md")
+    ap.add_argument("--least-recompute", action="store_true", help="plan recomputing points with their fewest blocks")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="default: benchmarks/data/plan_vs_experts[_least_recompute].md"
+    )
     args = ap.parse_args()
+    suffix = "_least_recompute" if args.least_recompute else ""
+    out = args.out or ROOT / "benchmarks" / "data" / f"plan_vs_experts{suffix}.md"
     runs = yaml.safe_load(DATA.read_text())["runs"]
     by_id = {r["id"]: r for r in runs}
     efficiency = {device: fit(by_id[row]) for device, row in FIT.items()}
@@ -181,7 +191,7 @@ def main() -> None:
         profile = yaml.safe_load((ROOT / "configs" / "cluster" / f"{typed['cluster']}.yaml").read_text())
         space["fixed"]["device"] = profile["device"]  # the space is checked by the core's rules for that device
         try:
-            every = plan_pruned(space, published_point(typed))
+            every = plan_pruned(space, published_point(typed), args.least_recompute)
         except (ConfigError, ValueError) as exc:
             lines.append(f"| {row['id']} | - | not planned: {exc} | - | - | - |")
             continue
@@ -191,7 +201,9 @@ def main() -> None:
         )
         mine = published_point(typed)
         layout = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in mine.items())
-        if not apart:
+        # as it ran: a recomputing published layout is not its own point when the plan counts blocks per stage
+        as_published = apart or (args.least_recompute and mine["memory.recompute"] != "none")
+        if not as_published:
             where = rank_of(ranked, mine)
             speed = ranked[where].tokens_per_sec_per_device if where is not None else None
             own = next((r for r in every if r.params == mine), None)
@@ -206,13 +218,17 @@ def main() -> None:
         if where is None:
             lines.append(f"| {row['id']} | {layout} | predicted not to run ({why}) | no | - | - |")
             continue
-        fitting = len(ranked) + bool(apart)  # a published layout predicted apart is one more fitting point
+        fitting = len(ranked) + bool(as_published)  # a published layout predicted apart is one more fitting point
         best = ranked[0] if where > 0 else None  # where 0: the published layout is the plan's first choice
         hits += where < TOP
         gain = best.tokens_per_sec_per_device / speed if best else 1.0
         gains.append(gain)
         changed = best.params.items() if best else ()
         choice = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in changed if mine.get(k) != v)
+        if best and best.recompute_stage_layers is not None:  # --least-recompute: the blocks its stages recompute
+            choice = ", ".join(
+                filter(None, (choice, f"recompute_stage_layers=[{runs_text(best.recompute_stage_layers)}]"))
+            )
         lines.append(
             f"| {row['id']} | {layout} | {where + 1} of {fitting} | {'yes' if where < TOP else 'no'} | "
             f"{choice or 'the same'} | {gain:.2f}x |"
@@ -226,9 +242,10 @@ def main() -> None:
         if gains
         else "no setting planned"
     )
-    head = f"# The plan against the experts — {time.strftime('%Y-%m-%d')}, commit {git_commit()}\n"
+    how = " (recomputing points planned with their fewest blocks per stage)" if args.least_recompute else ""
+    head = f"# The plan against the experts{how} — {time.strftime('%Y-%m-%d')}, commit {git_commit()}\n"
     text = "\n".join([head, summary, "", *lines]) + "\n"
-    args.out.write_text(text)
+    out.write_text(text)
     print(text)
 
 
