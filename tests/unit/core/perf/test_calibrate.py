@@ -138,3 +138,34 @@ def test_a_fit_the_reference_rate_cannot_explain_is_not_cached(tmp_path, monkeyp
     with pytest.raises(SystemExit, match=r"matmul_efficiency stopped at its bound 1.*reference_rate --force"):
         calibrate.calibrate(force=True)
     assert calls == [False, True, True] and not device.calibration_path().exists()
+
+
+def _ranks_exiting(monkeypatch, *runs: list[int]) -> list[int]:
+    """collectives.measure over stand-in ranks: each call exits with the next run's codes (rank 0 prints one
+    timing when its run succeeds); returns the list the calls are counted in."""
+    calls = []
+
+    def run_ranks(n, *args, log_dir, timeout):
+        codes = runs[len(calls)]
+        calls.append(codes)
+        ok = f'{collectives.MARK}{{"4096": 0.5}}' if not any(codes) else "Fatal Python error: Segmentation fault"
+        return [(code, ok if rank == 0 else "") for rank, code in enumerate(codes)]
+
+    monkeypatch.setattr(collectives, "run_ranks", run_ranks)
+    return calls
+
+
+def test_a_rank_killed_by_a_signal_is_run_again_once(monkeypatch, capsys):
+    calls = _ranks_exiting(monkeypatch, [-11, 0], [0, 0])
+    assert collectives.measure(2) == {4096: 0.5} and len(calls) == 2
+    assert "rank 0 of 2 exited -11 (signal 11), attempt 1 of 2; running it again" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("runs", [([1, 0],), ([0, -6], [-11, 0])])
+def test_a_rank_that_exits_with_a_code_or_dies_twice_fails_naming_it(monkeypatch, runs):
+    """An exit code is the benchmark's own failure: not run again. The summary ends the message too."""
+    calls = _ranks_exiting(monkeypatch, *runs)
+    code = next(c for c in runs[-1] if c)
+    with pytest.raises(SystemExit, match=rf"exited {code}\Z") as failed:
+        collectives.measure(2)
+    assert len(calls) == len(runs) and str(failed.value).startswith("collective micro-benchmark: rank")
