@@ -46,6 +46,8 @@ LAYOUTS = {  # name -> (overrides, held out of the memory fit)
     "hsdp 2x2": (["parallel.dp_replicate=2", "parallel.dp_shard=2"], True),
     "tp=2 dp_shard=2": (["parallel.tp=2", "parallel.dp_shard=2"], True),
     "cp=2 tp=2": (["parallel.cp=2", "parallel.tp=2"], True),
+    # ZeRO-1 (core.parallel.zero1): weights and gradients whole, masters and AdamW's states sharded
+    "zero1 dp_shard=2": (["parallel.dp_shard=2", "parallel.dp_shard_strategy=optim"], True),
 }
 
 

@@ -387,16 +387,6 @@ def experts_split_as_the_core_trains_them(cfg: TrainConfig) -> None:
     )
 
 
-def weights_sharded_as_the_core_trains_them(cfg: TrainConfig) -> None:
-    require(
-        cfg.parallel.shards_weights,
-        "parallel.dp_shard_strategy",
-        "the core's sharded data parallelism is FSDP (core.parallel.fsdp): set parallel.dp_shard_strategy="
-        "optim_grads_params; optim (ZeRO-1, Megatron's distributed optimizer) is estimated (python -m core.perf), "
-        "not trained",
-    )
-
-
 def recompute_as_the_core_trains_it(cfg: TrainConfig) -> None:
     require(
         "selective_op" not in cfg.memory.recompute_settings,
@@ -456,7 +446,6 @@ CROSS_SECTION_RULES = (
 RUN_RULES = (
     fp8_is_estimated_not_trained,
     experts_split_as_the_core_trains_them,
-    weights_sharded_as_the_core_trains_them,
     recompute_as_the_core_trains_it,
     cluster_keys_describe_the_core,
 )

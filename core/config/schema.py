@@ -96,7 +96,7 @@ class ParallelConfig:
     gathered for each use, gradients reduce-scattered each micro-batch; what the core trains) or optim (ZeRO-1,
     Megatron's distributed optimizer: fp32 master weights and optimizer states sharded, weights and gradients
     whole on every rank, the gradients reduce-scattered and the updated weights all-gathered once a step; folded
-    experts likewise over ``expert_dp``). optim is estimated (core.perf, core.memory), not trained."""
+    experts likewise over ``expert_dp``; core.parallel.zero1 trains it, folded experts aside)."""
     tp: int = 1
     """Tensor parallelism: heads, KV heads, FFN width and vocabulary split over these ranks."""
     pp: int = 1

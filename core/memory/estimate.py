@@ -130,10 +130,10 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
         f"layers.{i}." for s, blocks in chunks.items() if plan.mode(s) == "full" for i in plan.recomputed(blocks, s)
     }
     used = plan.modes_used(chunks)
-    # ZeRO-1 (parallel.dp_shard_strategy=optim, estimated only): the master weights and states sharded as FSDP
+    # ZeRO-1 (parallel.dp_shard_strategy=optim, core.parallel.zero1): the master weights and states sharded as FSDP
     # shards them, each weight and its gradient whole on every rank
     gathers = par.shards_weights
-    n = stored = whole = grad_bytes = state_floats = hidden = gathered = copies = copied = sharded_ops = 0
+    n = stored = whole = grad_bytes = state_floats = hidden = gathered = copies = copied = sharded_ops = apart = 0
     for name, shape in param_shapes(m).items():
         p = layout_placement(name, shape, par.expert_tp if is_expert(name) else par.tp, fsdp, ep=par.ep)
         if par.expert_dp > 1 and is_expert(name):  # folded experts: FSDP over the ranks holding the same experts
@@ -154,6 +154,9 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
             gathered = max(gathered, p.local_numel) if sharded else gathered
             continue
         n, stored, whole = n + p.local_numel, stored + size, whole + resident
+        # The core's ZeRO-1 keeps its fp32 masters apart from the fp32 weights (core.parallel.zero1), counted on
+        # the CPU it runs on; on accelerators the stacks priced keep fp32 weights as their own masters (Megatron)
+        apart += size if not accelerator and not gathers and p.fsdp_size > 1 else 0
         # A gradient FSDP shards lands in the fp32 master's gradient (torchtitan); on accelerators one kept whole
         # accumulates in the buffer it is reduced from, in the reduction's precision (Megatron-LM's
         # ``grad_reduce_in_fp32`` sets its gradient buffer's dtype)
@@ -225,7 +228,7 @@ def terms(cfg: TrainConfig, pp_rank: int = 0) -> Terms:
     return Terms(
         # fp32 masters (bf16: beside the compute copies; fp32: the weights themselves, whole under ZeRO-1), or
         # without masters the weights as they are held, in their 16 bits
-        params=4 * ((stored if bf16 else whole) + copied) + weight_bytes * copies
+        params=4 * ((stored if bf16 else whole) + copied + apart) + weight_bytes * copies
         if masters
         else weight_bytes * (whole + copied),
         grads=grad_bytes * (3 if cfg.grad_accum_steps > 1 and not accelerator else 1),

@@ -9,6 +9,7 @@
     context_parallel.py   the sequence over cp ranks (load-balanced chunks), attention over gathered K/V
     expert_parallel.py    MoE blocks on the mesh: experts over the dp_shard ranks, tokens by all-to-all
     fsdp.py               FSDP/HSDP: flat shards gathered per op, gradients reduce-scattered
+    zero1.py              ZeRO-1: weights and gradients whole, masters and optimizer states sharded
     pipeline/             pipeline schedules, stages and the pipeline step
     grads.py              GradientSync: the gradient of the global mean loss, clipped by the global norm
     block_norms.py        run health: each block's gradient and parameter norms (training.health_interval)
@@ -30,5 +31,6 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
         "grads": ["GradientSync"],
         "placement": ["Placement", "is_expert", "layout_placement", "replicated"],
         "tensor_parallel": ["apply_tensor_parallel"],
+        "zero1": ["MasterWeights"],
     },
 )

@@ -41,7 +41,7 @@ def text(cfg: TrainConfig, est: StepEstimate) -> str:
     layout = " ".join(f"{k}={getattr(par, k)}" for k in ("dp_replicate", "dp_shard", "tp", "pp", "cp", "ep"))
     layout += f" etp={par.etp}" if par.etp is not None else ""
     layout += " (experts folded: estimated, not trained)" if par.experts_folded else ""
-    layout += " ZeRO-1 (dp_shard_strategy=optim: estimated, not trained)" if not par.shards_weights else ""
+    layout += " ZeRO-1 (dp_shard_strategy=optim)" if not par.shards_weights else ""
     memory = f"{est.peak_memory_bytes_per_rank / 2**30:.1f} GiB per rank"
     if est.memory_bytes_per_device is not None:
         memory += f" of {est.memory_bytes_per_device / 2**30:.0f} GiB" + ("" if est.fits else "  DOES NOT FIT")

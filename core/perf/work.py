@@ -47,7 +47,7 @@ Collectives per block and micro-batch (bytes of the whole tensor; ``core.perf.li
     fsdp     an all-gather of the block's weights forward, again backward, and a reduce-scatter of its
              gradients (fp32 or bf16: ``cluster.reduce_precision``) (FSDP re-gathers in backward:
              ``core.parallel.fsdp``); with ``cluster.overlap_fsdp`` only what the block's compute cannot hide is
-             exposed. None under ``parallel.dp_shard_strategy=optim`` (ZeRO-1, estimated only): the weights are
+             exposed. None under ``parallel.dp_shard_strategy=optim`` (ZeRO-1, ``core.parallel.zero1``): the weights are
              whole on every rank, their gradients reduce-scattered and the updated weights gathered once a step
              (``core.perf.step``)
 """

@@ -6,7 +6,8 @@ A pipeline (``pp > 1``) first cuts the model into stages and keeps this rank's (
 stage is a GPT-shaped cell and gets what follows, with its own recompute mode. In this order (torchtitan's):
 tensor and sequence parallelism split weights and wrap their ops; context parallelism replaces attention; MoE
 blocks go on the mesh; selective recompute wraps its ops; FSDP shards whatever weights are left (TP blocks
-included) and wraps every op once more, knowing which blocks recompute. The blocks are *marked* for full
+included) and wraps every op once more, knowing which blocks recompute (under ZeRO-1 the weights stay whole and
+``Parallelized.masters`` shards the optimizer's side instead). The blocks are *marked* for full
 recompute last, once every weight has its final Parameter: MindSpore's PyNative recompute captures a block's
 parameters when it is marked (marked before FSDP, it differentiated the replaced full weights and lost the
 shards' gradients). The trainer asks for a ``Parallelized`` and never branches on a degree.
@@ -36,6 +37,7 @@ from core.parallel.fsdp import apply_fsdp
 from core.parallel.pipeline.stages import preprocess, reads_table_last, split_stages
 from core.parallel.placement import Placement, replicated
 from core.parallel.tensor_parallel import apply_tensor_parallel
+from core.parallel.zero1 import MasterWeights
 
 
 @dataclass(kw_only=True)
@@ -58,6 +60,12 @@ class Parallelized:
 
     mtp_depth: int = 0  # multi-token prediction modules (core.model.mtp): training windows are this much longer
     mtp_loss: nn.Cell | None = None
+    zero1: bool = False  # the optimizer's side sharded over the fsdp ranks, the weights whole (core.parallel.zero1)
+
+    def masters(self, weights: list) -> MasterWeights:
+        """What the optimizer, clipping and checkpoints hold for the differentiated ``weights``: their ZeRO-1
+        masters (``parallel.dp_shard_strategy=optim``), else the weights themselves."""
+        return MasterWeights(weights, self.placements, self.groups["fsdp"] if self.zero1 else None)
 
     def local_tokens(self, rows: np.ndarray, *, training: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """This rank's (inputs, targets), each (b, S / cp), from its batch rows (b, S + 1); for training with MTP
@@ -135,6 +143,7 @@ def parallelize(model: nn.Cell, dims: ParallelDims, cfg: TrainConfig) -> Paralle
         positions=positions,
         recompute=plan,
         frozen=frozen,
+        zero1=dims.size("fsdp") > 1 and not p.shards_weights,
     )
     depth = cfg.model.mtp_layers  # (with a pipeline the last stage runs the modules: core.parallel.pipeline.stages)
     common |= dict(mtp_depth=depth, mtp_loss=MTPLoss(cfg.model.mtp_loss_weight, depth) if depth else None)
@@ -185,7 +194,7 @@ def _parallelize_part(
     if mode == "selective":
         apply_selective(model, blocks)
     full = blocks if mode == "full" else range(0)
-    if dims.size("fsdp") > 1:
+    if dims.size("fsdp") > 1 and cfg.parallel.shards_weights:  # (else ZeRO-1: the trainer's MasterWeights)
         loss, eval_loss = apply_fsdp(model, groups["fsdp"], placements, loss, eval_loss, recomputed=full)
     if not plan.segmented:  # (segmented: the step runs full recompute as compiled segments, core.training.step)
         mark_full(model, full)

@@ -70,7 +70,9 @@ class Trainer:
             )
         self.par = parallelize(GPT(cfg.model, seed=cfg.seed), self.dims, cfg)
         self.positions = Tensor(self.par.positions)
-        self.params = list(self.par.model.trainable_params())  # the frozen (model.freeze_*) are not among them
+        self.weights = list(self.par.model.trainable_params())  # differentiated; the frozen are not among them
+        self.masters = self.par.masters(self.weights)  # ZeRO-1's shards, else the weights themselves
+        self.params = self.masters.params  # what the optimizer updates, clipping reads and checkpoints save
         fused = cpu_kernels()
         self.optimizer = build_optimizer(
             [(p.name, p) for p in self.params],
@@ -79,7 +81,7 @@ class Trainer:
             group=self.par.groups["shard"],
             fused=fused,
         )
-        self.step = build_step(self.par, cfg, self.params, swap_dir=self.trial_dir / "swap" / f"rank_{self.dist.rank}")
+        self.step = build_step(self.par, cfg, self.weights, swap_dir=self.trial_dir / "swap" / f"rank_{self.dist.rank}")
         self.sync = GradientSync(
             self.params,
             placements=self.par.placements,
@@ -176,6 +178,7 @@ class Trainer:
         step, tokens = self.checkpoints.resume(self.trial_dir)
         if step:
             self.rec.steps, self.rec.tokens = step, tokens
+        self.masters.publish()  # the weights from the masters loaded (or initialised from them: the same)
         return step
 
     def _train_step(self, step: int) -> tuple[float, float, float]:
@@ -185,7 +188,7 @@ class Trainer:
             step, t.global_batch_size, window, cfg.seed, rank=dims.index("batch"), world_size=dims.size("batch")
         )  # (G / batch ranks, S + 1 + D)
         loss_value, grads = self.step.run(*self.par.local_tokens(rows, training=True), self.positions)
-        grads, norm, scale = self.sync(grads)
+        grads, norm, scale = self.sync(self.masters.reduce(grads))
         loss_value = self.ranks.mean(loss_value)  # every rank must take the same decision on NaN
         norm_value = float(norm.asnumpy())
         if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
@@ -198,6 +201,7 @@ class Trainer:
         health = self.block_norms is not None and (step + 1) % t.health_interval == 0
         grad_blocks = self.block_norms(grads, self.sync.scale) if health else None
         self.optimizer.step(grads, lr, scale)
+        self.masters.publish()
         if self.balance.active:  # every rank: a collective
             self.balance.after_step()
         if health:  # every rank: a collective
@@ -238,8 +242,9 @@ class Trainer:
     def _state_bytes(self) -> dict:
         """Bytes this rank holds for parameters, their gradients and the optimizer states (counted, not measured:
         what sharding divides)."""
-        grads = sum(p.size * p.itemsize for p in self.params)
-        params = grads + sum(p.size * p.itemsize for p in self._frozen())
+        grads = sum(p.size * p.itemsize for p in self.weights)
+        masters = sum(p.size * p.itemsize for p in self.params if all(p is not w for w in self.weights))
+        params = grads + masters + sum(p.size * p.itemsize for p in self._frozen())
         optim = sum(v.nbytes for v in self.optimizer.state_dict().values())
         return {"params": int(params), "grads": int(grads), "optimizer": int(optim)}
 

@@ -1,7 +1,7 @@
 """Every mesh layout, run by real worker processes, reproduces the 1-process run with the same global batch and
 seed: per-step losses, validation loss, and (after consolidating the sharded checkpoint) final parameters; each
-layout with AdamW, Muon or both (``CASES``). Plus: FSDP divides the per-rank state, a run moves between layouts
-through a checkpoint, a layout that does not fit the cluster exits 2, and a rank killed mid-run is named in the
+layout with AdamW, Muon or both (``CASES``). Plus: FSDP divides the per-rank state and ZeRO-1 its optimizer's, a
+run moves between layouts through a checkpoint, a layout that does not fit the cluster exits 2, and a rank killed mid-run is named in the
 summary."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from tests.schema import assert_summary_schema
 pytestmark = pytest.mark.slow
 
 STEPS = 10
+ZERO1 = "parallel.dp_shard_strategy=optim"
 BASE = ("model=tiny", "seed=5", f"trial.max_steps={STEPS}", "checkpoint.interval=5")
 LAYOUTS = {
     "dp_shard=2": ("parallel.dp_shard=2",),
@@ -27,6 +28,8 @@ LAYOUTS = {
     "cp=2": ("parallel.cp=2",),
     "tp=2 dp_shard=2": ("parallel.tp=2", "parallel.dp_shard=2"),
     "cp=2 tp=2": ("parallel.cp=2", "parallel.tp=2"),
+    # ZeRO-1 (core.parallel.zero1): weights whole, masters and optimizer states sharded over dp_shard x cp
+    "zero1 dp_shard=2": ("parallel.dp_shard=2", ZERO1),
 }
 # tiny ties its head to the embedding; small and medium do not. The tp x dp_shard case runs an untied head (and so
 # does its 1-process reference): split by vocabulary rows under TP, sharded by FSDP, gathered whole by Muon.
@@ -37,6 +40,8 @@ VARIANTS = {
     "dp_shard=2 recompute pynative": ("parallel.dp_shard=2", "memory.recompute=full", "training.mode=pynative"),
     "tp=2 dp_shard=2 recompute": ("parallel.tp=2", "parallel.dp_shard=2", "memory.recompute=full"),
     "dp_shard=4": ("parallel.dp_shard=4",),
+    # two micro-batches a rank: the gradients summed whole, reduce-scattered once; context parallel ranks shard too
+    "zero1 cp=2 accumulating": ("parallel.cp=2", ZERO1, "training.micro_batch_size=2"),
 }
 _RUNS: dict = {}
 
@@ -73,6 +78,8 @@ CASES = [
     ("cp=2", "adamw"),
     ("tp=2 dp_shard=2", "muon"),
     ("cp=2 tp=2", "muon"),
+    ("zero1 dp_shard=2", "adamw"),
+    ("zero1 dp_shard=2", "muon"),
 ]
 
 
@@ -86,7 +93,7 @@ def test_layout_reproduces_the_single_process_run(runs, layout, optim):
     assert_summary_schema(s)
     degrees = dict(o.split("=") for o in {**LAYOUTS, **VARIANTS}[layout])
     for key, value in degrees.items():
-        if key.startswith("parallel.") and key != "parallel.sp":
+        if key.startswith("parallel.") and value.isdigit():
             assert s["layout"][key.split(".")[1]] == int(value)
     assert s["layout"]["world_size"] == len(s["metrics"]["peak_memory_bytes_per_rank"])
     assert_same_run(run, ref, STEPS)
@@ -133,11 +140,25 @@ def test_fsdp_divides_parameters_gradients_and_optimizer_state(runs, optim, n):
     assert sum(_state(sharded, rank) for rank in range(n)) >= _state(single)
 
 
+def test_zero1_divides_the_optimizer_state_and_keeps_weights_and_gradients_whole(runs):
+    single, zero1 = runs("single", "adamw"), runs("zero1 dp_shard=2", "adamw")
+    assert zero1.code == 0, zero1.output
+    whole = single.summary["metrics"]["state_bytes"]
+    remainder = (3 * 9 + 2) * (2 + 2) * 4 + 8  # padding to a multiple of 2 (masters, AdamW's states), the counter
+    for rank in range(2):
+        held = zero1.summary["ranks"][rank]["state_bytes"]
+        assert held["grads"] == whole["grads"]
+        # the weights whole, beside their masters: half of them, padded
+        assert whole["params"] + whole["params"] / 2 <= held["params"] <= whole["params"] * 1.5 + remainder
+        assert whole["optimizer"] / 2 <= held["optimizer"] <= whole["optimizer"] / 2 + remainder
+
+
 def test_resume_on_any_layout_continues_exactly(runs, tmp_path, warm):
     ref = runs("single", "adamw")
-    # a sharded checkpoint (tp=2) resumed on FSDP, and the 1-process checkpoint resumed on context parallelism
-    # (resuming on its own layout is the same path: the checkpoint is consolidated, then sharded for the target)
-    for i, (source, target) in enumerate((("tp=2", ("parallel.dp_shard=2",)), ("single", ("parallel.cp=2",)))):
+    # a sharded checkpoint (tp=2) resumed on ZeRO-1, whose masters are FSDP's shards and whose whole weights must be
+    # gathered from them, and the 1-process checkpoint resumed on context parallelism (resuming on its own layout
+    # is the same path: the checkpoint is consolidated, then sharded for the target)
+    for i, (source, target) in enumerate((("tp=2", LAYOUTS["zero1 dp_shard=2"]), ("single", ("parallel.cp=2",)))):
         saved = runs(source, "adamw")
         step5 = saved.dir / "checkpoints" / "step_00000005"
         assert (step5 / ("index.json" if source != "single" else ck.FILENAME)).exists()

@@ -1,7 +1,7 @@
 """Pipeline layouts, run by real worker processes, reproduce the 1-process run with the same global batch and
 seed (per-step losses, validation loss, final parameters after consolidating the sharded checkpoint): every
 schedule, uneven stage splits (one with stages of no blocks at the ends), pipelines composed with data, tensor
-and fully sharded data parallelism, and recompute counted per stage."""
+and fully sharded data parallelism and ZeRO-1, and recompute counted per stage."""
 
 from __future__ import annotations
 
@@ -48,8 +48,15 @@ LAYOUTS = {
         "memory.recompute_stages=[full,none]",
         "memory.recompute_stage_layers=[1,0]",
     ),
+    # ZeRO-1 (core.parallel.zero1) on each stage: the tied table's two copies summed shard by shard, Muon's
+    # matrices gathered whole from the masters
+    "pp=2 zero1 dp_shard=2 muon": (*PP, "parallel.dp_shard=2", "parallel.dp_shard_strategy=optim", "optim=muon"),
 }
-REFERENCE = {"1f1b muon": ("optim=muon",), "uneven 1+3 untied": ("model.tie_embeddings=false",)}
+REFERENCE = {
+    "1f1b muon": ("optim=muon",),
+    "uneven 1+3 untied": ("model.tie_embeddings=false",),
+    "pp=2 zero1 dp_shard=2 muon": ("optim=muon",),
+}
 
 
 @pytest.fixture(scope="module")

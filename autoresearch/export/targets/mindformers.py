@@ -700,8 +700,9 @@ MINDFORMERS = Target(
         "checkpoint": "the trial's checkpoints; the target configures its own CheckpointMonitor",
         "parallel.etp": "the fragment's parallel_config has no expert tensor-parallel key (MindFormers' parallel_core "
         "reads expert_tensor_parallel_size); a trial's experts split by tp (etp = tp: the layout core.train runs)",
-        "parallel.dp_shard_strategy": "a trial's dp_shard shards its weights too (optim_grads_params: the strategy "
-        "core.train runs), written as MindFormers' optimizer parallel over optimizer_weight_shard_size ranks",
+        "parallel.dp_shard_strategy": "a trial's dp_shard (its weights sharded too under optim_grads_params, only "
+        "the masters and states under optim) is written as MindFormers' optimizer parallel over "
+        "optimizer_weight_shard_size ranks, which shards the weights and states",
         "cluster": "the cluster the step-time model planned for (core.perf); the run uses the devices it is launched "
         "on",
         "memory.recompute_modules": "Megatron-LM's --recompute-modules, which the step-time model plans with (never "

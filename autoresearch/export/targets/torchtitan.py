@@ -349,8 +349,8 @@ TORCHTITAN = Target(
             "= dp_shard * cp * tp / ep); a trial's experts split by tp (etp = tp: the layout core.train runs)"
         ),
         "parallel.dp_shard_strategy": (
-            "torchtitan's data_parallel_shard_degree is FSDP2 (ZeRO-3), as a trial's dp_shard (optim_grads_params: "
-            "the strategy core.train runs); it has no ZeRO-1 setting"
+            "torchtitan's data_parallel_shard_degree is FSDP2 (ZeRO-3), a trial's dp_shard under optim_grads_params; "
+            "it has no ZeRO-1 setting, so a trial's optim (ZeRO-1) is written as FSDP over the same ranks"
         ),
         "memory.recompute_modules": (
             "Megatron-LM's --recompute-modules, which the step-time model plans with (never a trial's: core.train "

@@ -1,7 +1,7 @@
 """ZeRO-1 (``parallel.dp_shard_strategy=optim``, Megatron's distributed optimizer) against FSDP, by hand: what a rank
 holds (whole weights and gradients, sharded masters and states) and what crosses the network (one reduce-scatter of
 the gradients and one all-gather of the weights a step, instead of a gather per use and a scatter per micro-batch);
-estimated, never trained."""
+trained by core.parallel.zero1 (tests/integration/test_mesh.py checks it against the 1-process run)."""
 
 from __future__ import annotations
 
@@ -97,11 +97,9 @@ def test_folded_experts_shard_their_optimizer_over_the_ranks_holding_them():
     assert zero1.grads == pytest.approx(4 * (_numel("qwen3-30b-a3b", tp=2) + experts))
 
 
-def test_estimated_and_named_but_not_trained():
+def test_named_in_the_estimate_and_trained():
     cfg = _cfg("parallel.dp_shard=8", ZERO1)
-    with pytest.raises(ConfigError, match="not trained") as info:
-        check_runnable(cfg)
-    assert info.value.field == "parallel.dp_shard_strategy"
+    check_runnable(load_config(["model=tiny", "parallel.dp_shard=2", ZERO1]))  # the core trains it
     assert "ZeRO-1" in text(cfg, estimate_step(cfg)).splitlines()[0]
     assert "ZeRO-1" not in text(_cfg("parallel.dp_shard=8"), estimate_step(_cfg("parallel.dp_shard=8")))
     fold = ["parallel.tp=2", "parallel.sp=true", "parallel.dp_shard=4", "parallel.ep=8", "parallel.etp=1"]
@@ -126,3 +124,15 @@ def test_an_update_without_masters_moves_the_16_bit_weight_and_gradient():
     without = estimate_step(_cfg(*layout, "cluster.master_weights=false")).breakdown["optimizer"]
     assert without / masters == pytest.approx(22 / 30)
     assert without == pytest.approx(22 * _numel("llama3-8b") / 8 / 2000e9)
+
+
+def test_on_cpu_the_cores_masters_are_counted_beside_its_weights():
+    """core.parallel.zero1 keeps fp32 masters apart from the fp32 weights (Megatron's fp32 weights are their own
+    masters): on CPU, where the core runs, a rank holds each weight whole and its master's shard (padded), the
+    gradients whole and AdamW's two states sharded; FSDP holds one shard of each."""
+    cfg = load_config(["model=tiny", "parallel.dp_shard=2", ZERO1])
+    sizes = [math.prod(s) for s in param_shapes(cfg.model).values()]
+    whole, shard = sum(sizes), sum(-(-n // 2) for n in sizes)
+    zero1, fsdp = terms(cfg), terms(load_config(["model=tiny", "parallel.dp_shard=2"]))
+    assert (zero1.params, zero1.grads, zero1.optimizer) == (4 * (whole + shard), 4 * whole, 8 * shard)
+    assert (fsdp.params, fsdp.grads, fsdp.optimizer) == (4 * shard, 4 * shard, 8 * shard)
