@@ -55,14 +55,10 @@ class _Unshard(nn.Cell):
     def __init__(self, group: comm.Group, placement: Placement):
         super().__init__()
         self.gather = comm.all_gather(group, 0)
-        self.numel, self.shape = placement.local_numel, placement.local_shape
-        self.padded = placement.shard_len * placement.fsdp_size != placement.local_numel
+        self.numel, self.shape = placement.local_numel, tuple(placement.local_shape)
 
     def construct(self, shard):
-        flat = self.gather(shard)  # (fsdp * n,)
-        if self.padded:
-            flat = flat[: self.numel]
-        return flat.reshape(self.shape)
+        return unshard(self.gather, shard, self.numel, self.shape)
 
 
 class _ShardGrad(nn.Cell):
@@ -71,13 +67,28 @@ class _ShardGrad(nn.Cell):
     def __init__(self, group: comm.Group, placement: Placement):
         super().__init__()
         self.scatter = comm.reduce_scatter(group, 0)
-        self.pad = placement.shard_len * placement.fsdp_size - placement.local_numel
+        self.pad = placement.fsdp_pad
 
     def construct(self, grad):
-        flat = grad.reshape(-1)
-        if self.pad:
-            flat = ops.concat((flat, ops.zeros((self.pad,), flat.dtype)))
-        return self.scatter(flat)  # (n,)
+        return shard_grad(self.scatter, grad, self.pad)
+
+
+def unshard(gather, shard, numel: int, shape: tuple):
+    """flat shard (n,) -> the whole weight (``shape``, ``numel`` elements): all-gathered, the padding cut. A
+    function, not a cell, so that ZeRO-1 (``core.parallel.zero1``) maps it over every weight in one graph."""
+    flat = gather(shard)  # (fsdp * n,)
+    if flat.shape[0] != numel:
+        flat = flat[:numel]
+    return flat.reshape(shape)
+
+
+def shard_grad(scatter, grad, pad: int):
+    """a whole weight's gradient -> this rank's flat shard (n,) of its sum over the group: flattened, padded with
+    ``pad`` zeros, reduce-scattered."""
+    flat = grad.reshape(-1)
+    if pad:
+        flat = ops.concat((flat, ops.zeros((pad,), flat.dtype)))
+    return scatter(flat)
 
 
 class ShardedOp(nn.Cell, Computes):

@@ -129,6 +129,11 @@ class Placement:
         return -(-self.local_numel // self.fsdp_size)
 
     @property
+    def fsdp_pad(self) -> int:
+        """Zeros after the block's flat elements that make it split into ``fsdp_size`` shards of ``shard_len``."""
+        return self.shard_len * self.fsdp_size - self.local_numel
+
+    @property
     def stored_shape(self) -> tuple[int, ...]:
         """The shape of the Parameter this rank holds: the TP block, or its flat FSDP shard."""
         return (self.shard_len,) if self.fsdp_size > 1 else self.local_shape

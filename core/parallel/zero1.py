@@ -32,6 +32,7 @@ import mindspore as ms
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 
 from core.parallel import comm
+from core.parallel.fsdp import shard_grad, unshard
 from core.parallel.placement import Placement, is_expert
 from core.runtime.graphs import each, jit
 
@@ -42,7 +43,6 @@ class MasterWeights:
     ``reduce`` and ``publish`` do nothing. Updates ``placements`` with the masters' FSDP placements."""
 
     def __init__(self, weights: list, placements: dict[str, Placement], group: comm.Group | None):
-        self.weights = list(weights)
         self.params = list(weights)
         self.sharded = ()
         if group is None or group.size == 1:
@@ -82,10 +82,10 @@ class _ReduceScatter(nn.Cell):
     def __init__(self, group: comm.Group, placements: list[Placement]):
         super().__init__()
         self.scatter = comm.reduce_scatter(group, 0)
-        self.pads = tuple(p.shard_len * p.fsdp_size - p.local_numel for p in placements)
+        self.pads = tuple(p.fsdp_pad for p in placements)
 
     def construct(self, grads):
-        return each(ops.partial(_scatter, self.scatter), grads, self.pads)  # each (shard_len,)
+        return each(ops.partial(shard_grad, self.scatter), grads, self.pads)  # each (shard_len,)
 
 
 class _Publish(nn.Cell):
@@ -99,15 +99,8 @@ class _Publish(nn.Cell):
         self.weights = ParameterTuple(weights)
 
     def construct(self, shards):
-        return each(ops.partial(_gather_into, self.gather), self.weights, shards, self.numels, self.shapes)
+        return each(ops.partial(_unshard_into, self.gather), self.weights, shards, self.numels, self.shapes)
 
 
-def _scatter(scatter, grad, pad):
-    flat = grad.reshape(-1)
-    if pad:
-        flat = ops.concat((flat, ops.zeros((pad,), flat.dtype)))
-    return scatter(flat)
-
-
-def _gather_into(gather, weight, shard, numel, shape):
-    return ops.assign(weight, gather(shard)[:numel].reshape(shape))
+def _unshard_into(gather, weight, shard, numel, shape):
+    return ops.assign(weight, unshard(gather, shard, numel, shape))

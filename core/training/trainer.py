@@ -243,7 +243,7 @@ class Trainer:
         """Bytes this rank holds for parameters, their gradients and the optimizer states (counted, not measured:
         what sharding divides)."""
         grads = sum(p.size * p.itemsize for p in self.weights)
-        masters = sum(p.size * p.itemsize for p in self.params if all(p is not w for w in self.weights))
+        masters = sum(self.params[i].size * self.params[i].itemsize for i in self.masters.sharded)
         params = grads + masters + sum(p.size * p.itemsize for p in self._frozen())
         optim = sum(v.nbytes for v in self.optimizer.state_dict().values())
         return {"params": int(params), "grads": int(grads), "optimizer": int(optim)}
