@@ -77,8 +77,8 @@ def unshard(gather, shard, numel: int, shape: tuple):
     """flat shard (n,) -> the whole weight (``shape``, ``numel`` elements): all-gathered, the padding cut. A
     function, not a cell, so that ZeRO-1 (``core.parallel.zero1``) maps it over every weight in one graph."""
     flat = gather(shard)  # (fsdp * n,)
-    if flat.shape[0] != numel:
-        flat = flat[:numel]
+    if flat.shape[0] != numel:  # only then: a slice copies the whole weight (ZeRO-1 at 1.4x FSDP's step with it
+        flat = flat[:numel]  # on every weight, 0.8x without; benchmarks/RESULTS.md, "ZeRO-1")
     return flat.reshape(shape)
 
 
