@@ -34,7 +34,7 @@ LAYOUTS = {
 # tiny ties its head to the embedding; small and medium do not. The tp x dp_shard case runs an untied head (and so
 # does its 1-process reference): split by vocabulary rows under TP, sharded by FSDP, gathered whole by Muon.
 UNTIED = "model.tie_embeddings=false"
-MODEL = {"tp=2 dp_shard=2": (UNTIED,)}
+MODEL = {"tp=2 dp_shard=2": (UNTIED,), "zero1 dp_shard=3 padded": ("training.global_batch_size=6",)}
 # With recompute and in PyNative (the same numbers as jit: the 1-process reference serves both), AdamW only.
 VARIANTS = {
     "dp_shard=2 recompute pynative": ("parallel.dp_shard=2", "memory.recompute=full", "training.mode=pynative"),
@@ -42,6 +42,10 @@ VARIANTS = {
     "dp_shard=4": ("parallel.dp_shard=4",),
     # two micro-batches a rank: the gradients summed whole, reduce-scattered once; context parallel ranks shard too
     "zero1 cp=2 accumulating": ("parallel.cp=2", ZERO1, "training.micro_batch_size=2"),
+    # three shards: tiny's norms, attention weights and embedding padded to a multiple of 3 (its MLP's 384 columns
+    # divide): the cut after each gather, the zeros before each reduce-scatter, which FSDP's ops do with the same
+    # two functions (core.parallel.fsdp; checked: cutting the wrong end fails this test)
+    "zero1 dp_shard=3 padded": ("parallel.dp_shard=3", ZERO1),
 }
 _RUNS: dict = {}
 
