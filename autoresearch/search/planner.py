@@ -4,7 +4,9 @@ point is at least as fast with no more memory per rank).
 
 Points come from ``SearchSpace.grid`` (floats at ``points_per_float`` values) and are predicted on the cluster the
 space's fixed settings name (``cluster=h100-sxm cluster.nodes=32 ...``): a space for real clusters ranks in
-seconds to minutes, without MindSpore.
+seconds to minutes, without MindSpore. A space that sizes no cluster (neither ``cluster.nodes`` nor
+``cluster.devices_per_node``: the spaces for this machine) is planned as the agent runs it, each point on one host
+of as many devices as it has ranks (``core_adapter.planned(one_host=True)``).
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def _predict(space: SearchSpace, point: dict, extra: dict, fit_recompute: bool) 
     row = PlanRow(params=point)
     settings = {**space.fixed, **point, **extra}
     try:
-        cfg = planned(settings)
+        cfg = planned(settings, one_host=True)
         if fit_recompute:
             cfg = least_recompute(cfg)
             row.recompute_stage_layers = cfg.memory.recompute_stage_layers

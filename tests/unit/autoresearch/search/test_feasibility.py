@@ -199,6 +199,7 @@ def test_on_the_shipped_spaces():
     oom = {
         "parallel.dp_replicate": 1,
         "parallel.dp_shard": 1,
+        "parallel.dp_shard_strategy": "optim_grads_params",
         "parallel.tp": 2,
         "parallel.sp": True,
         "parallel.cp": 1,
@@ -217,7 +218,7 @@ def test_on_the_shipped_spaces():
     assert par.check({**oom, "training.micro_batch_size": 8}).startswith(
         "dominated by OOM in trial 0 at training.micro_batch_size=4, memory.recompute=full, memory.swap=false (same "
         "parallel.dp_replicate, "
-        "parallel.dp_shard, parallel.tp, parallel.sp, ...): this proposal needs at least as much memory; to run, "
+        "parallel.dp_shard, parallel.dp_shard_strategy, parallel.tp, ...): this proposal needs at least as much memory; to run, "
         "change one of: training.micro_batch_size in [1, 2]"
     )
     # full recompute keeps the least (measured: the annotation test below): an OOM with it dominates none and

@@ -170,3 +170,23 @@ def test_least_recompute_plans_each_point_with_the_fewest_blocks_that_fit(space_
     assert main(["--space", str(space_file), "--out", str(tmp_path), "--least-recompute"]) == 0
     table = pd.read_csv(tmp_path / "plan.csv")
     assert "memory.recompute_stage_layers" in table.columns
+
+
+def test_a_space_that_sizes_no_cluster_is_planned_on_one_host_of_its_ranks(tmp_path):
+    """As the agent runs such a space (parallel.yaml's kind): every rank of a point on this host, one device
+    each, so that points of 1, 2 and 4 ranks are each predicted, none refused for the cluster's size."""
+    one_host = {
+        **SPACE,
+        "world_size": 4,
+        "fixed": {k: v for k, v in SPACE["fixed"].items() if k != "cluster.nodes"} | {"model": "llama2-7b"},
+        "params": {"parallel.dp_shard": {"type": "choice", "values": [1, 2, 4]}},
+        "constraints": [],
+    }
+    rows = plan(load_space(_write(tmp_path, one_host)))
+    assert sorted(r.params["parallel.dp_shard"] for r in rows if r.verdict is not Verdict.INVALID) == [1, 2, 4]
+    for row in rows:
+        n = row.params["parallel.dp_shard"]
+        sized = ["cluster.nodes=1", f"cluster.devices_per_node={n}"]
+        expected = estimate_step(planned_config([*_overrides(one_host, row.params), *sized]))
+        assert row.tokens_per_sec_per_device == pytest.approx(expected.tokens_per_sec_per_device, rel=1e-12)
+        assert row.memory_gib * 2**30 == pytest.approx(expected.peak_memory_bytes_per_rank, rel=1e-12)

@@ -591,16 +591,20 @@ def test_shipped_spaces_load_with_their_objective_and_budget(name, objective, wo
 
 def test_parallel_space_grid_is_the_layouts_the_core_runs():
     grid = load_space("parallel").grid()
-    layouts = {tuple(p[f"parallel.{k}"] for k in ("dp_replicate", "dp_shard", "tp", "sp", "cp", "pp")) for p in grid}
-    # every layout of 1 or 2 ranks the core runs; sp only with tp
+    keys = ("dp_replicate", "dp_shard", "tp", "sp", "cp", "pp", "dp_shard_strategy")
+    layouts = {tuple(p[f"parallel.{k}"] for k in keys) for p in grid}
+    # every layout of 1 or 2 ranks the core runs; sp only with tp; ZeRO-1 beside FSDP where dp_shard x cp shard
+    fsdp, zero1 = "optim_grads_params", "optim"
     assert layouts == {
-        (1, 1, 1, False, 1, 1),
-        (2, 1, 1, False, 1, 1),
-        (1, 2, 1, False, 1, 1),
-        (1, 1, 2, False, 1, 1),
-        (1, 1, 2, True, 1, 1),
-        (1, 1, 1, False, 2, 1),
-        (1, 1, 1, False, 1, 2),
+        (1, 1, 1, False, 1, 1, fsdp),
+        (2, 1, 1, False, 1, 1, fsdp),
+        (1, 2, 1, False, 1, 1, fsdp),
+        (1, 2, 1, False, 1, 1, zero1),
+        (1, 1, 2, False, 1, 1, fsdp),
+        (1, 1, 2, True, 1, 1, fsdp),
+        (1, 1, 1, False, 2, 1, fsdp),
+        (1, 1, 1, False, 2, 1, zero1),
+        (1, 1, 1, False, 1, 2, fsdp),
     }
     keys = ("pp_schedule", "pp_virtual", "pp_offset", "pp_transpose_layers", "pp_transpose_overflow")
     pipelines = {tuple(p[f"parallel.{k}"] for k in keys) for p in grid if p["parallel.pp"] == 2}
@@ -613,14 +617,14 @@ def test_parallel_space_grid_is_the_layouts_the_core_runs():
         | mpipe
         | {("mpipe", 2, 0, 0, f) for f in ("full", "min")}
     )
-    # one batch rank (1 process, tp, tp+sp, cp): micro 1, 2, 4, 8; two (dp_replicate or dp_shard = 2): micro 1,
-    # 2, 4, as 8 % (8 * 2) != 0; a pipeline: 6 (schedule, offset) pairs at micro 1, 2, 4, 8, interleaved only
+    # one batch rank (1 process, tp, tp+sp, cp and cp under ZeRO-1): micro 1, 2, 4, 8; two (dp_replicate or
+    # dp_shard = 2, FSDP or ZeRO-1): micro 1, 2, 4, as 8 % (8 * 2) != 0; a pipeline: 6 (schedule, offset) pairs at micro 1, 2, 4, 8, interleaved only
     # with an even number of micro-batches (micro 1, 2, 4); mpipe's 5 (offset, T) pairs at each micro with full,
     # and with min only where there are more micro-batches than stages (micro 1, 2), over an interleaved body at
     # micro 1, 2, 4 (full) or 1, 2 (min) -- times (recompute, swap, mode): none and full in both modes, selective
     # in PyNative only, and without a pipeline SWAP (PyNative, no recompute)
     mpipe_points = 5 * 4 + 5 * 2 + 3 + 2
-    assert len(grid) == (4 * 4 + 2 * 3) * 6 + (4 * 6 + 3 + mpipe_points) * 5
+    assert len(grid) == (5 * 4 + 3 * 3) * 6 + (4 * 6 + 3 + mpipe_points) * 5
 
 
 @pytest.mark.skipif(not (SPACES_DIR.parent / "configs" / "train.yaml").exists(), reason="configs/ not written yet")
