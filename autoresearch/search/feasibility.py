@@ -25,7 +25,9 @@ prediction the memory gate compares with ``memory.limit_gb``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from itertools import pairwise
 
 from autoresearch.records import RAN, Status, config_key, diverged, positive_number, value_key
 from autoresearch.search.memory_model import MemoryModel, gib
@@ -47,8 +49,11 @@ RANGE_STEPS = 4
 # with both), but the annotations promise nothing.
 BORROWED = 0.5
 # Before any run failed a way: past this many steps beyond the region runs proved safe, P(failure) is taken as
-# FRONTIER_RISK (above the gp's hold-back limit for NaN, so such a config waits while a nearer one remains).
-FRONTIER_STEPS = 1.0
+# FRONTIER_RISK (above the gp's hold-back limit for NaN, so such a config waits while a nearer one remains). A leap
+# is measured by ratio where a choice's values are positive numbers (``_leap_axis``): one step of an evenly spaced
+# grid is 1, of a 1-3-10 grid 0.95-1.05 (hence the quarter step of slack), and 0.1 -> 1 among 0.001, 0.003, 0.01,
+# 0.1, 1 is 1.33, a longer leap than the grid's own steps.
+FRONTIER_STEPS = 1.25
 FRONTIER_RISK = 0.3
 
 # The memory gate skips a config whose P(OOM) (the calibrated prediction read with its error on unseen configs) passes
@@ -193,7 +198,7 @@ class FeasibilityMemory:
         safe = _proven_safe(self.outcomes, kind)
         if not axes or not safe:
             return None
-        d = min((g for o in safe if (g := _gap(axes, attr, o.params, params)) is not None), default=None)
+        d = min((g for o in safe if (g := _gap(axes, attr, o.params, params, _leap_axis)) is not None), default=None)
         return FRONTIER_RISK if d is not None and d > FRONTIER_STEPS else None
 
     def proof(self, params: dict, kind: str) -> float | None:
@@ -273,11 +278,13 @@ def _proven_safe(outcomes: list[Outcome], kind: str) -> list[Outcome]:
     return [o for o in outcomes if o.status in _MEASURED_STATUSES and (kind == Status.OOM or o.proves is None)]
 
 
-def _gap(axes: dict, attr: str, low: dict, high: dict) -> float | None:
-    """How far ``low`` must move up each annotated axis (down, for a ``down`` axis) to reach ``high``, in steps."""
+def _gap(axes: dict, attr: str, low: dict, high: dict, axis=None) -> float | None:
+    """How far ``low`` must move up each annotated axis (down, for a ``down`` axis) to reach ``high``, in steps
+    (``axis``: where a value sits, ``_axis`` unless given)."""
+    axis = axis or _axis
     total = 0.0
     for name, param in axes.items():
-        a, b = _axis(param, low.get(name)), _axis(param, high.get(name))
+        a, b = axis(param, low.get(name)), axis(param, high.get(name))
         if a is None or b is None:
             return None
         total += max(0.0, (b - a) if getattr(param, attr) == "up" else (a - b))
@@ -293,3 +300,21 @@ def _axis(param, value) -> float | None:
     if getattr(param, "values", None) is not None:
         return position
     return RANGE_STEPS * param.encode(value)[0]
+
+
+def _leap_axis(param, value) -> float | None:
+    """``_axis`` for a leap into untried country: a choice of positive numbers in increasing or decreasing order is
+    a sampling of a ratio scale, so its values sit by log ratio, spread over as many steps as the choice has gaps
+    (evenly spaced values keep their indices). Learning rates 0.001, 0.003, 0.01, 0.1, 1 sit at 0, 0.64, 1.33,
+    2.67, 4: going from 0.1 to 1 multiplies the rate by 10 where the grid's first steps multiplied it by 3."""
+    values = getattr(param, "values", None)
+    position = param.position(value)
+    if position is None or values is None or len(values) < 2:
+        return _axis(param, value)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
+        return position
+    logs = [math.log(v) for v in values]
+    gaps = [b - a for a, b in pairwise(logs)]
+    if not (all(g > 0 for g in gaps) or all(g < 0 for g in gaps)):
+        return position
+    return (len(values) - 1) * (logs[int(position)] - logs[0]) / (logs[-1] - logs[0])

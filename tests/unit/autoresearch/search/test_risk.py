@@ -4,12 +4,13 @@ P(NaN) and P(OOM) along the space's annotations, and the gp proposer holding ris
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import numpy as np
 import pytest
 
 from autoresearch.records import Status, TrialRow
-from autoresearch.search.feasibility import BORROWED, FRONTIER_RISK, GATE_OOM, FeasibilityMemory
+from autoresearch.search.feasibility import BORROWED, FRONTIER_RISK, FRONTIER_STEPS, GATE_OOM, FeasibilityMemory
 from autoresearch.search.gate import Gate
 from autoresearch.search.memory_model import PRIOR_LOG_ERROR, PRIOR_WEIGHT, MemoryModel
 from autoresearch.search.proposers import model_based
@@ -102,9 +103,41 @@ def test_before_any_failure_the_untried_end_of_a_nan_axis_is_held_back():
     assert memory.risk(cfg(0.1), "nan") == FRONTIER_RISK > model_based.RISK_LIMIT["nan"]  # two steps
     assert memory.risk(cfg(0.001, seq=256), "nan") is None  # seq is no nan axis; lr below the safe run
     memory.record(cfg(0.01, seq=128), "ok", {"val_loss": 3.0, "first_loss": 4.0, "final_loss": 3.0}, trial=1)
-    assert memory.risk(cfg(0.1), "nan") is None  # the frontier moved a step
-    memory.record(cfg(1.0), "nan", trial=2)
-    assert memory.risk(cfg(0.1), "nan") == pytest.approx(0.5)  # d_safe 1 against d_fail 1: the failure speaks now
+    # The frontier moved a step, but 0.01 -> 0.1 is a tenfold leap where the grid's steps below were threefold:
+    # by ratio 4/3 of the grid's mean step, more than FRONTIER_STEPS
+    assert memory.risk(cfg(0.1), "nan") == FRONTIER_RISK
+    memory.record(cfg(0.1, seq=256), "ok", {"val_loss": 3.0, "first_loss": 4.0, "final_loss": 3.0}, trial=2)
+    assert memory.risk(cfg(1.0), "nan") == FRONTIER_RISK  # tenfold again
+    memory.record(cfg(1.0), "nan", trial=3)
+    assert memory.risk(cfg(0.1), "nan") == 0.0  # proved safe by trial 2 (seq is no nan axis)
+    assert memory.risk(cfg(1.0, seq=256), "nan") == 1.0  # the failure speaks now: dominated
+
+
+@pytest.mark.parametrize(
+    "values, steps",
+    [
+        ([0.001, 0.01, 0.1, 1.0, 10.0, 100.0], [1.0] * 5),  # tenfold every step: indices
+        ([0.003, 0.01, 0.03, 0.1, 0.3, 1.0], None),  # a 1-3-10 grid: within the slack of one step each
+        ([1.0, 0.1, 0.01], [1.0, 1.0]),  # decreasing
+        (LRS, [4 * math.log10(b / a) / 3 for a, b in pairwise(LRS)]),  # three decades over four gaps
+    ],
+)
+def test_a_leap_along_a_choice_of_numbers_is_measured_by_ratio(values, steps):
+    """Before any failure, a one-step leap past a proven run is allowed on a grid spaced evenly by ratio and held
+    back where it multiplies the value more than the grid's mean step does (FRONTIER_STEPS: one step and a quarter)."""
+    space = SearchSpace(
+        name="r",
+        objective={"metric": "val_loss", "direction": "minimize"},
+        params={"optim.lr": ChoiceParam(values=values, nan="up", memory="none")},
+    )
+    ok = {"val_loss": 3.0, "first_loss": 4.0, "final_loss": 3.0}
+    gaps = []
+    for below, above in pairwise(values):
+        memory = FeasibilityMemory(space)
+        memory.record({"optim.lr": below}, "ok", ok, trial=0)
+        gaps.append(memory.risk({"optim.lr": above}, "nan"))
+    expected = [FRONTIER_RISK if s > FRONTIER_STEPS else None for s in (steps or [1.0] * (len(values) - 1))]
+    assert gaps == expected
 
 
 def test_a_diverged_run_is_nan_evidence_and_an_oom_says_nothing_of_nan():
