@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{'fitted' if fitted else 'held out'} | {memory or '-'} / {gib:.1f} |"
         )
     pairs = _pairs(runs, results)
-    right = sum(ok for *_, ok in pairs)
+    only = [p for p in pairs if not p[-1]]  # the issue's pairs: nothing but layout or schedule differs
     fp8 = [e for row, e in scored if precision(row) == "fp8"]
     moe = [e for row, e in scored if row["model"].get("n_experts")]
     speedups = _precision_pairs(runs, results)
@@ -331,7 +331,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{max(fp8, key=abs):+.1%}",
         f"of them mixture-of-experts: {len(moe)}; median |error| {statistics.median(abs(e) for e in moe):.1%}, worst "
         f"{max(moe, key=abs):+.1%}",
-        f"pairs differing only in layout or schedule: {right} of {len(pairs)} ordered as measured",
+        f"pairs differing only in layout or schedule: {sum(p[4] for p in only)} of {len(only)} ordered as measured; "
+        f"pairs whose layouts differ and other settings too: {sum(p[4] for p in pairs) - sum(p[4] for p in only)} "
+        f"of {len(pairs) - len(only)}",
         f"pairs differing only in precision: {len(speedups)}; FP8's speed-up over bf16, median published "
         f"{statistics.median(pub for *_, pub, _ in speedups):.2f}x, predicted "
         f"{statistics.median(pred for *_, pred in speedups):.2f}x",
@@ -342,7 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     text = "\n".join(["# Step-time model against published runs", "", *summary, "", *lines, "", "Pairs:", ""])
     text += "\n".join(
-        f"- {a} vs {b}: published {pa:g} vs {pb:g}, {'right' if ok else 'WRONG'}" for a, b, pa, pb, ok in pairs
+        f"- {a} vs {b}: published {pa:g} vs {pb:g}, {'right' if ok else 'WRONG'}"
+        + (f" (differ also in {other})" if other else "")
+        for a, b, pa, pb, ok, other in pairs
     )
     text += "\n\nFP8 against bf16 (speed-up published, predicted):\n\n" + "\n".join(
         f"- {b} vs {a}: {pub:.2f}x, {pred:.2f}x" for a, b, pub, pred in speedups
@@ -354,8 +358,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _pairs(runs: list[dict], results: dict) -> list[tuple]:
-    """Held-out rows of one source, release, model and GPU count whose layout or schedule differs, and nothing
-    else."""
+    """(id, id, published, published, ordered as measured?, what else differs) for held-out rows of one source,
+    release, model and GPU count whose layout or schedule differs (degrees, pipeline split and schedule, micro-batch,
+    the sharding strategy its flags name); what else differs (``_other_settings``) is empty for the pairs that
+    differ in nothing else, the issue's criterion."""
     out = []
     scored = [r for r in runs if r["id"] in results and r["id"] not in FIT.values()]
     for i, a in enumerate(scored):
@@ -367,8 +373,26 @@ def _pairs(runs: list[dict], results: dict) -> list[tuple]:
             pa, pb = measured(a)[1], measured(b)[1]
             if pa == pb:
                 continue
-            out.append((a["id"], b["id"], pa, pb, (pa > pb) == (results[a["id"]] > results[b["id"]])))
+            ok = (pa > pb) == (results[a["id"]] > results[b["id"]])
+            out.append((a["id"], b["id"], pa, pb, ok, _other_settings(a, b)))
     return out
+
+
+# Flags that name how a row's data parallelism shards (ZeRO-3, Megatron's distributed optimizer or its FSDP): its
+# layout, as its degrees are.
+LAYOUT_FLAGS = {"zero3", "distributed_optimizer", "megatron_fsdp"}
+
+
+def _other_settings(a: dict, b: dict) -> str:
+    """What differs between two rows besides their layout and schedule: the recompute they state and their run's
+    options (flags: an expert dispatcher, an overlap, ...); "" when nothing does."""
+    out = []
+    if a["activation_checkpointing"] != b["activation_checkpointing"]:
+        out.append(f"recompute {a['activation_checkpointing']} / {b['activation_checkpointing']}")
+    fa, fb = set(a["flags"]) - LAYOUT_FLAGS, set(b["flags"]) - LAYOUT_FLAGS
+    if fa != fb:
+        out.append("options " + " / ".join(", ".join(sorted(f)) or "none" for f in (fa - fb, fb - fa)))
+    return "; ".join(out)
 
 
 def _release(row: dict) -> str | None:

@@ -184,7 +184,23 @@ def test_layout_pairs_stay_within_one_release():
     c = _row(id="c", layout={"tp": 1, "pp": 1}, table="Release '26.02 NeMo Container', System DGX-H100")
     c["measured"]["tokens_per_sec_per_gpu"] = 300.0
     results = {"a": 1.0, "b": 2.0, "c": 0.5}
-    assert _pairs([a, b, c], results) == [("a", "b", 100.0, 200.0, True)]
+    assert _pairs([a, b, c], results) == [("a", "b", 100.0, 200.0, True, "")]
+
+
+def test_a_pair_says_what_differs_besides_its_layout():
+    """The issue's criterion: rows that differ in their layout and nothing else. A sharding strategy is layout; an
+    expert dispatcher, an overlap option or the recompute stated is not."""
+    a = _row(flags=["ddp", "deepep"], activation_checkpointing="selective")
+    b = _row(id="b", layout={"tp": 1, "pp": 1}, flags=["distributed_optimizer", "ddp", "deepep"])
+    b["activation_checkpointing"], b["measured"] = "selective", {"tokens_per_sec_per_gpu": 200.0}
+    c = _row(id="c", layout={"tp": 4, "pp": 1}, flags=["ddp", "a2a", "ep_a2a_1f1b_overlap"])
+    c["activation_checkpointing"], c["measured"] = "full", {"tokens_per_sec_per_gpu": 50.0}
+    got = _pairs([a, b, c], {"a": 1.0, "b": 2.0, "c": 3.0})
+    assert got == [
+        ("a", "b", 100.0, 200.0, True, ""),
+        ("a", "c", 100.0, 50.0, False, "recompute selective / full; options deepep / a2a, ep_a2a_1f1b_overlap"),
+        ("b", "c", 200.0, 50.0, False, "recompute selective / full; options deepep / a2a, ep_a2a_1f1b_overlap"),
+    ]
 
 
 def test_precision_pairs_differ_in_fp8_alone():
