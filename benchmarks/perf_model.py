@@ -384,9 +384,11 @@ LAYOUT_FLAGS = {"zero3", "distributed_optimizer", "megatron_fsdp"}
 
 
 def _other_settings(a: dict, b: dict) -> str:
-    """What differs between two rows besides their layout and schedule: the recompute they state and their run's
-    options (flags: an expert dispatcher, an overlap, ...); "" when nothing does."""
+    """What differs between two rows besides their layout and schedule: the global batch, the recompute they state
+    and their run's options (flags: an expert dispatcher, an overlap, ...); "" when nothing does."""
     out = []
+    if a["global_batch_sequences"] != b["global_batch_sequences"]:
+        out.append(f"global batch {a['global_batch_sequences']} / {b['global_batch_sequences']}")
     if a["activation_checkpointing"] != b["activation_checkpointing"]:
         out.append(f"recompute {a['activation_checkpointing']} / {b['activation_checkpointing']}")
     fa, fb = set(a["flags"]) - LAYOUT_FLAGS, set(b["flags"]) - LAYOUT_FLAGS

@@ -195,6 +195,9 @@ def test_a_pair_says_what_differs_besides_its_layout():
     b["activation_checkpointing"], b["measured"] = "selective", {"tokens_per_sec_per_gpu": 200.0}
     c = _row(id="c", layout={"tp": 4, "pp": 1}, flags=["ddp", "a2a", "ep_a2a_1f1b_overlap"])
     c["activation_checkpointing"], c["measured"] = "full", {"tokens_per_sec_per_gpu": 50.0}
+    d = _row(id="d", layout={"tp": 8, "pp": 1}, flags=["ddp", "deepep"], activation_checkpointing="selective")
+    d["global_batch_sequences"], d["measured"] = 512, {"tokens_per_sec_per_gpu": 300.0}
+    assert _pairs([a, d], {"a": 1.0, "d": 2.0})[0][-1] == "global batch 1024 / 512"
     got = _pairs([a, b, c], {"a": 1.0, "b": 2.0, "c": 3.0})
     assert got == [
         ("a", "b", 100.0, 200.0, True, ""),
