@@ -309,10 +309,8 @@ def _leap_axis(param, value) -> float | None:
     2.67, 4: going from 0.1 to 1 multiplies the rate by 10 where the grid's first steps multiplied it by 3."""
     values = getattr(param, "values", None)
     position = param.position(value)
-    if position is None or values is None or len(values) < 2:
+    if position is None or values is None or len(values) < 2 or not all(positive_number(v) for v in values):
         return _axis(param, value)
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
-        return position
     logs = [math.log(v) for v in values]
     gaps = [b - a for a, b in pairwise(logs)]
     if not (all(g > 0 for g in gaps) or all(g < 0 for g in gaps)):
