@@ -73,6 +73,14 @@ PRESETS = {
 # 820504e and e7c0cae); the 2024 ones ran it eagerly (train.py at 9dec370: "compiling loss function causes CUDA
 # errors, turning off for now"; at 3faaa1a not compiled at all).
 COMPILED_LOSS = ("torchtitan-asynctp-202506", "torchtitan-h200-trainy-202506")
+# The attention kernel of torchtitan's Hopper runs from December 2024 to June 2025: SDPA's FlashAttention-2, as PyTorch
+# made cuDNN attention opt-in (pytorch/pytorch#138522, 2.5.1) until 2.9 (#162073); on a 2.6 nightly SDPA measured
+# 329 TFLOP/s on an H100 against cuDNN's 631 (#142132), on a 2.7 nightly torchtitan still dispatched FLASH_ATTENTION
+# (pytorch/torchtitan#1042). Its rates on an H100 SXM5, head dim 128, 16k tokens, TFLOP/s (forward causal,
+# backward): the FlashAttention-3 paper, arXiv:2407.08608, Fig. 5 and 6. (The 2024-08 runs' PyTorch may have
+# preferred cuDNN, then the default on H100 for 2.5: not set for them.)
+FA2_HOPPER = (335, 322)
+FA2_SOURCES = ("torchtitan-perf-202412", "torchtitan-asynctp-202506", "torchtitan-h200-trainy-202506")
 # Schedule names of the sources, as the core's. MindSpore's pipeline runs 1F1B (MindFormers' docs).
 SCHEDULES = {"interleaved_1f1b": "interleaved", "Interleaved1F1B": "interleaved", "mindspore_pipeline": "1f1b"}
 GPT_VOCAB = 51200  # Megatron's GPT vocabulary, padded (the SC'21 runs)
@@ -123,6 +131,8 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
     if row["source"].startswith("torchtitan"):  # PyTorch's cross-entropy, eager or compiled (core.config.cluster)
         compiled = row["source"] in COMPILED_LOSS and "torch.compile" in row["flags"]
         out.append(f"cluster.loss={'compiled' if compiled else 'eager'}")
+    if row["source"] in FA2_SOURCES:
+        out += [f"cluster.attention_tflops_fwd={FA2_HOPPER[0]}", f"cluster.attention_tflops_bwd={FA2_HOPPER[1]}"]
     if row["source"].startswith("mindformers"):  # its select (comm) recompute (core.config.cluster)
         out.append("cluster.saved_activations=mindformers")
     if any(f in row["flags"] for f in ("param_init_type=bfloat16", "param_init_type=float16")):

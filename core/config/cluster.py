@@ -56,6 +56,16 @@ class ClusterConfig:
     matmul_half_dim: int = 128
     """A matmul whose smallest dimension is this reaches half of matmul_efficiency (small shapes underfill the
     device)."""
+    attention_tflops_fwd: float | None = None
+    """What the stack's fused attention kernel achieves forward at long sequences, TFLOP/s (causal FLOPs: half of
+    q k^T and p v, as FlashAttention's benchmarks count them), where it is slower than a large matmul: the
+    attention core is priced at the slower of the two. Null: at the matmul rate. A property of the kernel the stack
+    runs as much as of the device, so no profile sets it: e.g. FlashAttention-2 on an H100 SXM5 reaches 335
+    (FlashAttention-3 paper, arXiv:2407.08608, Fig. 5, head dim 128, causal, 16k), where cuDNN's and
+    FlashAttention-3's kernels run faster than the model's matmuls."""
+    attention_tflops_bwd: float | None = None
+    """The same kernel's backward, TFLOP/s (its FLOPs 2.5 times the forward's); e.g. FlashAttention-2 on an H100
+    SXM5: 322 (ibid., Fig. 6, head dim 128, 16k). Null: at the matmul rate."""
     launch_overhead_us: float | None = 0.0
     """Host time to launch the kernels of one block for one micro-batch's forward, microseconds (its backward
     twice, a full recompute once more; the embedding and the head with the loss count as a block each). 0 on
@@ -158,6 +168,8 @@ class ClusterConfig:
             "memory_bandwidth_gbps",
             "intra_node_bandwidth_gbps",
             "inter_node_bandwidth_gbps",
+            "attention_tflops_fwd",
+            "attention_tflops_bwd",
         ):
             value = getattr(self, key)
             require(value is None or value > 0, f"cluster.{key}", f"must be > 0, or null (got {value})")

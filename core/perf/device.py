@@ -51,6 +51,8 @@ class Device:
     devices_per_node: int
     pynative: float | None = None  # host seconds more per block forward under PyNative; None: not priced
     fp8_flops: float | None = None  # FLOP/s of an FP8 matmul (training.precision=fp8); None: none run in FP8
+    attention: tuple[float | None, float | None] = (None, None)  # FLOP/s of the stack's attention kernel,
+    # (forward, backward); None: at the matmul rate (cluster.attention_tflops_fwd, _bwd)
 
     def matmul_seconds(self, flops: float, smallest_dim: float, *, fp8: bool = False) -> float:
         """A matmul of ``flops`` whose smallest dimension is ``smallest_dim``; ``fp8``: one that a trial in fp8
@@ -59,6 +61,13 @@ class Device:
             return 0.0
         peak = self.fp8_flops if fp8 else self.peak_flops
         return flops / (peak * self.efficiency * smallest_dim / (smallest_dim + self.half_dim))
+
+    def attention_seconds(self, flops: float, smallest_dim: float, *, backward: bool = False) -> float:
+        """The fused attention core of ``flops``: a large matmul's time, or the stack's kernel's where that kernel
+        is slower (``cluster.attention_tflops_fwd``, ``_bwd``)."""
+        seconds = self.matmul_seconds(flops, smallest_dim)
+        rate = self.attention[backward]
+        return seconds if rate is None else max(seconds, flops / rate)
 
     def memory_seconds(self, nbytes: float) -> float:
         return nbytes / self.memory_bandwidth
@@ -102,6 +111,9 @@ def device(cluster: ClusterConfig, precision: str) -> Device:
         devices_per_node=cluster.devices_per_node,
         pynative=None if pynative is None else pynative * US * share,
         fp8_flops=need("peak_tflops_fp8") * TFLOPS if precision == "fp8" else None,
+        attention=tuple(
+            None if r is None else r * TFLOPS for r in (cluster.attention_tflops_fwd, cluster.attention_tflops_bwd)
+        ),
     )
 
 

@@ -12,6 +12,9 @@ of heads, FFN width and vocabulary (D: width, kv: key/value width, F: FFN width,
                          2 T D V / tp on the last stage
     backward             twice the forward matmuls; flash attention's core 2.5 times (it recomputes the scores:
                          Dao 2023, FlashAttention-2, section 3.1)
+    attention core       at a large matmul's rate, or at the stack's attention kernel's where that is slower
+                         (``cluster.attention_tflops_fwd`` and ``_bwd``: FlashAttention-2 on Hopper reaches about a
+                         third of the bf16 peak, well under a large GEMM)
     memory-bound         norms and residuals 10 D per token (over tp with sequence parallelism), RoPE 2 (A + kv)
                          / tp, SwiGLU's element-wise 3 F / tp: read and written once forward, twice backward
     recompute            full: the block's forward again in backward; selective: its element-wise work (and the
@@ -204,10 +207,12 @@ def block_passes(cfg: TrainConfig, dev: Device, i: int, recompute: str) -> tuple
 
     launch = launch_seconds(cfg, dev)
     fwd, bwd = Pass(launch=launch), Pass(launch=2 * launch)
-    fwd.compute = weights + dev.matmul_seconds(*core) + dev.memory_seconds(elementwise + casts[0])
+    fwd.compute = weights + dev.attention_seconds(*core) + dev.memory_seconds(elementwise + casts[0])
     core_back = FLASH_BACKWARD if sh.flash else 2.0
     bwd.compute = (
-        2 * weights + dev.matmul_seconds(core_back * core[0], core[1]) + dev.memory_seconds(2 * elementwise + casts[1])
+        2 * weights
+        + dev.attention_seconds(core_back * core[0], core[1], backward=True)
+        + dev.memory_seconds(2 * elementwise + casts[1])
     )
     if recompute == "full":
         bwd.recompute, bwd.launch = fwd.compute, bwd.launch + fwd.launch
@@ -217,7 +222,7 @@ def block_passes(cfg: TrainConfig, dev: Device, i: int, recompute: str) -> tuple
             modules = ["swiglu"]  # MindFormers' select_recompute: silu and the product (its comm re-runs unpriced)
         again = elementwise if modules is None else sum(w.module_bytes.get(name, 0.0) for name in modules)
         attention_again = not sh.flash and (modules is None or "core_attn" in modules)
-        bwd.recompute = dev.memory_seconds(again) + (dev.matmul_seconds(*core) if attention_again else 0.0)
+        bwd.recompute = dev.memory_seconds(again) + (dev.attention_seconds(*core) if attention_again else 0.0)
     elif recompute == "selective_op":  # dense GQA (core.config.rules): wq wk wv wo gate up down; wk, wo, up re-run
         again = sum(dev.matmul_seconds(f, d, fp8=fp8) for f, d in w.matmuls[1::2])
         bwd.recompute = again + dev.memory_seconds(elementwise)

@@ -143,6 +143,18 @@ def test_a_torchtitan_row_takes_its_logits_through_its_releases_loss():
     assert not any(o.startswith("cluster.loss") for o in overrides(megatron, None))
 
 
+def test_torchtitans_hopper_rows_of_2024_12_to_2025_06_run_flashattention_2():
+    """SDPA dispatched FlashAttention-2 on Hopper while cuDNN attention was opt-in (PyTorch 2.5.1 to 2.8): those
+    sources' rows price the attention core at FA2's published H100 rates; Megatron's (Transformer Engine's cuDNN
+    attention) and torchtitan's 2024-08 rows keep the matmul rate."""
+    by_id = {r["id"]: r for r in DATA["runs"]}
+    kernel = {"cluster.attention_tflops_fwd=335", "cluster.attention_tflops_bwd=322"}
+    for row_id in ("tt-llama3.1-8b-fsdp1-cp8-8gpu-seq262144", "tt-trainy-llama3.1-8b-fsdp-32gpu-h200-compile-fp8"):
+        assert kernel <= set(overrides(by_id[row_id], None)), row_id
+    for row_id in ("tt2024-llama3.1-405b-fsdp16-tp8-128gpu-bf16", "mcore-2024-gpt-7.1b-tp2-pp1-dp48-96gpu"):
+        assert not any(o.startswith("cluster.attention") for o in overrides(by_id[row_id], None)), row_id
+
+
 def test_a_megatron_bridge_row_with_context_parallelism_is_read_as_its_recipe_ran():
     """Llama 3.1 405B on 1024 H100 (TP 8, PP 8 x VP 8, CP 2, DP 8), flagged from its release's recipe: the
     distributed optimizer is ZeRO-1 over the 8 data-parallel ranks (masters and states sharded over them and the 2

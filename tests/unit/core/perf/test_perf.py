@@ -256,6 +256,7 @@ def test_the_command_answers_without_mindspore():
         (["model=llama3-8b", "cluster.nodes=2", "parallel.tp=16"], "parallel.tp"),  # 8 KV heads
         (["model=llama3-8b", "cluster.nodes=2", "parallel.tp=8"], "cluster.nodes"),  # 8 ranks, 16 devices
         (["model=llama3-8b", "cluster.nodes=1", "cluster.matmul_efficiency=2"], "cluster.matmul_efficiency"),
+        (["model=llama3-8b", "cluster.nodes=1", "cluster.attention_tflops_bwd=0"], "cluster.attention_tflops_bwd"),
     ],
 )
 def test_invalid_configs_exit_2_naming_the_field(args, field):
@@ -480,3 +481,28 @@ def test_per_stage_recompute_counts_are_priced_stage_by_stage():
         for e in (est(), full("[1,0,0,0]"), full("[8,0,0,0]"), full("[8,4,2,0]"), est("memory.recompute=full"))
     ]
     assert steps == sorted(steps) and len(set(steps)) == len(steps)
+
+
+def test_the_attention_core_runs_at_the_stacks_kernel_where_it_is_slower_than_a_matmul():
+    """By hand, one device, llama3-8b, 1,024 tokens: each block's causal attention core is 2 T S A FLOPs forward
+    (half of q k^T and p v, A = H x head dim) and 2.5 times that backward (flash attention recomputes the scores).
+    At a kernel of 50 TFLOP/s forward and 40 backward, under the matmul rate of 200 x 1024 / 1152 that a large
+    matmul bounded by T = 1024 reaches, the step pays the difference, and full recompute pays the forward's again;
+    a kernel faster than the matmul rate changes nothing."""
+    base = ["cluster.devices_per_node=1", "training.seq_len=1024", "training.global_batch_size=1"]
+    base += ["cluster.matmul_half_dim=128", "memory.recompute=full"]
+    matmul = estimate_step(_cfg(*base))
+    kernel = estimate_step(_cfg(*base, "cluster.attention_tflops_fwd=50", "cluster.attention_tflops_bwd=40"))
+    fast = estimate_step(_cfg(*base, "cluster.attention_tflops_fwd=1000", "cluster.attention_tflops_bwd=1000"))
+    m, T = load_config(["model=llama3-8b"]).model, 1024
+    core = 2 * T * T * m.n_heads * m.head_size
+    rate = 200e12 * 1024 / 1152
+    forward = core / 50e12 - core / rate
+    backward = 2.5 * core / 40e12 - 2.5 * core / rate
+    assert kernel.breakdown["compute"] - matmul.breakdown["compute"] == pytest.approx(
+        m.n_layers * (forward + backward), rel=1e-9
+    )
+    assert kernel.breakdown["recompute"] - matmul.breakdown["recompute"] == pytest.approx(
+        m.n_layers * forward, rel=1e-9
+    )
+    assert fast.step_time_sec == matmul.step_time_sec
