@@ -142,6 +142,8 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
         out.append("cluster.ep_dedup=true")  # DeepEP's dispatch: a token crosses to each remote node once
     if any(f in row["flags"] for f in ("async_tp", "tp_comm_overlap")):
         out.append("cluster.overlap_tp=1.0")  # the run hides TP traffic under compute (its flag)
+    if "ep_a2a_1f1b_overlap" in row["flags"]:
+        out.append("cluster.overlap_ep=1.0")  # the run hides the experts' all-to-alls under 1F1B's compute
     if m.get("name") in PRESETS:
         out.append(f"model={PRESETS[m['name']]}")
         if "mtp_layers" in m:

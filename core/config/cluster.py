@@ -104,6 +104,10 @@ class ClusterConfig:
     """Share of tensor/sequence-parallel communication hidden under compute (0: exposed, as without async TP)."""
     overlap_cp: float = 0.0
     """Share of context parallelism's key/value gathers hidden under compute."""
+    overlap_ep: float = 0.0
+    """Share of the experts' all-to-alls (dispatch and combine) hidden under compute: 0, exposed, as a plain
+    all-to-all dispatcher runs them; Megatron-LM's --overlap-moe-expert-parallel-comm runs one micro-batch's
+    all-to-alls under another's compute in the 1F1B steady state (the MoE model zoo's "1F1B overlap")."""
     ep_dedup: bool = False
     """The experts' dispatch and combine across nodes as DeepEP's internode kernels run them: a token bound for
     several experts on one remote node crosses the network once and is forwarded over NVLink there
@@ -203,7 +207,7 @@ class ClusterConfig:
             "cluster.loss",
             f"must be fused, eager or compiled (got {self.loss!r})",
         )
-        for key in ("overlap_tp", "overlap_cp"):
+        for key in ("overlap_tp", "overlap_cp", "overlap_ep"):
             value = getattr(self, key)
             require(0 <= value <= 1, f"cluster.{key}", f"must be in [0, 1] (got {value})")
 

@@ -55,7 +55,7 @@ class _Unshard(nn.Cell):
     def __init__(self, group: comm.Group, placement: Placement):
         super().__init__()
         self.gather = comm.all_gather(group, 0)
-        self.numel, self.shape = placement.local_numel, tuple(placement.local_shape)
+        self.numel, self.shape = placement.local_numel, placement.local_shape
 
     def construct(self, shard):
         return unshard(self.gather, shard, self.numel, self.shape)

@@ -95,7 +95,7 @@ class _Publish(nn.Cell):
         super().__init__()
         self.gather = comm.all_gather(group, 0)
         self.numels = tuple(p.local_numel for p in placements)
-        self.shapes = tuple(tuple(p.local_shape) for p in placements)
+        self.shapes = tuple(p.local_shape for p in placements)
         self.weights = ParameterTuple(weights)
 
     def construct(self, shards):

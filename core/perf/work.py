@@ -43,8 +43,8 @@ Collectives per block and micro-batch (bytes of the whole tensor; ``core.perf.li
              gradients backward (``core.parallel.context_parallel``); hidden by ``cluster.overlap_cp``
     ep       2 all-to-alls forward (dispatch, combine) and 2 backward of the routed tokens, each share on the tier
              it crosses (``core.perf.links.expert_all_to_all``; with ``cluster.ep_dedup`` a token crosses the
-             network once per remote node, as DeepEP dispatches); never hidden (no overlap of dispatch with
-             compute). Under ``parallel.etp`` < tp (Megatron's MoE parallel folding, estimated only) each rank
+             network once per remote node, as DeepEP dispatches); hidden by the share ``cluster.overlap_ep``
+             (Megatron's all-to-all overlap with 1F1B; 0 by default: a dispatcher waits for its tokens). Under ``parallel.etp`` < tp (Megatron's MoE parallel folding, estimated only) each rank
              routes its own T etp / tp tokens to experts whole over ``etp`` ranks, and an MoE block without a
              shared expert has no MLP tp pair
     fsdp     an all-gather of the block's weights forward, again backward, and a reduce-scatter of its
@@ -255,7 +255,7 @@ def _block_comm(cfg: TrainConfig, dev: Device, sh: Shape, i: int, fwd: Pass, bwd
     if m.is_moe_layer(i) and par.ep > 1:
         held = sh.expert_tokens * m.moe_top_k * (m.moe_capacity_factor or 1.0) * D * sh.act_bytes
         routing = (m.n_experts, m.moe_top_k) if cfg.cluster.ep_dedup else None
-        seconds = 2 * links.expert_all_to_all(held, par, dev, routing=routing)
+        seconds = 2 * links.expert_all_to_all(held, par, dev, routing=routing) * (1 - cfg.cluster.overlap_ep)
         fwd.expose("ep", seconds)
         bwd.expose("ep", seconds)
     experts = expert_numel(cfg, f"layers.{i}.") if par.experts_folded else 0.0  # FSDP over expert_dp ranks

@@ -155,6 +155,14 @@ def test_torchtitans_hopper_rows_of_2024_12_to_2025_06_run_flashattention_2():
         assert not any(o.startswith("cluster.attention") for o in overrides(by_id[row_id], None)), row_id
 
 
+def test_the_zoos_all_to_all_overlap_is_read_as_hidden_all_to_alls():
+    """A5 ran Megatron's all-to-all overlap with 1F1B ("+1f1b overlap"); A4, the same layout, did not."""
+    by_id = {r["id"]: r for r in DATA["runs"]}
+    assert "cluster.overlap_ep=1.0" in overrides(by_id["mcore-zoo-qwen3-235b-bf16-tp2-ep32-pp8-vpp4-a5"], None)
+    a4 = overrides(by_id["mcore-zoo-qwen3-235b-bf16-tp2-ep32-pp8-vpp4-a4"], None)
+    assert not any(o.startswith("cluster.overlap_ep") for o in a4)
+
+
 def test_a_megatron_bridge_row_with_context_parallelism_is_read_as_its_recipe_ran():
     """Llama 3.1 405B on 1024 H100 (TP 8, PP 8 x VP 8, CP 2, DP 8), flagged from its release's recipe: the
     distributed optimizer is ZeRO-1 over the 8 data-parallel ranks (masters and states sharded over them and the 2

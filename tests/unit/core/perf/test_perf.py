@@ -506,3 +506,21 @@ def test_the_attention_core_runs_at_the_stacks_kernel_where_it_is_slower_than_a_
         m.n_layers * forward, rel=1e-9
     )
     assert fast.step_time_sec == matmul.step_time_sec
+
+
+def test_the_experts_all_to_alls_are_hidden_by_the_share_cluster_overlap_ep():
+    """Qwen3-30B-A3B over 2 nodes, 16 expert ranks: the exposed all-to-all time is (1 - overlap_ep) of the
+    exposed one's, nothing else in the step moves, and a share outside [0, 1] is refused by name."""
+    base = ["cluster=h100-sxm", "model=qwen3-30b-a3b", "training.precision=bf16", "training.seq_len=4096"]
+    base += ["cluster.nodes=2", "cluster.devices_per_node=8", "parallel.dp_shard=16", "parallel.ep=16"]
+    base += ["training.global_batch_size=32"]
+    exposed, quarter, hidden = (
+        estimate_step(planned_config([*base, f"cluster.overlap_ep={share}"])).breakdown for share in (0, 0.25, 1)
+    )
+    assert exposed["comm_ep"] > 0
+    assert quarter["comm_ep"] == pytest.approx(0.75 * exposed["comm_ep"], rel=1e-12)
+    assert "comm_ep" not in hidden or hidden["comm_ep"] == 0
+    for key in ("compute", "recompute", "comm_fsdp", "optimizer"):
+        assert quarter.get(key) == exposed.get(key) == hidden.get(key), key
+    with pytest.raises(ConfigError, match="cluster.overlap_ep"):
+        load_config(["cluster.overlap_ep=1.5"])
