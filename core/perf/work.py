@@ -44,9 +44,10 @@ Collectives per block and micro-batch (bytes of the whole tensor; ``core.perf.li
     ep       2 all-to-alls forward (dispatch, combine) and 2 backward of the routed tokens, each share on the tier
              it crosses (``core.perf.links.expert_all_to_all``; with ``cluster.ep_dedup`` a token crosses the
              network once per remote node, as DeepEP dispatches); hidden by the share ``cluster.overlap_ep``
-             (Megatron's all-to-all overlap with 1F1B; 0 by default: a dispatcher waits for its tokens). Under ``parallel.etp`` < tp (Megatron's MoE parallel folding, estimated only) each rank
-             routes its own T etp / tp tokens to experts whole over ``etp`` ranks, and an MoE block without a
-             shared expert has no MLP tp pair
+             (Megatron's all-to-all overlap with 1F1B; 0 by default: a dispatcher waits for its tokens). Under
+             ``parallel.etp`` < tp (Megatron's MoE parallel folding, estimated only) each rank routes its own
+             T etp / tp tokens to experts whole over ``etp`` ranks, and an MoE block without a shared expert has no
+             MLP tp pair
     fsdp     an all-gather of the block's weights forward, again backward, and a reduce-scatter of its
              gradients (fp32 or bf16: ``cluster.reduce_precision``) (FSDP re-gathers in backward:
              ``core.parallel.fsdp``); with ``cluster.overlap_fsdp`` only what the block's compute cannot hide is
