@@ -29,6 +29,7 @@ from autoresearch.run.options import AgentOptions
 from autoresearch.run.session import Session
 from autoresearch.search import HYBRID_SAMPLER
 from autoresearch.space import SpaceError, check_trial_command
+from autoresearch.study import StorageUnavailable
 from core.config.docs import field_docs
 from core.trial import fork_server
 
@@ -142,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             outcome = session.run()
         print_outcome(session, outcome)
         return outcome.code
-    except SpaceError as exc:  # a malformed space file: say where and why, no traceback
-        print(f"error: {exc}", file=sys.stderr)
+    except (SpaceError, StorageUnavailable) as exc:  # a malformed space file, a storage that cannot open: say
+        print(f"error: {exc}", file=sys.stderr)  # where and why, no traceback
         return 2
     finally:
         agent_log.handlers = [h for h in agent_log.handlers if not isinstance(h, Console)]

@@ -276,6 +276,38 @@ def default_values(settings: dict[str, Any], keys: Sequence[str]) -> dict[str, A
     return out
 
 
+def default_point(settings: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """What a trial with only ``settings`` runs each of ``keys`` at: the config's value as the core resolves it (a
+    null ``training.micro_batch_size`` is the whole per-rank batch), a group's default option (``optim``:
+    ``adamw``). Where the settings alone break a rule (a cluster space's fixed part sizes no layout), the value
+    the composition gives, unresolved. A key the core does not have is left out."""
+    items = _items(settings)
+    tree, schema = _tree(items), core_schema()
+    try:
+        cfg = from_dict(copy.deepcopy(tree))
+    except (ConfigError, TypeError, ValueError):
+        cfg = None
+    out = {}
+    for key in keys:
+        if key in schema.groups:
+            out[key] = settings.get(key, _default_groups().get(key))
+            continue
+        head, _, rest = key.partition(".")
+        section = getattr(cfg, head, None) if rest else cfg
+        if section is not None and hasattr(section, rest or head):
+            out[key] = getattr(section, rest or head)
+        elif isinstance(node := tree.get(head) if rest else tree, dict) and (rest or head) in node:
+            out[key] = node[rest or head]
+    return out
+
+
+@functools.cache
+def _default_groups() -> dict[str, str]:
+    """Each config group's default option, from the defaults list of ``configs/train.yaml``."""
+    doc = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "train.yaml"))
+    return {k: v for entry in doc.get("defaults", []) if isinstance(entry, dict) for k, v in entry.items()}
+
+
 def hf_model_problem(value: str) -> str | None:
     """Why ``model=<value>`` (``hf:<dir or config.json>``, a Hugging Face config in place of a preset) cannot
     run: unreadable, or an architecture or field the core does not build; None when it can."""

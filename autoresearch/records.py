@@ -77,14 +77,19 @@ class Attr:
     AGENT, HEARTBEAT, TRIAL_PID, RETRY_OF = "agent", "heartbeat_at", "trial_pid", "retry_of"
     CONFIRMATION_OF, REPEAT, PREDICTED_OBJECTIVE = "confirmation_of", "repeat", "predicted_objective"
     # the study's own
-    SPACE, OBJECTIVE_METRIC, DIRECTION, PARAM_NAMES, SPACE_PATH, WORLD_SIZE = (
+    SPACE, OBJECTIVE_METRIC, DIRECTION, PARAM_NAMES, SPACE_PATH, WORLD_SIZE, BASELINE, CALIBRATION_SEC = (
         "space",
         "objective_metric",
         "direction",
         "param_names",
         "space_path",
         "world_size",
+        "baseline",  # the baseline's params (autoresearch.space.baseline), or None
+        "calibration_device_sec",  # device-seconds the study spent measuring this machine (core.perf.micro)
     )
+
+
+BASELINE_PROPOSER = "baseline"  # who "proposed" the baseline's trial: the study runs it first
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,15 @@ def plan_errors(rows: list) -> list[float]:
     ]
 
 
+def gain(value: Any, baseline: Any, maximize: bool) -> float | None:
+    """How much better ``value`` is than the baseline's, as a ratio above 1 when better: value / baseline for an
+    objective maximised (a throughput's speed-up), baseline / value for one minimised (a time, a loss); None
+    where either is not a positive number."""
+    if not (positive_number(value) and positive_number(baseline)):
+        return None
+    return value / baseline if maximize else baseline / value
+
+
 def positive_number(x: Any) -> bool:
     return is_number(x) and x > 0
 
@@ -164,6 +178,11 @@ def value_key(v: Any) -> tuple:
     if isinstance(v, Real):
         return ("number", tidy(float(v)))
     return ("other", repr(v))
+
+
+def changes(params: dict, baseline: dict) -> dict:
+    """The params whose value differs from the baseline's (``value_key``: 4 == 4.0, True != 1)."""
+    return {k: v for k, v in params.items() if value_key(v) != value_key(baseline.get(k))}
 
 
 def config_key(params: dict) -> tuple:
@@ -218,3 +237,6 @@ class TrialRow:
     confirmation_of: int | None = None
     ledger: dict | None = None  # study.ledger; None while running
     diverged: bool = False  # ran ok, but its loss blew up (``diverged``): evidence of a NaN region
+    baseline: bool = False  # the baseline's config (autoresearch.space.baseline)
+    gain: float | None = None  # objective against the baseline's mean (``gain``: above 1 is better)
+    memory_ratio: float | None = None  # peak memory over the baseline's

@@ -44,11 +44,11 @@ from core.perf.calibrate import (  # noqa: E402
     copies,
     fit,
     host_cores,
-    measure_bandwidth,
     measure_layouts,
     measure_link,
 )
 from core.perf.device import device  # noqa: E402
+from core.perf.micro import memory_bandwidth_gbps  # noqa: E402
 
 STEPS_FILE = ROOT / "benchmarks" / "data" / "perf_cpu_steps.json"  # the last run's measured steps (--steps-from)
 HELD_OUT = {  # name -> (trial overrides, the cluster's devices per node)
@@ -95,7 +95,7 @@ def main() -> None:
     micro = link.pop("all_reduce")
     profile = fit(
         {k: measured[k] for k in LAYOUTS},
-        {"memory_bandwidth_gbps": measure_bandwidth(), "host_cores": cores, **link, **START},
+        {"memory_bandwidth_gbps": memory_bandwidth_gbps(), "host_cores": cores, **link, **START},
     )
     sets = [f"cluster.{k}={v}" for k, v in profile.items()]
     lines = [

@@ -19,7 +19,14 @@ MBS, REC = "training.micro_batch_size", "memory.recompute"
 
 
 def space_file(
-    tmp_path, name="fake", fixed=None, params=None, constraints=(), direction="maximize", metric="tokens_per_sec"
+    tmp_path,
+    name="fake",
+    fixed=None,
+    params=None,
+    constraints=(),
+    direction="maximize",
+    metric="tokens_per_sec",
+    baseline=None,
 ):
     doc = {
         "name": name,
@@ -36,6 +43,7 @@ def space_file(
         },
         "constraints": list(constraints),
         "budget": {"trials": 100},
+        **({"baseline": baseline} if baseline else {}),
     }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -10,8 +10,8 @@
 The trial is ``--trial N`` or ``winner(study)``. Its config is the resolved one the core ran (the ``config`` of its
 trial_summary.json), else composed from the summary's overrides, else from the study's space and the trial's
 params; the output's header says which. The MindFormers fragment and the torchtitan recipe follow the tables in
-``autoresearch.export.targets``; their headers list every core key the target has no counterpart for, with the
-reason. The torchtitan recipe is a Python module (torchtitan 0.3.0 reads no TOML): ``apply(config)`` sets the tuned
+``autoresearch.export.targets``; their headers list every core key the target has no counterpart for, once per
+reason (the model's forty keys share one line: the base recipe holds the model). The torchtitan recipe is a Python module (torchtitan 0.3.0 reads no TOML): ``apply(config)`` sets the tuned
 fields on any ``Trainer.Config``, and ``tuned()`` applies them to the base recipe named by its ``BASE`` line, which
 holds the model, data and tokenizer the study did not tune (``autoresearch.export.recipe``).
 
@@ -30,6 +30,7 @@ Modules:
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,7 @@ from autoresearch.study.storage import best_trial, status_of
 from core.config import ConfigError, from_container, load_config, scalar_text, to_dict
 
 CHOICES = (*TARGETS, "overrides")
+HEADER_WIDTH = 120  # a header's comment lines wrap here
 
 
 def winner(study: optuna.Study) -> FrozenTrial | None:
@@ -157,8 +159,20 @@ def header(
         f"config: {resolved.source}",
         f"standing: {standing(study, trial)}",
     ]
-    lines += [f"not exported: {key}={value_text(value)} — {reason}" for key, (value, reason) in dropped.items()]
-    return ["# " + line for line in lines]
+    by_reason: dict[str, list[str]] = {}
+    for key, (value, reason) in dropped.items():
+        by_reason.setdefault(reason, []).append(f"{key}={value_text(value)}")
+    out = ["# " + line for line in lines]
+    for reason, keys in by_reason.items():  # once per reason: the model's 40 keys share one
+        out += textwrap.wrap(
+            f"not exported ({reason}): {', '.join(keys)}",
+            HEADER_WIDTH,
+            initial_indent="# ",
+            subsequent_indent="#   ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    return out
 
 
 @dataclass

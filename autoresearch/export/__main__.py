@@ -11,6 +11,7 @@ import optuna
 
 import autoresearch.export as export
 from autoresearch.export import CHOICES, ExportError, export_trial, pick_trial
+from autoresearch.study.connection import StorageUnavailable
 from autoresearch.study.storage import load_study
 from core.config import ConfigError
 
@@ -31,7 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write to this file (default: stdout)")
     args = ap.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = load_study(args.study_dir, args.storage, args.study)
+    try:
+        study = load_study(args.study_dir, args.storage, args.study)
+    except StorageUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         output = export_trial(study, pick_trial(study, args.trial), args.to)
     except (ExportError, ConfigError) as exc:

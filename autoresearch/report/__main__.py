@@ -19,6 +19,7 @@ import optuna
 from autoresearch.report.html import write_report
 from autoresearch.report.plots import write_plots
 from autoresearch.report.table import confirmation_text, ledger_text, model_error_text, render, study_table
+from autoresearch.study.connection import StorageUnavailable
 from autoresearch.study.storage import load_study, trial_rows
 
 
@@ -42,11 +43,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="directory for --plot and --html (default: the study dir, else trials/<study>)")
     args = ap.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = load_study(args.study_dir, args.storage, args.study)
+    try:
+        study = load_study(args.study_dir, args.storage, args.study)
+    except StorageUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     rows = trial_rows(study)
     sys.stdout.write(render(study_table(study, rows), args.format).rstrip("\n") + "\n")
     side = sys.stdout if args.format == "markdown" else sys.stderr  # csv/json stay parseable
-    print("\n" + ledger_text(rows), file=side)
+    print("\n" + ledger_text(study, rows), file=side)
     if text := model_error_text(rows):
         print("\n" + text, file=side)
     confirmed = confirmation_text(study)

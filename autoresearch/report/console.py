@@ -6,20 +6,29 @@ The session prints nothing itself (``autoresearch.run.session``).
 from __future__ import annotations
 
 import logging
-import shlex
 import sys
+import textwrap
 
-import optuna
-import pandas as pd
 from optuna.trial import FrozenTrial
 from tqdm import tqdm
 
-from autoresearch.records import WASTED
+from autoresearch.records import WASTED, Status
 from autoresearch.report.explain import params_label
-from autoresearch.report.table import ledger_text, model_error_text, render, study_table, to_markdown
+from autoresearch.report.headline import headline
+from autoresearch.report.headline import text as headline_text
+from autoresearch.report.table import (
+    brief,
+    confirmation_text,
+    ledger_text,
+    model_error_text,
+    param_names,
+    study_table,
+    to_markdown,
+)
 from autoresearch.run.session import Outcome, Phase, Session, TrialEvent
-from autoresearch.study import confirm, ledger
-from autoresearch.study.storage import best_trial, trial_rows
+
+WIDTH = 120  # columns of a progress line (a wider one wraps)
+INDENT = 11  # a wrapped progress line's continuation
 
 
 class Console(logging.Handler):
@@ -35,7 +44,7 @@ class Console(logging.Handler):
         self.note(self.format(record))
 
     def note(self, text: str) -> None:
-        tqdm.write(text, file=sys.stdout)
+        tqdm.write("\n".join(_wrap(line, WIDTH) if line else line for line in text.split("\n")), file=sys.stdout)
         sys.stdout.flush()
 
     def phase_started(self, phase: Phase) -> None:
@@ -60,59 +69,61 @@ class Console(logging.Handler):
         self.bar = None
 
 
-def trial_line(e: TrialEvent, metric: str) -> str:
-    """One line per trial: number, status, config, objective, time, slot, reason."""
-    head = f"trial {e.number:4d} {str(e.status):13s} {params_label(e.params)}: "
+def trial_line(e: TrialEvent, metric: str, width: int = WIDTH) -> str:
+    """One trial, in at most ``width`` columns a line (wrapped, nothing cut): its number and status, what it
+    changed from the baseline (every param when the study has none), its objective against the baseline's and the
+    plan's, its time and slot; for a run that did not end ok, the reason and what the agent knew before it ran."""
+    if e.changes is None:
+        what = params_label(e.params)
+    else:
+        what = params_label(e.changes) if e.changes else "the baseline"
+    text = f"trial {e.number:4d} {str(e.status):13s} {what}:"
     if e.wall_time is None:  # a proposal recorded without running
-        return head + e.reason
-    value = "" if e.objective is None else f"{metric}={e.objective:.5g} "
-    if e.predicted is not None:
-        value += f"(plan {e.predicted:.5g}) "
-    where = f" [{e.slot}]" if e.slot else ""
+        return _wrap(f"{text} {e.reason}", width)
+    if e.objective is not None:
+        text += f" {metric}={number_text(e.objective)}"
+        against = [f"{e.gain:.2f}x the baseline" if e.gain is not None and e.changes else ""]
+        against.append(f"memory {e.memory_ratio:.2f}x" if e.memory_ratio is not None and e.changes else "")
+        against.append(f"plan {number_text(e.predicted)}" if e.predicted is not None else "")
+        if any(against):
+            text += f" ({', '.join(a for a in against if a)})"
+    text += f" in {e.wall_time:.1f}s"
+    if e.slot:
+        text += f" [{e.slot}]"
     if e.confirmation_of is not None:
-        where += f" confirming trial {e.confirmation_of} (run {e.repeat + 1})"
-    knew = f" [before it ran: {e.knew}]" if e.knew and e.status in WASTED else ""
-    return f"{head}{value}({e.wall_time:.1f}s){where} {e.reason[:120]}{knew}"
+        text += f" confirming trial {e.confirmation_of} (run {e.repeat + 1})"
+    if e.status != Status.OK:
+        text += f"; {e.reason}"
+        if e.knew and e.status in WASTED:
+            text += f" [before it ran: {e.knew}]"
+    return _wrap(text, width)
+
+
+def number_text(value: float) -> str:
+    """A measured number as a person reads it: 3,982 or 0.0314 (four significant digits below 1,000)."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
+def _wrap(text: str, width: int) -> str:
+    return textwrap.fill(text, width, subsequent_indent=" " * INDENT, break_long_words=False, break_on_hyphens=False)
 
 
 def print_outcome(session: Session, outcome: Outcome) -> None:
-    """After the session: the table (also written to ``trials.csv``), the ledger, and last the verdict."""
+    """After the session: the table (``trials.csv`` holds every column; here the params that vary), the ledger,
+    the confirmation, and last the study's answer (``autoresearch.report.headline``)."""
     study, rows = outcome.study, outcome.rows
     df = study_table(study, rows)
     session.study_dir.mkdir(parents=True, exist_ok=True)
     df.to_csv(session.study_dir / "trials.csv", index=False)
     print(f"\nstopped: {outcome.why}\n")
-    print(render(df, "markdown"))
-    print("\n" + ledger_text(rows))
+    print(to_markdown(brief(df, param_names(study, rows))))
+    print("\n" + ledger_text(study, rows))
     if text := model_error_text(rows):
         print("\n" + text)
     print(
-        f"\ntrials.csv: {session.study_dir / 'trials.csv'}; review with: python -m autoresearch.report "
-        f"{session.study_dir}"
+        f"\ntrials.csv: {session.study_dir / 'trials.csv'} (every column); review with: python -m autoresearch.report "
+        f"{session.study_dir} --html"
     )
-    print_verdict(session, study)
-
-
-def print_verdict(session: Session, study: optuna.Study) -> None:
-    """The search's best run, the confirmation table, and last the verdict: a winner only with evidence."""
-    best = best_trial(study)
-    if best is None:
-        print("\nno feasible trial yet")
-        return
-    metric, opts = session.space.objective_metric, session.opts
-    waste = ledger.waste_text(ledger.study_totals(trial_rows(study)))
-    print(f"\nsearch's best run: trial {best.number}: {metric}={best.value:.6g}; on the way, {waste}")
-    v = confirm.verdict(study, opts.confirm, opts.repeats) if opts.confirm > 0 else None
-    pick = best.params
-    if v is not None:
-        print(
-            f"\nconfirmation ({opts.repeats} runs per config; mean ± std of those runs, the search's own run left out):"
-        )
-        print(to_markdown(pd.DataFrame(confirm.table(v, metric))))
-        pick = v.winner.params if v.winner is not None else pick
-    for k, value in pick.items():
-        print(f"  {k} = {value}")
-    print("reproduce: " + shlex.join([*session.command, *session.space.overrides(pick)]))
-    print(
-        v.line if v is not None else f"best (unconfirmed, --confirm 0): trial {best.number}, {metric}={best.value:.6g}"
-    )
+    if confirmed := confirmation_text(study):
+        print("\n" + confirmed)
+    print("\n" + headline_text(headline(study, session.study_dir, session.command)))

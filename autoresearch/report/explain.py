@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from autoresearch.core_adapter import SUMMARY, load_summary, memory_breakdown
-from autoresearch.records import TrialRow
+from autoresearch.records import Attr, TrialRow
+from autoresearch.space import SpaceError, load_space
 from core.memory.breakdown import format_breakdown
 
 
@@ -52,3 +53,12 @@ def breakdown_text(row: TrialRow, space=None) -> tuple[str | None, str]:
     overrides = core_overrides(row, space)
     breakdown, note = memory_breakdown(tuple(overrides) if overrides else None)
     return (format_breakdown(breakdown), "") if breakdown is not None else (None, note)
+
+
+def study_space(study):
+    """The study's space (``Attr.SPACE_PATH``), or None when its file is gone or no longer loads."""
+    path = study.user_attrs.get(Attr.SPACE_PATH)
+    try:
+        return load_space(path) if path and Path(path).exists() else None
+    except (SpaceError, ValueError):
+        return None

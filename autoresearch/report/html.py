@@ -1,4 +1,5 @@
-"""The study as one self-contained HTML page: the ledger, the trial table, the plots, and each trial explained.
+"""The study as one self-contained HTML page: its answer first, then how the search got there, the runs, the
+confirmation, the ledger, the plots, and each trial explained.
 
     python -m autoresearch.report trials/<study> --html    # writes trials/<study>/report.html and the PNGs
 
@@ -16,13 +17,12 @@ import html
 from pathlib import Path
 
 import optuna
-import pandas as pd
 
 from autoresearch.records import Attr, TrialRow
-from autoresearch.report.explain import breakdown_text, params_label
+from autoresearch.report.explain import breakdown_text, params_label, study_space
+from autoresearch.report.headline import command_lines, facts, headline, title
 from autoresearch.report.plots import write_plots
-from autoresearch.report.table import confirmation_text, ledger_text, study_table
-from autoresearch.space import SpaceError, load_space
+from autoresearch.report.table import brief, confirmation_text, ledger_text, param_names, study_table
 from autoresearch.study.storage import trial_rows
 
 MiB = 1024**2
@@ -32,7 +32,8 @@ UNKNOWN_PARTS = (
 )
 STYLE = """body{font-family:sans-serif;margin:1.5em;max-width:1400px}table{border-collapse:collapse;font-size:12px}
 td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#eee}pre{background:#f6f6f6;
-padding:6px;font-size:12px}.trial{border-top:1px solid #999;margin-top:1em}img{max-width:100%;margin:4px}"""
+padding:6px;font-size:12px}.trial{border-top:1px solid #999;margin-top:1em}img{max-width:100%;margin:4px}
+#headline{border:2px solid #2a7;background:#f3fbf6;padding:0.4em 1.2em;margin:1em 0}#headline li{margin:0.2em 0}"""
 
 
 def _esc(value) -> str:
@@ -95,44 +96,64 @@ def _image(path: Path) -> str:
     return f"<img alt='{_esc(Path(path).name)}' src='data:image/png;base64,{data}'>"
 
 
-def _space(study: optuna.Study):
-    """The study's space (for skipped proposals' configs), or None when its file is gone or no longer loads."""
-    path = study.user_attrs.get(Attr.SPACE_PATH)
-    try:
-        return load_space(path) if path and Path(path).exists() else None
-    except (SpaceError, ValueError):
-        return None
-
-
-def write_report(study: optuna.Study, out_dir: str | Path, rows: list[TrialRow] | None = None) -> list[Path]:
-    """The PNGs and ``report.html`` into ``out_dir``: the confirmation's verdict (when the study has one), the
-    ledger, the table (as the CSV has it), the plots, and one section per trial, in trial order."""
+def write_report(
+    study: optuna.Study, out_dir: str | Path, rows: list[TrialRow] | None = None, command: list[str] | None = None
+) -> list[Path]:
+    """The PNGs and ``report.html`` into ``out_dir``. The page reads top down as a person asks: the answer (the
+    headline the agent printed, ``autoresearch.report.headline``); how the search got there (best so far against
+    device time; the model's predictions against the runs, time and memory; throughput against memory with its
+    Pareto front); the runs (the params that vary); the confirmation; the ledger; then every plot and every trial
+    in detail. ``command``: the trial command the study ran (default: the core's)."""
     rows = trial_rows(study) if rows is None else rows
-    pngs = write_plots(study, out_dir, rows)
-    page = _page(study, study_table(study, rows), rows, ledger_text(rows), pngs, confirmation_text(study))
+    pngs = {p.name: p for p in write_plots(study, out_dir, rows)}
+    page = _page(study, rows, pngs, headline(study, out_dir, command))
     path = Path(out_dir) / "report.html"
     path.write_text(page, encoding="utf-8")
-    return [*pngs, path]
+    return [*pngs.values(), path]
 
 
-def _page(
-    study: optuna.Study, table: pd.DataFrame, rows: list[TrialRow], ledger: str, pngs: list[Path], confirmation: str
-) -> str:
-    space = _space(study)
+FIRST_PLOTS = (  # the plots of the page's first screen; every other follows under "More plots"
+    "best_vs_device_time.png",
+    "objective_predicted_vs_measured.png",
+    "memory_predicted_vs_measured.png",
+    "objective_vs_memory.png",
+)
+
+
+def headline_html(h) -> str:
+    """The headline as a section: what to use as its heading, the facts as a list, the commands as code."""
+    body = [f"<section id='headline'><h2>{_esc(title(h))}</h2>"]
+    if h.kind != "none":
+        body.append("<ul>" + "".join(f"<li>{_esc(f)}</li>" for f in facts(h)) + "</ul>")
+        body.append(f"<h3>Reproduce</h3><pre><code>{_esc(chr(10).join(command_lines(h.reproduce)))}</code></pre>")
+        if h.exports:
+            body.append(f"<h3>Export</h3><pre><code>{_esc(chr(10).join(h.exports))}</code></pre>")
+    return "".join(body) + "</section>"
+
+
+def _page(study: optuna.Study, rows: list[TrialRow], pngs: dict[str, Path], h) -> str:
+    space = study_space(study)
     metric = study.user_attrs.get(Attr.OBJECTIVE_METRIC, "objective")
+    df = study_table(study, rows)
+    runs = brief(df, param_names(study, rows))
+    confirmation = confirmation_text(study)
+    table_html = runs.to_html(
+        index=False, table_id="trials", na_rep="", float_format=lambda v: f"{v:.4g}", border=0, escape=True
+    )
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{_esc(study.study_name)}</title>"
         f"<style>{STYLE}</style></head><body>",
         f"<h1>{_esc(study.study_name)}</h1><p>space {_esc(study.user_attrs.get('space'))}; "
         f"{study.direction.name.lower()} {_esc(metric)}; {len(rows)} trials</p>",
+        headline_html(h),
+        "<h2>How the search got there</h2>",
+        *(_image(pngs[name]) for name in FIRST_PLOTS if name in pngs),
+        "<h2>Runs (best first; the params that vary)</h2>",
+        table_html,
         *([f"<h2>Confirmation</h2><pre>{_esc(confirmation)}</pre>"] if confirmation else []),
-        f"<h2>Cost ledger</h2><pre>{_esc(ledger)}</pre>",
-        "<h2>Trials (best first)</h2>",
-        table.to_html(
-            index=False, table_id="trials", na_rep="", float_format=lambda v: f"{v:.6g}", border=0, escape=True
-        ),
-        "<h2>Plots</h2>",
-        *(_image(p) for p in pngs),
+        f"<h2>Cost ledger</h2><pre>{_esc(ledger_text(study, rows))}</pre>",
+        "<h2>More plots</h2>",
+        *(_image(p) for name, p in pngs.items() if name not in FIRST_PLOTS),
         "<h2>Each trial</h2>",
         *(trial_section(r, space) for r in rows),
         "</body></html>",

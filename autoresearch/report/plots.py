@@ -6,6 +6,10 @@
   (each over its own trials' device time) and one for the whole study: which proposer gets there cheaper;
 - memory_predicted_vs_measured.png: the core's estimate and the agent's calibrated prediction of each trial's
   per-rank peak against the measured peak;
+- objective_predicted_vs_measured.png: the step-time model's objective of each run, made before it ran (the plan),
+  against the measured one;
+- objective_vs_memory.png: every run's objective against its peak memory per rank, the Pareto front (no other run
+  better on both) drawn through them and the baseline marked;
 - parallel_coordinates.png: every trial as a line across the params and the objective, coloured by objective
   (trials that ran ok) or by status (failures and skipped proposals, dashed).
 
@@ -46,7 +50,9 @@ def write_plots(study: optuna.Study, out_dir: str | Path, rows: list[TrialRow] |
     return [
         *objective_plots(study, df, params, out_dir),
         best_vs_device_time(study, rows, out_dir),
+        objective_vs_prediction(study, rows, out_dir),
         memory_vs_peak(rows, out_dir),
+        objective_vs_memory(study, rows, out_dir),
         parallel_coordinates(study, df, params, out_dir),
     ]
 
@@ -195,6 +201,63 @@ def memory_vs_peak(rows: list[TrialRow], out_dir: Path) -> Path:
     ax.set_ylabel("estimated / predicted (MiB)")
     ax.set_title(f"memory: {len(measured)} measured peaks; {', '.join(counts)}", fontsize=10)
     return _save(fig, out_dir / "memory_predicted_vs_measured.png")
+
+
+def objective_vs_prediction(study: optuna.Study, rows: list[TrialRow], out_dir: Path) -> Path:
+    plt = _pyplot()
+    metric, _ = _goal(study)
+    fig, ax = plt.subplots(figsize=(6, 5))
+    pairs = [(r.objective, r.predicted_objective) for r in rows if r.objective and r.predicted_objective]
+    if pairs:
+        ax.scatter(*zip(*pairs, strict=True), s=24, alpha=0.7, label="run (predicted before it ran)")
+        lo, hi = min(map(min, pairs)), max(map(max, pairs))
+        ax.plot([lo, hi], [lo, hi], color="grey", linestyle="--", linewidth=1, label="predicted = measured")
+        ax.legend(loc="best", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no run was predicted (no plan)", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel(f"measured {metric}")
+    ax.set_ylabel(f"predicted {metric} (step-time model, refitted to the runs before)")
+    ax.set_title(f"time: {len(pairs)} runs predicted before they ran", fontsize=10)
+    return _save(fig, out_dir / "objective_predicted_vs_measured.png")
+
+
+def pareto_front(points: list[tuple[float, float]], maximize: bool) -> list[int]:
+    """Indices of the (memory, objective) points no other point beats on both (less or equal memory and a better or
+    equal objective, one of them strictly), by increasing memory."""
+    sign = 1.0 if maximize else -1.0
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -sign * points[i][1]))
+    front, best = [], -math.inf
+    for i in order:
+        if sign * points[i][1] > best:
+            front.append(i)
+            best = sign * points[i][1]
+    return front
+
+
+def objective_vs_memory(study: optuna.Study, rows: list[TrialRow], out_dir: Path) -> Path:
+    plt = _pyplot()
+    metric, maximize = _goal(study)
+    fig, ax = plt.subplots(figsize=(7, 5))
+    ran = [r for r in rows if r.objective is not None and r.peak_memory_bytes and r.confirmation_of is None]
+    points = [(r.peak_memory_bytes / MiB, r.objective) for r in ran]
+    if points:
+        ax.scatter(*zip(*points, strict=True), s=24, alpha=0.6, label="run")
+        front = pareto_front(points, maximize)
+        ax.step(
+            [points[i][0] for i in front], [points[i][1] for i in front], where="post", color="C1", label="Pareto front"
+        )
+        for i in front:
+            ax.annotate(f"#{ran[i].number}", points[i], xytext=(3, 3), textcoords="offset points", fontsize=7)
+        base = [p for p, r in zip(points, ran, strict=True) if r.baseline]
+        if base:
+            ax.scatter(*zip(*base, strict=True), s=90, facecolors="none", edgecolors="black", label="baseline")
+        ax.legend(loc="best", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no run with a measured peak", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("peak memory per rank (MiB)")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{study.study_name}: {metric} against memory ({len(points)} runs)", fontsize=10)
+    return _save(fig, out_dir / "objective_vs_memory.png")
 
 
 def _axis_positions(study: optuna.Study, df: pd.DataFrame, params: list[str]) -> tuple[list[pd.Series], list]:

@@ -24,7 +24,9 @@ from autoresearch.study.storage import trial_rows
 MiB = 1024**2
 LEAD = ["number", "status", "exit_code"]
 LEDGER = ["ranks", "device_sec", *ledger.PARTS, "llm_tokens", "llm_usd"]  # from each row's ledger
-TAIL = ["objective", "peak_mem_mib", "wall_time_sec", *LEDGER, "proposer", "reason"]
+TAIL = ["objective", "vs_baseline", "mem_vs_baseline", "peak_mem_mib", "wall_time_sec", *LEDGER, "proposer", "reason"]
+# What a person reads first (the agent's terminal, report.html): the params that vary among the rows, then these.
+BRIEF = ["objective", "predicted", "vs_baseline", "mem_vs_baseline", "peak_mem_mib", "device_sec", "proposer"]
 
 
 def param_names(study: optuna.Study, rows: list[TrialRow]) -> list[str]:
@@ -36,8 +38,9 @@ def param_names(study: optuna.Study, rows: list[TrialRow]) -> list[str]:
 
 
 def study_table(study: optuna.Study, rows: list[TrialRow] | None = None) -> pd.DataFrame:
-    """One row per trial: number, status, exit code, each param, objective, peak memory (MiB), wall time, the
-    ledger's columns, proposer, reason; sorted best first. ``rows``: ``trial_rows(study)``, when already read."""
+    """One row per trial: number, status, exit code, each param, objective, its ratio to the baseline's
+    (``records.gain``) and its peak memory's, peak memory (MiB), wall time, the ledger's columns, proposer, reason;
+    sorted best first. ``rows``: ``trial_rows(study)``, when already read."""
     rows = trial_rows(study) if rows is None else rows
     table = []
     for r in rows:
@@ -49,6 +52,8 @@ def study_table(study: optuna.Study, rows: list[TrialRow] | None = None) -> pd.D
                 "exit_code": r.exit_code,
                 **r.params,
                 "objective": r.objective,
+                "vs_baseline": r.gain,
+                "mem_vs_baseline": r.memory_ratio,
                 "peak_mem_mib": None if peak is None else round(peak / MiB, 1),
                 "wall_time_sec": r.wall_time_sec,
                 **{k: led.get(k) for k in LEDGER},
@@ -64,6 +69,14 @@ def study_table(study: optuna.Study, rows: list[TrialRow] | None = None) -> pd.D
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     df = df.sort_values(["objective", "number"], ascending=[not maximize, True], na_position="last", kind="stable")
     return df.reset_index(drop=True)
+
+
+def brief(df: pd.DataFrame, params: list[str]) -> pd.DataFrame:
+    """The table a person reads: number and status, the params whose value differs between rows (a param at one
+    value everywhere says nothing), and ``BRIEF``'s columns that hold a value."""
+    varying = [p for p in params if p in df.columns and df[p].astype(str).nunique(dropna=False) > 1]
+    tail = [c for c in BRIEF if c in df.columns and df[c].notna().any()]
+    return df[["number", "status", *varying, *tail]]
 
 
 def _cell(value) -> str:
@@ -91,9 +104,9 @@ def render(df: pd.DataFrame, fmt: str = "markdown") -> str:
     return to_markdown(df)
 
 
-def ledger_text(rows: list[TrialRow]) -> str:
+def ledger_text(study: optuna.Study, rows: list[TrialRow]) -> str:
     """The study's ledger (``autoresearch.study.ledger.format_totals``) from ``trial_rows``."""
-    return ledger.format_totals(ledger.study_totals(rows))
+    return ledger.format_totals(ledger.of_study(study, rows))
 
 
 def model_error_text(rows: list[TrialRow], last: int = 5) -> str:
@@ -112,11 +125,14 @@ def model_error_text(rows: list[TrialRow], last: int = 5) -> str:
 
 
 def confirmation_text(study: optuna.Study) -> str:
-    """The confirmation's table (mean ± std of each front-runner's repeats) and its verdict, or "" when the
-    study has no confirmation runs (``autoresearch.study.confirm``)."""
+    """The confirmation's table (mean ± std of each front-runner's repeats, the params that vary among them) and
+    its verdict, or "" when the study has no confirmation runs (``autoresearch.study.confirm``)."""
     v = confirm.recorded_verdict(study)
     if v is None:
         return ""
     metric = study.user_attrs.get(Attr.OBJECTIVE_METRIC, "objective")
-    table = to_markdown(pd.DataFrame(confirm.table(v, metric)))
+    df = pd.DataFrame(confirm.table(v, metric))
+    params = [p for p in param_names(study, []) if p in df.columns]
+    constant = [p for p in params if df[p].astype(str).nunique(dropna=False) <= 1]
+    table = to_markdown(df.drop(columns=constant))
     return f"confirmation (up to {v.repeats} runs per config; the search's own run left out):\n{table}\n{v.line}"

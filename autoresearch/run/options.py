@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from autoresearch.search.proposers.model_based import MIN_GAIN
+
 PROPOSERS = ("auto", "claude", "gp", "tpe", "hybrid", "random", "grid")
 PLANNED = ("auto", "gp", "hybrid", "claude")  # the proposers --plan serves: the gp's prior, Claude's prompt
 DEFAULT_ESTIMATOR = "autoresearch.core_adapter:estimate_with_core"
@@ -43,6 +45,9 @@ class AgentOptions:
     autoresearch.study.ledger)."""
     patience: int | None = field(default=None, metadata={"metavar": "K"})
     """Stop after K trials that ran without improving the best."""
+    min_gain: float = field(default=MIN_GAIN, metadata={"metavar": "SHARE"})
+    """With the plan: stop the search when no config left is expected to improve on the best by this share of its
+    objective (the gp's expected improvement over the refitted step-time model); 0: run to the other limits."""
     study: str | None = None
     """Study name; default: the space's name."""
     storage: str | None = field(default=None, metadata={"metavar": "URL"})
@@ -102,6 +107,8 @@ class AgentOptions:
             return (
                 f"--plan informs the gp and Claude; --proposer {self.proposer} uses neither (use {'/'.join(PLANNED)})"
             )
+        if not 0 <= self.min_gain < 1:
+            return f"--min-gain must be a share in [0, 1) (got {self.min_gain:g}); 0 runs to the other limits"
         if self.max_device_hours is not None and self.max_device_hours < 0:
             return f"--max-device-hours must be 0 or more (got {self.max_device_hours:g})"
         return None

@@ -24,7 +24,17 @@ from optuna.trial import FrozenTrial, TrialState
 from autoresearch.core_adapter import DEFAULT_COMMAND, cluster_device, watchdog_seconds
 from autoresearch.execute import Executor, Job, LocalExecutor, Resources, SlurmExecutor, TrialSpec, wait
 from autoresearch.execute.slots import Slot
-from autoresearch.records import ABANDONED, RAN, Attr, Status, TrialResult, foreknowledge
+from autoresearch.records import (
+    ABANDONED,
+    BASELINE_PROPOSER,
+    RAN,
+    Attr,
+    Status,
+    TrialResult,
+    changes,
+    config_key,
+    foreknowledge,
+)
 from autoresearch.run import scheduler
 from autoresearch.run.options import PLANNED, AgentOptions
 from autoresearch.run.scheduler import SKIPPED, Exhausted
@@ -34,7 +44,8 @@ from autoresearch.space import SpaceError, load_space
 from autoresearch.study import confirm, ledger
 from autoresearch.study import storage as st
 from autoresearch.study.reaper import abandon, mark_running, reap_stale
-from core.perf.device import calibration
+from core.perf import micro
+from core.perf.device import calibration, measured_numbers, micro_calibration
 
 
 @dataclass
@@ -72,6 +83,9 @@ class TrialEvent:
     repeat: int | None = None
     predicted: float | None = None  # the step-time model's objective before the run (--plan)
     knew: str = ""  # what the agent knew before the run (records.foreknowledge)
+    changes: dict | None = None  # the params that differ from the baseline's (None: the study has no baseline)
+    gain: float | None = None  # the objective against the baseline's (records.gain: above 1 is better)
+    memory_ratio: float | None = None  # peak memory over the baseline's
 
 
 class Listener(Protocol):
@@ -133,8 +147,11 @@ class Session:
         self.max_cost = opts.max_cost if opts.max_cost is not None else budget.dollars
         self.sampler_name = sampler_for(proposer_name)
         self.gate = Gate(self.space, opts.estimator, learn=opts.learn)
+        self.proposer_name = proposer_name
         self.prior, self.plan_note = self._prior(proposer_name)
-        proposer = build_proposer(proposer_name, opts.model, opts.claude_fraction, opts.seed, prior=self.prior)
+        proposer = build_proposer(
+            proposer_name, opts.model, opts.claude_fraction, opts.seed, prior=self.prior, min_gain=opts.min_gain
+        )
         self.chooser = Chooser(self.space, self.gate, proposer=proposer, sampler_name=self.sampler_name, seed=opts.seed)
         self.errors_in_a_row = 0
         self.storage: optuna.storages.BaseStorage | None = None
@@ -145,15 +162,16 @@ class Session:
             cores_per_node=self.space.resources.cores_per_node,
         )
         self.adopted: list[Launch] = []  # jobs of a dead agent this session waits for before anything new
+        self.baseline = self.space.baseline_point  # run first; every result is stated against it
 
     # --- set-up ---
 
     def _prior(self, proposer_name: str) -> tuple[StepPrior | None, str]:
         """The step-time model as the search's prior, and what to tell the user about it. ``--plan``: always (a
-        SpaceError for a space it cannot serve). By default, where it answers without measuring first: a
-        throughput objective of core.train's trials, a proposer that reads the plan, and a cluster whose numbers
-        are known (an accelerator's profile, or a CPU this machine has calibrated), the model predicting the
-        space's first points; the note says when it plans, and when it does not, why, and how to have it."""
+        SpaceError for a space it cannot serve). By default, for a throughput objective of core.train's trials and
+        a proposer that reads the plan; on a CPU this machine has not measured, its micro-benchmarks run first
+        (``prepare_plan``: under a minute, once per machine) and the baseline and the first runs calibrate the model
+        as the study goes (the prior's refitted factors). The note says when it plans, and when it does not, why."""
         plan = self.opts.plan
         if plan:
             return StepPrior(self.space), ""
@@ -163,16 +181,22 @@ class Session:
             prior = StepPrior(self.space)
         except SpaceError:  # an objective or a command the model does not predict: nothing to plan
             return None, ""
-        if cluster_device({**self.space.fixed, **prior.grid[0]}) == "CPU" and calibration() is None:
-            return None, (
-                "step-time model: this machine is not calibrated, so the search does not plan; `python -m core.perf "
-                "calibrate` (minutes, once per machine) or --plan (calibrates now) lets it plan before it pays"
+        if self._unmeasured_cpu(prior):
+            return prior, (
+                "step-time model: this machine is not measured yet; its micro-benchmarks run first (under a minute, "
+                "once per machine), then the baseline and the first runs calibrate the model as the study goes"
             )
         try:
             prior.validate()
         except SpaceError as exc:
             return None, f"step-time model: the search does not plan ({exc})"
         return prior, "step-time model: the search plans before it pays (the default here; --no-plan: without)"
+
+    def _cpu(self, prior: StepPrior) -> bool:
+        return cluster_device({**self.space.fixed, **prior.grid[0]}) == "CPU"
+
+    def _unmeasured_cpu(self, prior: StepPrior) -> bool:
+        return self._cpu(prior) and not measured_numbers()
 
     def measure_reference_rate(self, device: str) -> None:
         """MFU's denominator (``core.runtime.reference_rate``), measured now while no trial runs: once per
@@ -189,33 +213,52 @@ class Session:
             else f"reference rate not measured (exit {done.returncode}: {last}); each trial will try"
         )
 
-    def prepare_plan(self) -> None:
-        """--plan: the step-time model must answer for this space. A CPU cluster's numbers are measured on this
-        machine (``python -m core.perf calibrate``, minutes, then cached) before any trial competes for its cores;
-        raises SpaceError, quoting the core, when the model still predicts none of the space's points."""
-        first = {**self.space.fixed, **self.prior.grid[0]}
-        if cluster_device(first) == "CPU" and calibration() is None:
-            self.listener.note("step-time model: calibrating this machine first (python -m core.perf calibrate)")
-            done = subprocess.run([*DEFAULT_COMMAND[:2], "core.perf", "calibrate"], capture_output=True, text=True)
-            if done.returncode != 0:
-                tail = (done.stderr.strip().splitlines() or ["?"])[-1]
-                self.listener.note(f"calibration failed (exit {done.returncode}: {tail})")
-        self.prior.validate()
+    def prepare_plan(self, study: optuna.Study) -> None:
+        """The step-time model must answer for this space. A CPU this machine has not measured is measured now by
+        its micro-benchmarks (``core.perf.micro``: under a minute, then cached; their device time is this study's,
+        in its ledger) before any trial competes for its cores. Raises SpaceError (``--plan``), quoting the core,
+        when the model still predicts none of the space's points; by default the search then goes on without it."""
+        if self._unmeasured_cpu(self.prior):
+            self.listener.note("step-time model: measuring this machine (python -m core.perf calibrate --micro)")
+            entry, fresh = micro.cached()
+            if fresh:
+                cost = entry["device_seconds"]
+                study.set_user_attr(Attr.CALIBRATION_SEC, study.user_attrs.get(Attr.CALIBRATION_SEC, 0.0) + cost)
+            self.listener.note(f"step-time model: measured in {entry['seconds']:.0f} s: {micro.summary(entry)}")
+        if self._cpu(self.prior) and calibration() is None and (entry := micro_calibration()) is not None:
+            self.prior.calibrate_in_study(entry["numbers"])  # the runs fit what the micro-benchmarks cannot see
+        try:
+            self.prior.validate()
+        except SpaceError as exc:
+            if self.opts.plan:
+                raise
+            self.listener.note(f"step-time model: the search does not plan ({exc})")
+            self._without_plan()
+            return
         if self.prior.unpriced:
             self.listener.note(
                 f"step-time model: does not price {', '.join(sorted(self.prior.unpriced))}; the runs teach the search "
                 "their effect, and a run off their defaults has no prediction"
             )
 
+    def _without_plan(self) -> None:
+        self.prior = None
+        proposer = build_proposer(
+            self.proposer_name, self.opts.model, self.opts.claude_fraction, self.opts.seed, prior=None
+        )
+        self.chooser = Chooser(
+            self.space, self.gate, proposer=proposer, sampler_name=self.sampler_name, seed=self.opts.seed
+        )
+
     def open(self) -> optuna.Study:
-        url = st.storage_url(self.opts.storage or st.default_storage(self.opts.trials_dir, self.study_name))
-        if self.opts.resume and self.study_name not in optuna.get_all_study_names(storage=url):
-            raise SystemExit(f"--resume: no study {self.study_name!r} in {url}")
+        url = self.opts.storage or st.default_storage(self.opts.trials_dir, self.study_name)
+        self.storage = st.open_storage(url)  # StorageUnavailable: the agent says so and exits 2
+        if self.opts.resume and self.study_name not in optuna.get_all_study_names(storage=self.storage):
+            raise SystemExit(f"--resume: no study {self.study_name!r} in {self.storage.url}")
         n_startup = max(3, min(10, self.trials // 4))  # short studies should not spend half their budget at random
         sampler = make_sampler(
             self.sampler_name, self.opts.seed, n_startup_trials=n_startup, concurrent=self.opts.workers > 1
         )
-        self.storage = st.open_storage(url)
         study = st.open_study(self.space, self.study_name, self.storage, sampler)
         for note in reap_stale(study, self.storage, adopt=lambda t: self._adopt(study, t)):
             self.listener.note(note)
@@ -252,20 +295,31 @@ class Session:
         study = self.open()
         device = str(self.space.fixed.get("device", "CPU"))
         self.measure_reference_rate(device)
+        for name, (default, used) in self.space.baseline_substituted.items():
+            self.listener.note(
+                f"baseline: {name}={used} (the core's default, {default}, is not among the space's values: the nearest"
+                " is; `baseline:` in the space file chooses another)"
+            )
         if self.plan_note:
             self.listener.note(self.plan_note)
         if self.prior is not None:
-            self.prepare_plan()
+            self.prepare_plan(study)
         slots = self.executor.slots(self.opts.workers, device, self.space.world_size)
         start = time.monotonic()
         search = _Search(self, study, start)
         why, code = self._phase(search, slots, Phase(self.study_name, self.trials, lambda: st.finished_count(study)))
         k, repeats = self.opts.confirm, self.opts.repeats
         if code == 0 and k > 0 and repeats > 0 and st.best_trial(study) is not None:
-            total = min(k, len(confirm.front_runners(study, k))) * repeats
+            leaders = confirm.candidates(study, k)
+            total = len(leaders) * repeats
+            reference = (
+                " and the baseline"
+                if any(config_key(t.params) == config_key(self.baseline or {}) for t in leaders)
+                else ""
+            )
             self.listener.note(
-                f"\nsearch stopped: {why}\nconfirming the {k} best configs, {repeats} runs each "
-                f"(--confirm {k} --repeats {repeats})"
+                f"\nsearch stopped: {why}\nconfirming the {min(k, len(leaders))} best configs{reference}: up to "
+                f"{repeats} runs each, fewer once the runs rule one out (--confirm {k} --repeats {repeats})"
             )
             why, code = self._phase(
                 _Confirmation(self, study, start),
@@ -291,7 +345,7 @@ class Session:
             if spent >= self.max_cost:
                 return f"LLM spend ${spent:.4f} reached --max-cost ${self.max_cost:g}"
         if self.opts.max_device_hours is not None:
-            used = ledger.study_totals(st.trial_rows(study))["device_sec"]
+            used = ledger.of_study(study, st.trial_rows(study))["device_sec"]
             if used >= self.opts.max_device_hours * 3600:
                 return f"device time {used / 3600:.4g} h reached --max-device-hours {self.opts.max_device_hours:g}"
         return ""
@@ -352,6 +406,7 @@ class _Work:
         s.gate.learn(trial.number, item.params, result.status, result.metrics)
         s.errors_in_a_row = s.errors_in_a_row + 1 if state == TrialState.FAIL else 0
         attrs = trial.user_attrs
+        row = next((r for r in st.trial_rows(self.study) if r.number == trial.number), None)
         self.report(
             TrialEvent(
                 number=trial.number,
@@ -365,10 +420,15 @@ class _Work:
                 repeat=attrs.get(Attr.REPEAT),
                 predicted=attrs.get(Attr.PREDICTED_OBJECTIVE),
                 knew=foreknowledge(attrs),
+                gain=row.gain if row else None,
+                memory_ratio=row.memory_ratio if row else None,
             )
         )
 
     def report(self, event: TrialEvent) -> None:
+        if self.session.baseline is not None and event.changes is None:
+            base = self.session.baseline
+            event.changes = changes(event.params, base)
         self.session.listener.trial_ended(self.phase, event, st.best_trial(self.study))
 
     def failure(self) -> str:
@@ -403,6 +463,10 @@ def make_executor(opts: AgentOptions, space) -> Executor:
 
 
 class _Search(_Work):
+    def __init__(self, session: Session, study: optuna.Study, start: float):
+        super().__init__(session, study, start)
+        self._baseline_asked = False
+
     def stop_reason(self, running: int = 0) -> str:
         """Why no further search trial should start ("" to go on); ``running`` trials will count once they end."""
         s, study = self.session, self.study
@@ -436,6 +500,7 @@ class _Search(_Work):
         s, study = self.session, self.study
         if s.adopted:
             return s.adopted.pop(0)
+        self._enqueue_baseline()
         try:
             trial = s.chooser.ask(study)
         except SearchExhausted as exc:
@@ -456,6 +521,26 @@ class _Search(_Work):
         st.tell_skipped(study, trial, skipped)
         self.report(TrialEvent(number=trial.number, status=skipped.status, params=params, reason=skipped.reason))
         return SKIPPED
+
+    def _enqueue_baseline(self) -> None:
+        """The baseline first (``autoresearch.space.baseline``): enqueued once, unless the study already holds a
+        finished or running trial of its config (a resumed study, another agent on the same storage)."""
+        s, study = self.session, self.study
+        if s.baseline is None or self._baseline_asked:
+            return
+        self._baseline_asked = True
+        key = config_key(s.baseline)
+        if key in st.recorded_keys(study) or any(
+            config_key(t.params) == key for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        ):
+            return
+        study.enqueue_trial(
+            dict(s.baseline),
+            user_attrs={
+                Attr.PROPOSER: BASELINE_PROPOSER,
+                Attr.RATIONALE: "the baseline, run first: every result after it is stated against it",
+            },
+        )
 
 
 class _Confirmation(_Work):

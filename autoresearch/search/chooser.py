@@ -18,7 +18,7 @@ from autoresearch.records import Attr, Skip, Status
 from autoresearch.search.gate import Gate
 from autoresearch.search.prior import StepPrior
 from autoresearch.search.proposers.base import ProposalContext, SearchExhausted
-from autoresearch.search.proposers.model_based import ModelBasedProposer
+from autoresearch.search.proposers.model_based import MIN_GAIN, ModelBasedProposer
 from autoresearch.search.proposers.samplers import GridProposer
 from autoresearch.space import SearchSpace
 from autoresearch.study.reaper import mark_running
@@ -52,14 +52,16 @@ def build_proposer(
     claude_fraction: float = 0.3,
     seed: int | None = None,
     prior: StepPrior | None = None,
+    min_gain: float = MIN_GAIN,
 ):
     """The Proposer for a name (None: the study's sampler chooses every trial). ``prior`` (``--plan``): the
     step-time model the gp proposer starts from (alone or as a hybrid's classical half) and whose best
-    predictions Claude is shown."""
+    predictions Claude is shown; ``min_gain``: with it, the expected improvement below which the gp ends the
+    search."""
     if name == "grid":
         return GridProposer()
     if name == "gp":
-        return ModelBasedProposer(seed=seed, prior=prior)
+        return ModelBasedProposer(seed=seed, prior=prior, min_gain=min_gain)
     if name in ("claude", "hybrid"):
         # function-level: imports anthropic, only for the proposers that ask Claude
         from autoresearch.search.proposers.claude import ClaudeProposer
@@ -69,7 +71,9 @@ def build_proposer(
         if name == "claude":
             return claude
         return HybridProposer(
-            claude, fraction=claude_fraction, sampler_half=build_proposer(HYBRID_SAMPLER, seed=seed, prior=prior)
+            claude,
+            fraction=claude_fraction,
+            sampler_half=build_proposer(HYBRID_SAMPLER, seed=seed, prior=prior, min_gain=min_gain),
         )
     return None
 

@@ -53,14 +53,20 @@ class GaussianProcess:
     """Zero-mean GP regression on standardised targets, hyper-parameters fitted at construction (L-BFGS-B on the
     negative log marginal likelihood and its analytic gradient, from two starts: short and long length-scales)."""
 
-    def __init__(self, x: np.ndarray, y: np.ndarray):
+    def __init__(self, x: np.ndarray, y: np.ndarray, *, min_signal: float | None = None):
+        """``min_signal``: the least signal variance the fit may settle on (default: the bound ``_LOG_SIGNAL``);
+        a prior's error scale that a few runs must not talk the model out of."""
         self.x, self.y = x, y
         dim = x.shape[1]
         self._sq = _scaled_sq(x, x, np.ones(dim))  # (n, n, d) squared differences, unscaled
-        bounds = [_LOG_LENGTH] * dim + [_LOG_SIGNAL, _LOG_NOISE]
+        signal = (
+            _LOG_SIGNAL if min_signal is None else (math.log(min_signal), max(_LOG_SIGNAL[1], math.log(min_signal)))
+        )
+        bounds = [_LOG_LENGTH] * dim + [signal, _LOG_NOISE]
+        start_signal = max(0.0, signal[0])
         starts = [
-            np.r_[np.full(dim, math.log(0.5)), 0.0, math.log(1e-2)],
-            np.r_[np.full(dim, math.log(2.0)), 0.0, math.log(1e-1)],
+            np.r_[np.full(dim, math.log(0.5)), start_signal, math.log(1e-2)],
+            np.r_[np.full(dim, math.log(2.0)), start_signal, math.log(1e-1)],
         ]
         fits = [optimize.minimize(self._objective, s, jac=True, method="L-BFGS-B", bounds=bounds) for s in starts]
         theta = min(fits, key=lambda r: r.fun).x

@@ -2,6 +2,7 @@
 
 space.py       SearchSpace: the one model of a space file, and the object the agent works with
 params.py      ChoiceParam, IntParam, FloatParam: one dimension each, a class per kind
+baseline.py    the baseline a study runs first and states every result against
 expr.py        the safe evaluator of constraints (never ``eval``)
 file.py        load_space(name or path): the YAML, its lines, the space, checked against the core
 core_check.py  a core.train space refused at load when the core would refuse its keys or values

@@ -18,6 +18,8 @@ params:                             # what varies; each is choice | int | float 
   memory.recompute: {type: choice, values: [full, none], memory: up}
 constraints:                        # each must hold; names: params, fixed keys and world_size
   - "training.global_batch_size % training.micro_batch_size == 0"
+baseline: {training.micro_batch_size: 2}   # the config the study runs first and measures against; by default
+                                    # (core.train) the core's defaults: every degree 1 (autoresearch.space.baseline)
 budget: {trials: 12, hours: 0.5, dollars: 1.0}     # defaults for the agent; each optional
 resources: {nodes: 1, devices_per_node: 8, cores_per_node: 32}   # what a trial asks its executor for; optional
 slurm: {partition: gpu, account: llm, gres: npu, options: ["--qos=high"]}  # --executor slurm's site; optional
@@ -40,6 +42,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, ValidationError, model_validator
 
+from autoresearch.space.baseline import resolve_baseline
 from autoresearch.space.expr import Expr, ExprError, parse
 from autoresearch.space.params import PARAM_TYPES, Param
 from autoresearch.space.schema import FieldError, Lines, SpaceError, StrictModel, first_problem, kind
@@ -164,12 +167,14 @@ class SearchSpace(StrictModel):
     fixed: Annotated[dict[DottedName, Annotated[Any, AfterValidator(_fixed_value)]], _none_as({})] = {}
     params: Annotated[dict[DottedName, Param], AfterValidator(_some_params)]
     constraints: Annotated[list[str], _none_as([])] = []
+    baseline: Annotated[dict[DottedName, Annotated[Any, AfterValidator(_fixed_value)]], _none_as({})] = {}
     budget: Annotated[Budget, _none_as({})] = Budget()
     resources: Annotated[Resources, _none_as({})] = Resources()
     slurm: Annotated[Slurm, _none_as({})] = Slurm()
     _exprs: list[Expr] = PrivateAttr(default_factory=list)  # the parsed constraints, in order
     _path: str | None = PrivateAttr(default=None)
     _lines: Lines | None = PrivateAttr(default=None)
+    _baseline: tuple | None = PrivateAttr(default=None)  # (point, substituted) once resolved
 
     @classmethod
     def _error_from(cls, exc: ValidationError, data: dict) -> Exception:
@@ -211,6 +216,12 @@ class SearchSpace(StrictModel):
             self._exprs.append(expr)
         for name, param in self.params.items():
             param._name = name
+        for key in self.baseline:
+            if key not in self.params:
+                raise FieldError(
+                    f"baseline.{key}",
+                    f"{key} is not a param; the baseline names values of params ({', '.join(self.params)})",
+                )
         res = self.resources
         if res.devices_per_node is None and self.world_size % res.nodes:
             raise FieldError(
@@ -256,6 +267,21 @@ class SearchSpace(StrictModel):
     @property
     def maximize(self) -> bool:
         return self.direction == "maximize"
+
+    @property
+    def baseline_point(self) -> dict | None:
+        """The config a study runs first and states every result against (``autoresearch.space.baseline``), or
+        None for a space of another trial command that names none. Resolved once; a SpaceError when it cannot be."""
+        if self._baseline is None:
+            self._baseline = resolve_baseline(self)
+        point = self._baseline[0]
+        return dict(point) if point is not None else None
+
+    @property
+    def baseline_substituted(self) -> dict:
+        """The params whose core default the space does not offer: {param: (the default, the value standing in)}."""
+        self.baseline_point  # noqa: B018 (resolves it)
+        return dict(self._baseline[1])
 
     @property
     def devices_per_node(self) -> int:

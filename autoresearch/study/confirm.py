@@ -6,6 +6,12 @@ search, the best ``k`` distinct configs are re-run ``repeats`` times each in fre
 r of every config before round r+1) so that a change of load hits all of them alike; where the objective is a
 loss, each repeat uses another seed, so that the figure is the config's and not one initialisation's.
 
+The baseline (``autoresearch.space.baseline``) is confirmed beside them when it is not one of them: every result is
+stated against it, and a speed-up needs the baseline's own spread. Its search run counts toward its mean (it ran
+first by design, not because it was good). Rounds stop early for a config that is already decisively behind the
+leader (the same test as the verdict's, each with at least two runs): successive elimination, as in best-arm
+identification (Even-Dar, Mannor & Mansour 2006), so that no device time goes to a config the runs have ruled out.
+
 The verdict compares the two best confirmed means: the winner is named only when its lead exceeds 2σ of the
 difference, σ = sqrt(s1²/n1 + s2²/n2) (Welch; 2σ as in karpathy/autoresearch PR #560's noise floor). σ itself is
 estimated from a few runs, so "2σ" is taken at its confidence (95.45%, two-sided) on Student's t with Welch's
@@ -13,6 +19,11 @@ degrees of freedom: with 3 runs each the lead must exceed ~2.9σ, with 10 each ~
 correction a plain 2σ rule names a winner between two identical configs about one time in ten at 3 runs each.
 The search's own run of each config is left out of its mean: it was selected for being good, so it is biased
 upward (the winner's curse).
+
+Where no winner can be named, the configs tied with the best are named, and one of them is picked for the user
+(``Verdict.pick``): the one that changes least from the baseline (nothing to gain by changing more), then the one
+with the least peak memory (headroom), then the best mean. The pick's gain over the baseline is given with a 95%
+interval (``Verdict.gain``: Welch's t on the logs of the runs, so the interval of a ratio is a ratio's).
 
 Confirmation runs are ordinary trials of the study, marked with ``confirmation_of`` (the search trial whose config
 they repeat) and ``repeat``; they do not count toward ``--trials`` and are never the search's best. What remains
@@ -30,6 +41,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from scipy import stats
 
+from autoresearch import records
 from autoresearch.records import RAN, Attr, config_key
 from autoresearch.study import storage as st
 
@@ -70,22 +82,65 @@ def runs_of(study: optuna.Study, running: bool = False) -> dict[tuple, list[Froz
     return out
 
 
+def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The search trial of the baseline's config (``Attr.BASELINE``) that ran ok, or None."""
+    base = study.user_attrs.get(Attr.BASELINE)
+    if not base:
+        return None
+    key = config_key(base)
+    return next(
+        (
+            t
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if st.feasible(t) and not st.is_confirmation(t) and config_key(t.params) == key
+        ),
+        None,
+    )
+
+
+def candidates(study: optuna.Study, k: int) -> list[FrozenTrial]:
+    """What the confirmation re-runs: the ``k`` front-runners, then the baseline's trial when it is not one."""
+    leaders = front_runners(study, k)
+    base = baseline_trial(study)
+    if base is not None and all(config_key(t.params) != config_key(base.params) for t in leaders):
+        leaders.append(base)
+    return leaders
+
+
 def done_runs(study: optuna.Study, k: int, repeats: int) -> int:
-    """How many of the front-runners' ``k * repeats`` confirmation runs have ended (the progress bar's count)."""
-    runs = runs_of(study)
-    return sum(min(repeats, len(runs.get(config_key(t.params), []))) for t in front_runners(study, k))
+    """How many of the candidates' ``repeats`` confirmation runs have ended or will not run (a config eliminated
+    counts as done): the progress bar's count."""
+    runs, out = runs_of(study), eliminated(study, k)
+    return sum(
+        repeats if config_key(t.params) in out else min(repeats, len(runs.get(config_key(t.params), [])))
+        for t in candidates(study, k)
+    )
 
 
 def next_run(study: optuna.Study, k: int, repeats: int) -> tuple[FrozenTrial, int] | None:
-    """(front-runner, repeat index) of the next confirmation run, or None when every front-runner has its
-    ``repeats``. Round-robin: every config's repeat r before anyone's repeat r+1."""
+    """(candidate, repeat index) of the next confirmation run, or None when every candidate has its ``repeats``
+    or is eliminated, or all but one are. Round-robin: every config's repeat r before anyone's repeat r+1."""
     runs = runs_of(study, running=True)  # a run in another worker's slot is not scheduled twice
-    leaders = front_runners(study, k)
+    leaders, out = candidates(study, k), eliminated(study, k)
+    if len(leaders) - len(out) < 2:  # one left standing: the runs have decided
+        return None
     for r in range(repeats):
         for t in leaders:
-            if len(runs.get(config_key(t.params), [])) <= r:
-                return t, len(runs.get(config_key(t.params), []))
+            key = config_key(t.params)
+            if key not in out and len(runs.get(key, [])) <= r:
+                return t, len(runs.get(key, []))
     return None
+
+
+def eliminated(study: optuna.Study, k: int) -> set[tuple]:
+    """Config keys of the candidates decisively behind the best confirmed mean (each with at least two runs and a
+    spread; the verdict's test): they run no more."""
+    confirmed = [c for c in _confirmed(study, candidates(study, k)) if c.std is not None]
+    if len(confirmed) < 2:
+        return set()
+    sign = 1.0 if study.direction.name == "MAXIMIZE" else -1.0
+    leader = max(confirmed, key=lambda c: sign * c.mean)
+    return {config_key(c.params) for c in confirmed if c is not leader and _decisive(*_lead(leader, c, sign))}
 
 
 def enqueue(study: optuna.Study, origin: FrozenTrial, repeat: int) -> None:
@@ -116,8 +171,14 @@ class Confirmed:
     trial: int  # the search trial whose config this is
     params: dict
     search_value: float
-    values: list[float]  # objective of each confirmation run that reached it
+    values: list[float]  # objective of each confirmation run that reached it (the baseline's: its search run too)
     failures: list[str] = field(default_factory=list)  # statuses of confirmation runs that did not
+    peaks: list[float] = field(default_factory=list)  # peak memory (bytes) of each run that reported one
+    baseline: bool = False  # the baseline's config
+
+    @property
+    def peak(self) -> float | None:
+        return statistics.median(self.peaks) if self.peaks else None
 
     @property
     def n(self) -> int:
@@ -143,6 +204,50 @@ class Verdict:
     needed_sigmas: float | None = None  # how many lead_sigmas a lead must exceed with these runs (2σ's confidence)
     tied: list[int] = field(default_factory=list)  # search trials of the configs tied with the best, when no winner
     line: str = ""
+    baseline: Confirmed | None = None  # the baseline's runs, the reference of every gain (None: no baseline ran)
+    changes: dict[int, dict] = field(default_factory=dict)  # per search trial: its params that differ from the baseline
+
+    @property
+    def pick(self) -> Confirmed | None:
+        """The config to use: the winner; else, of those tied with the best, the one that changes least from the
+        baseline, then the one with the least peak memory, then the best mean (the module docstring says why)."""
+        if self.winner is not None:
+            return self.winner
+        tied = [c for c in self.configs if c.trial in self.tied] or [c for c in self.configs if c.mean is not None]
+        if not tied:
+            return None
+        sign = 1.0 if self.maximize else -1.0
+        return min(
+            tied,
+            key=lambda c: (
+                len(self.changes.get(c.trial, c.params)),
+                c.peak if c.peak is not None else float("inf"),
+                -sign * c.mean,
+            ),
+        )
+
+    def gain(self, c: Confirmed) -> tuple[float, float | None, float | None] | None:
+        """``c``'s mean against the baseline's (above 1: better; ``records.gain``) and its 95% interval (None where
+        either has fewer than two runs), or None without a baseline."""
+        base = self.baseline
+        if base is None or c.mean is None or base.mean is None:
+            return None
+        ratio = records.gain(c.mean, base.mean, self.maximize)
+        if ratio is None:
+            return None
+        if c is base or config_key(c.params) == config_key(base.params):
+            return 1.0, 1.0, 1.0
+        a, b = [math.log(v) for v in c.values if v > 0], [math.log(v) for v in base.values if v > 0]
+        if len(a) < 2 or len(b) < 2:
+            return ratio, None, None
+        va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+        diff = statistics.fmean(a) - statistics.fmean(b)
+        if va + vb == 0:
+            return ratio, ratio, ratio
+        df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if va and vb else len(a) + len(b) - 2
+        half = float(stats.t.ppf(0.975, df)) * math.sqrt(va + vb)
+        lo, hi = sorted((math.exp(diff - half), math.exp(diff + half)))
+        return (ratio, lo, hi) if self.maximize else (ratio, 1 / hi, 1 / lo)
 
     @property
     def raw_winner_survived(self) -> bool | None:
@@ -158,19 +263,39 @@ def verdict(study: optuna.Study, k: int, repeats: int) -> Verdict | None:
     leaders = front_runners(study, k)
     if not leaders:
         return None
-    runs = runs_of(study)
     maximize = study.direction.name == "MAXIMIZE"
-    configs = []
-    for t in leaders:
-        done = runs.get(config_key(t.params), [])
-        values = [float(r.value) for r in done if st.feasible(r)]
-        failures = [st.status_of(r) for r in done if not st.feasible(r)]
-        configs.append(Confirmed(t.number, dict(t.params), float(t.value), values, failures))
+    configs = _confirmed(study, leaders)
     sign = 1.0 if maximize else -1.0
     configs.sort(key=lambda c: (c.mean is None, -sign * c.mean if c.mean is not None else 0.0))
     v = Verdict(configs, maximize, repeats)
+    base_trial = baseline_trial(study)
+    if base_trial is not None:
+        v.baseline = next((c for c in configs if c.baseline), None) or _confirmed(study, [base_trial])[0]
+    base = study.user_attrs.get(Attr.BASELINE)
+    if base:
+        v.changes = {c.trial: records.changes(c.params, base) for c in configs}
     v.line = _judge(v)
     return v
+
+
+def _confirmed(study: optuna.Study, trials: list[FrozenTrial]) -> list[Confirmed]:
+    """Each trial's config with its confirmation runs (and, for the baseline, its search run)."""
+    runs = runs_of(study)
+    base = study.user_attrs.get(Attr.BASELINE)
+    out = []
+    for t in trials:
+        is_base = bool(base) and config_key(t.params) == config_key(base)
+        done = ([t] if is_base else []) + runs.get(config_key(t.params), [])
+        values = [float(r.value) for r in done if st.feasible(r)]
+        failures = [st.status_of(r) for r in done if not st.feasible(r)]
+        peaks = [
+            float(p)
+            for r in done
+            if st.feasible(r)
+            and records.positive_number(p := (r.user_attrs.get(Attr.METRICS) or {}).get("peak_memory_bytes"))
+        ]
+        out.append(Confirmed(t.number, dict(t.params), float(t.value), values, failures, peaks, is_base))
+    return out
 
 
 def recorded_verdict(study: optuna.Study) -> Verdict | None:
@@ -179,7 +304,15 @@ def recorded_verdict(study: optuna.Study) -> Verdict | None:
     runs = runs_of(study)
     if not runs:
         return None
-    return verdict(study, len(runs), max(map(len, runs.values())))
+    base = study.user_attrs.get(Attr.BASELINE)
+    wanted = set(runs) - ({config_key(base)} if base else set())
+    k = 0
+    for t in front_runners(study, len(study.trials)):  # the fewest that cover the confirmed configs
+        k += 1
+        wanted.discard(config_key(t.params))
+        if not wanted:
+            break
+    return verdict(study, max(k, 1), max(map(len, runs.values())))
 
 
 def _judge(v: Verdict) -> str:
@@ -210,9 +343,15 @@ def _judge(v: Verdict) -> str:
             f"({_pm(second)}): {shown}"
         )
     v.tied = [best.trial] + [c.trial for c in ranked[1:] if c.std is not None and not _decisive(*_lead(best, c, sign))]
+    pick = v.pick
+    why = (
+        "of those tied, the fewest changes from the baseline, then the least memory"
+        if v.changes
+        else ("of those tied, the least memory")
+    )
     return (
         f"tied within noise: trials {', '.join(map(str, v.tied))} (trial {best.trial} over trial {second.trial}: "
-        f"{shown}); no winner is named"
+        f"{shown}); no winner is named; use trial {pick.trial}'s config ({why})"
     )
 
 
@@ -236,17 +375,27 @@ def _pm(c: Confirmed) -> str:
 
 
 def table(v: Verdict, metric: str) -> list[dict]:
-    """One row per front-runner, for the report: mean ± σ of its confirmation runs beside its search run."""
-    return [
-        {
-            "trial": c.trial,
-            **c.params,
-            "search_" + metric: c.search_value,
-            "n": c.n,
-            "mean": c.mean,
-            "std": c.std,
-            "cv": (c.std / abs(c.mean)) if c.std is not None and c.mean else None,
-            "failed_runs": ", ".join(c.failures),
-        }
-        for c in v.configs
-    ]
+    """One row per front-runner, then the baseline where it is not one, for the report: mean ± σ of its
+    confirmation runs (the baseline's with its search run) beside its search run, and its gain over the
+    baseline's mean."""
+    configs = list(v.configs)
+    if v.baseline is not None and all(c.trial != v.baseline.trial for c in configs):
+        configs.append(v.baseline)
+    rows = []
+    for c in configs:
+        g = v.gain(c)
+        rows.append(
+            {
+                "trial": c.trial,
+                **c.params,
+                "search_" + metric: c.search_value,
+                "n": c.n,
+                "mean": c.mean,
+                "std": c.std,
+                "cv": (c.std / abs(c.mean)) if c.std is not None and c.mean else None,
+                "vs_baseline": None if g is None else g[0],
+                "baseline": "yes" if c.baseline else "",
+                "failed_runs": ", ".join(c.failures),
+            }
+        )
+    return rows

@@ -107,12 +107,14 @@ def of_trial(attrs: dict, finished: bool, default_ranks: int | None = None) -> d
     return trial_ledger(summary, attrs.get(Attr.WALL_TIME), usage, default_ranks)
 
 
-def study_totals(rows: list[TrialRow]) -> dict:
+def study_totals(rows: list[TrialRow], calibration_sec: float = 0.0) -> dict:
     """The study's ledger from its rows (``autoresearch.study.storage.trial_rows``; a row's ledger is None while
-    it runs).
+    it runs) and the device-seconds it spent measuring the machine for its step-time model (``calibration_sec``:
+    the study attribute ``Attr.CALIBRATION_SEC``, the micro-benchmarks' seconds x the processes they ran on).
 
-    device_sec sums what is known; ``unsplit_sec`` is the device time whose parts are not known;
-    ``unknown_trials`` counts trials that ran without a known device time (an abandoned trial without a summary).
+    device_sec sums what is known, calibration included; ``unsplit_sec`` is the device time whose parts are not
+    known; ``unknown_trials`` counts trials that ran without a known device time (an abandoned trial without a
+    summary).
     """
     done = [(r.ledger, r.status) for r in rows if r.ledger is not None]
     ran = [led for led, s in done if s not in SKIPPED]
@@ -122,7 +124,10 @@ def study_totals(rows: list[TrialRow]) -> dict:
         "skipped": len(done) - len(ran),
         "unknown_trials": sum(led.get("device_sec") is None for led in ran),
     }
-    out["device_sec"] = sum(led["device_sec"] for led in ran if led.get("device_sec") is not None)
+    out["calibration_sec"] = float(calibration_sec or 0.0)
+    out["device_sec"] = out["calibration_sec"] + sum(
+        led["device_sec"] for led in ran if led.get("device_sec") is not None
+    )
     for part in PARTS:
         out[part] = sum(led[part] for led in ran if led.get(part) is not None)
     out["unsplit_sec"] = sum(
@@ -164,9 +169,15 @@ def format_totals(t: dict) -> str:
         f"  device time {dev / 3600:.4g} h = {dev:.1f} device-s (ranks x wall time)"
         + (f"; {t['unknown_trials']} trial(s) ran for an unknown time" if t["unknown_trials"] else ""),
         f"  start-up {share(t['startup_sec'])}, compile {share(t['compile_sec'])}, "
-        f"steps {share(t['steps_sec'])}, unsplit {share(t['unsplit_sec'])}",
+        f"steps {share(t['steps_sec'])}, unsplit {share(t['unsplit_sec'])}"
+        + (f", measuring the machine {share(t['calibration_sec'])}" if t.get("calibration_sec") else ""),
         f"  {waste_text(t, share)}",
         f"  LLM: {t['llm_calls']} calls, {t['llm_tokens']} tokens, ${t['llm_usd']:.4f}"
         + (f" (+ {t['llm_unpriced_trials']} trial(s) at an unknown price)" if t["llm_unpriced_trials"] else ""),
     ]
     return "\n".join(lines)
+
+
+def of_study(study, rows: list[TrialRow]) -> dict:
+    """``study_totals`` of an Optuna study: its rows and the device time it spent measuring the machine."""
+    return study_totals(rows, study.user_attrs.get(Attr.CALIBRATION_SEC) or 0.0)

@@ -31,12 +31,11 @@ as annotating a trial another agent asked for.
 
 from __future__ import annotations
 
-import time
+import statistics
 from pathlib import Path
 
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
-from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from autoresearch.records import (
     ABANDONED,
@@ -49,34 +48,17 @@ from autoresearch.records import (
     TrialRow,
     config_key,
     diverged,
+    gain,
+    is_number,
 )
 from autoresearch.study import ledger
+from autoresearch.study.connection import open_storage
 
 
 def default_storage(trials_dir: str | Path, study_name: str) -> str:
     path = Path(trials_dir) / study_name / "study.db"
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
-
-
-def storage_url(url: str) -> str:
-    """The SQLAlchemy URL to open. A PostgreSQL URL without a driver (``postgresql://``) means psycopg2 to
-    SQLAlchemy; the project ships psycopg 3, so such a URL is opened with ``postgresql+psycopg://``."""
-    scheme, sep, rest = url.partition("://")
-    return f"postgresql+psycopg://{rest}" if sep and scheme in ("postgresql", "postgres") else url
-
-
-def open_storage(url: str, attempts: int = 5) -> optuna.storages.RDBStorage:
-    """The storage at ``url``. Optuna creates its tables when it first opens a database; agents started together
-    on a fresh PostgreSQL database race on that ("duplicate key ... CREATE TYPE studydirection"), so the loser
-    tries again and then finds the tables made."""
-    url = storage_url(url)
-    for attempt in range(1, attempts):
-        try:
-            return optuna.storages.RDBStorage(url)
-        except (IntegrityError, ProgrammingError):
-            time.sleep(0.2 * attempt)
-    return optuna.storages.RDBStorage(url)
 
 
 def open_study(
@@ -103,6 +85,7 @@ def open_study(
         (Attr.PARAM_NAMES, list(space.params)),
         (Attr.SPACE_PATH, str(space.path)),
         (Attr.WORLD_SIZE, space.world_size),
+        (Attr.BASELINE, space.baseline_point),
     ):
         study.set_user_attr(key, value)
     return study
@@ -118,13 +101,13 @@ def load_study(path: str | Path | None = None, storage: str | None = None, study
         if not db.exists():
             raise SystemExit(f"{db} does not exist: is {path} a study directory written by autoresearch.agent?")
         storage = f"sqlite:///{db}"
-    storage = storage_url(storage)
+    storage = open_storage(storage)
     if study is None:
         names = optuna.get_all_study_names(storage=storage)
         if len(names) != 1:
             wanted = Path(path).name if path is not None else None
             if wanted not in names:
-                raise SystemExit(f"{storage} holds studies {names}; pick one with --study")
+                raise SystemExit(f"{storage.url} holds studies {names}; pick one with --study")
             names = [wanted]
         study = names[0]
     return optuna.load_study(study_name=study, storage=storage)
@@ -256,7 +239,10 @@ def recorded_keys(study: optuna.Study) -> dict:
 
 
 def trial_rows(study: optuna.Study) -> list[TrialRow]:
-    """One row per trial (not WAITING), in trial order: the table for proposers, CSV and reports."""
+    """One row per trial (not WAITING), in trial order: the table for proposers, CSV and reports. Each row that
+    reached the objective carries its ratio to the baseline (``records.gain``, against the mean of the baseline
+    config's ok runs, search and confirmation alike: the baseline was not selected for being good) and its peak
+    memory over the baseline's (their median)."""
     rows, ranks = [], study.user_attrs.get(Attr.WORLD_SIZE)
     for t in study.get_trials(deepcopy=False):
         if t.state == TrialState.WAITING:
@@ -285,4 +271,28 @@ def trial_rows(study: optuna.Study) -> list[TrialRow]:
                 diverged=diverged(metrics),
             )
         )
+    _against_baseline(rows, study.user_attrs.get(Attr.BASELINE), study.direction.name == "MAXIMIZE")
     return rows
+
+
+def _against_baseline(rows: list[TrialRow], baseline: dict | None, maximize: bool) -> None:
+    if not baseline:
+        return
+    key = config_key(baseline)
+    for r in rows:
+        r.baseline = config_key(r.params) == key
+    ran = [r for r in rows if r.baseline and r.status == Status.OK and is_number(r.objective)]
+    if not ran:
+        return
+    value = statistics.fmean(r.objective for r in ran)
+    peaks = [r.peak_memory_bytes for r in ran if is_number(r.peak_memory_bytes) and r.peak_memory_bytes > 0]
+    peak = statistics.median(peaks) if peaks else None
+    for r in rows:
+        r.gain = gain(r.objective, value, maximize)
+        if peak and is_number(r.peak_memory_bytes):
+            r.memory_ratio = r.peak_memory_bytes / peak
+
+
+def baseline_rows(rows: list[TrialRow]) -> list[TrialRow]:
+    """The baseline config's ok runs (search and confirmation), in trial order."""
+    return [r for r in rows if r.baseline and r.status == Status.OK and is_number(r.objective)]

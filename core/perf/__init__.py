@@ -10,7 +10,9 @@ under a second.
                  fits_device(cfg): the memory model's peak against the device's memory, untimed;
                  planned_config(overrides): a config on its cluster's device
     least_recompute.py the fewest blocks each pipeline stage recomputes for every rank to fit its device
-    calibrate.py ``python -m core.perf calibrate``: cpu-local measured on this machine and cached
+    micro.py     cpu-local's micro-benchmarks (under a minute, no trial): what a study needs to plan, cached
+    fit.py       the profile's numbers fitted to measured steps: the calibration's trials, a study's runs
+    calibrate.py ``python -m core.perf calibrate``: cpu-local fitted on this machine's trials and cached
     collectives.py the all-reduce micro-benchmark the calibration measures cpu-local's link with, and its ring fit
 """
 

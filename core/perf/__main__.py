@@ -10,6 +10,7 @@ optimizer); ``--json`` prints the same as one JSON object. An invalid config exi
 of ``core.train``, and so does a layout whose ranks are not the cluster's devices. Nothing is allocated.
 
     python -m core.perf calibrate [--force]     # measure cpu-local on this machine (core.perf.calibrate)
+    python -m core.perf calibrate --micro       # its micro-benchmarks alone, under a minute (core.perf.micro)
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """``python -m core.perf calibrate [--force] [--rounds 3]``: measure the ``cpu-local`` profile on this machine and
-cache it, as the reference rate is cached (``core.runtime.reference_rate``; the same machine key).
+cache it, as the reference rate is cached (``core.runtime.reference_rate``; the same machine key). ``--micro``
+runs only the micro-benchmarks (``core.perf.micro``, under a minute), which a study runs itself when this machine
+has neither; this command's trials then fit what they cannot see, and its entry, where there is one, is used
+instead of theirs (``core.perf.device.measured_numbers``).
 
 What the profile leaves null is measured here, from two micro-benchmarks and real trials of ``model=small``
 (global batch 8 x 64 tokens, jit, AdamW, 12 steps: the project's layout benchmark), each a ``python -m core.train``
@@ -23,24 +26,24 @@ process like any trial; one layout of more than one rank is fitted (tp=2), every
                                micro-benchmark's own (kept in the entry, ``all_reduce``) is ~0.2 ms; a
                                trial's is ~15 times that, because a peer that shares the cores arrives late
 
-The pair is solved alternately until it stops moving. A number that stops at its bound leaves its layout
-unreproduced: the entry lists it (``not_reproduced``) and a warning names it. The 1-process trial beating the
+The four numbers are fitted together (``core.perf.fit``, the fit a study runs on its own runs as they land), each
+layout identifying one. A number that stops at its bound leaves its layout unreproduced: the entry lists it
+(``not_reproduced``) and a warning names it. The 1-process trial beating the
 reference rate at full efficiency means the rate was measured under load (the fastest of its runs, and load only
 slows a run): it is measured again, the higher kept, up to twice; then the calibration stops without caching,
 saying to measure on an idle machine, since every prediction scales with that number.
 
 The trials run ``--rounds`` times, alternating, and each layout's median step counts: one trial's median step
 moved by up to 45% between runs minutes apart on this shared machine (benchmarks/RESULTS.md, "Step-time model").
-Each number is solved for (Brent's method) so that the model's prediction equals the measured step, the others
-held; every other layout is held out (``benchmarks/perf_cpu.py`` checks them). The reference rate is measured
+Every other layout is held out (``benchmarks/perf_cpu.py`` checks them). The reference rate is measured
 first when this machine has none. MindSpore runs only in the child processes.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -49,13 +52,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from scipy.optimize import brentq
-
 from core.config import TrainConfig
-from core.perf import collectives
-from core.perf.device import CALIBRATION_METHOD, GBPS, US, calibration, calibration_path
+from core.perf import collectives, micro
+from core.perf import fit as perf_fit
+from core.perf.device import CALIBRATION_METHOD, GBPS, US, calibration, calibration_path, store
 from core.perf.step import estimate_step, planned_config
-from core.runtime.files import write_atomic
 from core.runtime.reference_rate import cache_path as reference_cache
 from core.runtime.reference_rate import machine_key, reference_flops_per_sec
 
@@ -76,34 +77,25 @@ LAYOUTS = {
     ALONE: ["execution.kernel_threads=1"],  # a rank's share when ranks are as many as cores (core.runtime.settings)
     TOGETHER: ["execution.kernel_threads=1"],  # as many independent trials at once as copies() says
 }
-# Each pair is solved alternately until a round moves no number by more than this share; the jit pair first (the
-# other fits need its rates).
-PAIRS = (
-    (("1 process", "matmul_efficiency", 1e-4, 1.0), ("1 process, micro 1", "launch_overhead_us", 0.0, 1e5)),
-    (("1 process, pynative", "pynative_overhead_us", 0.0, 1e6),),  # on top of the first pair's launches
-    (("tp=2", "intra_node_latency_us", 0.0, 1e5),),
-)
-PREDICTED = [name for pair in PAIRS for name, *_ in pair]  # the layouts core.perf predicts (the others: host_cores)
+# The layouts whose steps the fit reproduces, each named for the number it identifies (core.perf.fit); the others
+# measure host_cores.
+PREDICTED = {
+    "1 process": "matmul_efficiency",
+    "1 process, micro 1": "launch_overhead_us",
+    "1 process, pynative": "pynative_overhead_us",
+    "tp=2": "intra_node_latency_us",
+}
 LINK_RANKS = 2  # the collective micro-benchmark's ranks
-TOLERANCE, MAX_ROUNDS = 1e-6, 50
 # A fitted layout whose prediction misses its measured step by more than this share is not reproduced.
 REPRODUCED = 0.01
 REMEASURES = 2
-# Where the fitted numbers start; a null in the profile would stop the model before it is fitted.
-START = {"matmul_efficiency": 1.0, "launch_overhead_us": 0.0, "pynative_overhead_us": 0.0, "intra_node_latency_us": 0.0}
-_BANDWIDTH = """
-import time, numpy as np, mindspore as ms
-ms.set_device("CPU")
-n = 1 << 24
-x, y = ms.Tensor(np.ones(n, np.float32)), ms.Tensor(np.ones(n, np.float32))
-best = float("inf")
-for _ in range(20):
-    t = time.perf_counter()
-    z = x + y
-    float(z[0].asnumpy())  # waits for the add
-    best = min(best, time.perf_counter() - t)
-print(3 * 4 * n / best / 1e9)
-"""
+# Where the fitted numbers start (any positive value: the fit is linear in their scales): about this machine's.
+START = {
+    "matmul_efficiency": 1.0,
+    "launch_overhead_us": 1000.0,
+    "pynative_overhead_us": 10000.0,
+    "intra_node_latency_us": 1000.0,
+}
 
 
 def run_trial(overrides: list[str], out: Path) -> dict:
@@ -127,53 +119,30 @@ def run_trials(overrides: list[str], outs: list[Path]) -> list[dict]:
     return summaries
 
 
-def solve(cfg: TrainConfig, key: str, measured_sec: float, low: float, high: float) -> float:
-    """The value of ``cluster.<key>`` in [low, high] at which core.perf predicts ``measured_sec`` (clamped to the
-    bound the measurement lies beyond)."""
-
-    def gap(value: float) -> float:
-        cluster = dataclasses.replace(cfg.cluster, **{key: value})
-        return estimate_step(dataclasses.replace(cfg, cluster=cluster)).step_time_sec - measured_sec
-
-    a, b = gap(low), gap(high)
-    if a * b > 0:
-        return low if abs(a) < abs(b) else high
-    return brentq(gap, low, high, rtol=1e-6)
-
-
 def _config(name: str, profile: dict[str, float]) -> TrainConfig:
     return planned_config([*BASE, *LAYOUTS[name], *(f"cluster.{k}={v}" for k, v in profile.items())])
 
 
 def fit(measured: dict[str, float], profile: dict[str, float]) -> dict[str, float]:
-    """The profile's fitted numbers from the calibration runs' measured median steps (seconds; ``LAYOUTS``)."""
-    for pair in PAIRS:
-        for _ in range(MAX_ROUNDS):
-            before = dict(profile)
-            for name, key, low, high in pair:
-                profile[key] = solve(_config(name, profile), key, measured[name], low, high)
-            if all(abs(profile[k] - before[k]) <= TOLERANCE * abs(profile[k]) for _, k, _, _ in pair):
-                break
-    return profile
+    """The profile with its fitted numbers (``core.perf.fit``, started at ``profile``'s) from the calibration
+    runs' measured median steps (seconds; ``LAYOUTS``)."""
+    runs = [(perf_fit.shares(_config(name, profile)), measured[name]) for name in PREDICTED]
+    return {**profile, **perf_fit.fit(runs, profile)}
 
 
 def not_reproduced(measured: dict[str, float], profile: dict[str, float]) -> dict[str, str]:
     """The fitted layouts whose prediction through ``profile`` misses their measured step, each with why."""
     missed = {}
-    for name, key, _, _ in (layout for pair in PAIRS for layout in pair):
+    for name, key in PREDICTED.items():
         predicted = estimate_step(_config(name, profile)).step_time_sec
         if abs(predicted - measured[name]) > REPRODUCED * measured[name]:
+            low, high = perf_fit.BOUNDS[key]
+            where = "at its bound " if any(math.isclose(profile[key], b, rel_tol=1e-6) for b in (low, high)) else ""
             missed[name] = (
-                f"cluster.{key} stopped at its bound {profile[key]:g}: predicted {predicted * 1000:.1f} ms per step, "
+                f"cluster.{key} stopped {where}{profile[key]:g}: predicted {predicted * 1000:.1f} ms per step, "
                 f"measured {measured[name] * 1000:.1f} ms"
             )
     return missed
-
-
-def measure_bandwidth() -> float:
-    """GB/s of an element-wise add under MindSpore, in a child process (``_BANDWIDTH``)."""
-    done = subprocess.run([sys.executable, "-c", _BANDWIDTH], capture_output=True, text=True, check=True)
-    return float(done.stdout.split()[-1])
 
 
 def copies(name: str) -> int:
@@ -226,15 +195,16 @@ def calibrate(force: bool = False, rounds: int = 3) -> dict:
     measured = measure_layouts(LAYOUTS, BASE, rounds)
     cores = host_cores(measured)
     link = measure_link(cores, rounds)
-    micro = link.pop("all_reduce")
-    profile = {"memory_bandwidth_gbps": measure_bandwidth(), "host_cores": cores, **link, **START}
+    all_reduce = link.pop("all_reduce")
+    profile = {"memory_bandwidth_gbps": micro.memory_bandwidth_gbps(), "host_cores": cores, **link, **START}
     for attempt in range(REMEASURES + 1):
         fitted = fit(measured, dict(profile))
         missed = not_reproduced(measured, fitted)
         if "1 process" not in missed:
             break
         why = f"calibration not cached: the 1-process trial is not reproduced ({missed['1 process']})"
-        if fitted["matmul_efficiency"] < 1.0:  # not the reference rate's doing: nothing to measure again
+        if not math.isclose(fitted["matmul_efficiency"], 1.0, rel_tol=1e-6):  # not the reference rate's doing:
+            # nothing to measure again
             raise SystemExit(why)
         if attempt == REMEASURES:
             raise SystemExit(
@@ -249,17 +219,12 @@ def calibrate(force: bool = False, rounds: int = 3) -> dict:
     entry = {
         **fitted,
         "measured_step_sec": measured,
-        "all_reduce": micro,
+        "all_reduce": all_reduce,
         "not_reproduced": missed,
         "method": CALIBRATION_METHOD,
         "date": time.strftime("%Y-%m-%d"),
     }
-    try:
-        table = json.loads(calibration_path().read_text())
-    except (OSError, ValueError):
-        table = {}
-    table[machine_key("CPU")] = entry
-    write_atomic(calibration_path(), json.dumps(table, indent=2) + "\n")
+    store(calibration_path(), entry)
     return entry
 
 
@@ -267,7 +232,16 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m core.perf calibrate", description=__doc__.splitlines()[0])
     ap.add_argument("--force", action="store_true", help="measure again even when this machine has an entry")
     ap.add_argument("--rounds", type=int, default=3, help="trials per layout; the median counts (default 3)")
+    ap.add_argument(
+        "--micro",
+        action="store_true",
+        help="the micro-benchmarks alone (core.perf.micro: under a minute, no trial), as a study runs them itself",
+    )
     args = ap.parse_args(argv)
+    if args.micro:
+        entry, _ = micro.cached(args.force)
+        print(json.dumps({machine_key("CPU"): entry}, indent=2))
+        return 0
     entry = calibrate(args.force, args.rounds)
     print(json.dumps({machine_key("CPU"): entry}, indent=2))
     return 0

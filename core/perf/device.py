@@ -24,6 +24,7 @@ from pathlib import Path
 
 from core.config import ClusterConfig, ConfigError
 from core.runtime.cache_dirs import cache_root
+from core.runtime.files import write_atomic
 from core.runtime.reference_rate import cache_path, machine_key
 
 TFLOPS, GBPS, US = 1e12, 1e9, 1e-6
@@ -85,7 +86,7 @@ def device(cluster: ClusterConfig, precision: str) -> Device:
     peak = cluster.peak_tflops_bf16 if half else cluster.peak_tflops_fp32
     if peak is None and cluster.device == "CPU":
         peak = _reference_rate(cluster) / TFLOPS / cluster.devices_per_node  # the node's cores, shared by its ranks
-    measured = (calibration() or {}) if cluster.device == "CPU" else {}
+    measured = measured_numbers() if cluster.device == "CPU" else {}
 
     def need(key: str, value: float | None = None) -> float:
         return _need(cluster, key, measured, value)
@@ -154,7 +155,7 @@ def _need(cluster: ClusterConfig, key: str, measured: dict, value: float | None 
     if value is None:
         fix = f"set cluster.{key}=<value>"
         if cluster.device == "CPU":
-            fix = f"run `python -m core.perf calibrate` to measure this machine, or {fix}"
+            fix = f"run `python -m core.perf calibrate [--micro]` to measure this machine, or {fix}"
         raise ConfigError(f"cluster.{key}", f"profile {cluster.name!r} gives no value; {fix}")
     return value
 
@@ -172,11 +173,26 @@ CALIBRATION_METHOD = 5
 def calibration() -> dict | None:
     """This machine's cpu-local calibration (``core.perf.calibrate``), or None when it has none or it was fitted
     through an older model (``CALIBRATION_METHOD``)."""
+    return _entry(calibration_path(), CALIBRATION_METHOD)
+
+
+def _entry(path: Path, method: int) -> dict | None:
+    """This machine's entry of a cache table (``machine key -> entry``), or None without one of ``method``."""
     try:
-        entry = json.loads(calibration_path().read_text()).get(machine_key("CPU"))
+        entry = json.loads(path.read_text()).get(machine_key("CPU"))
     except (OSError, ValueError):
         return None
-    return entry if entry and entry.get("method") == CALIBRATION_METHOD else None
+    return entry if entry and entry.get("method") == method else None
+
+
+def store(path: Path, entry: dict) -> None:
+    """Write this machine's ``entry`` into the cache table at ``path``, beside other machines' (atomically)."""
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        table = {}
+    table[machine_key("CPU")] = entry
+    write_atomic(path, json.dumps(table, indent=2) + "\n")
 
 
 def _reference_rate(cluster: ClusterConfig) -> float:
@@ -192,3 +208,22 @@ def _reference_rate(cluster: ClusterConfig) -> float:
             "`python -m core.reference_rate`, or set cluster.peak_tflops_fp32",
         )
     return float(entry["flops_per_sec"])
+
+
+def micro_path() -> Path:
+    return cache_root() / "perf_micro.json"
+
+
+MICRO_METHOD = 1  # what the micro-benchmarks measure and how (core.perf.micro); an entry of another is stale
+
+
+def micro_calibration() -> dict | None:
+    """This machine's micro-benchmarks (``core.perf.micro``: ``numbers``, ``seconds``, ``device_seconds``,
+    ``date``), or None when they have not run here (or ran an older method)."""
+    return _entry(micro_path(), MICRO_METHOD)
+
+
+def measured_numbers() -> dict:
+    """The numbers a cpu-local profile leaves null, as this machine measured them: its calibration on trials
+    (``calibration``) where it has one, else its micro-benchmarks (``micro_calibration``), else none."""
+    return calibration() or (micro_calibration() or {}).get("numbers") or {}

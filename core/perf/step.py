@@ -136,10 +136,13 @@ def estimate_step(cfg: TrainConfig) -> StepEstimate:
     optimizer = _optimizer_seconds(cfg, dev, rank)
     step = pipeline + dp + optimizer
     busy = m * (fwd.total + bwd.total)
+    host = m * (fwd.launch + bwd.launch)
+    dispatch = host * dispatch_share(cfg, dev)
     breakdown = {
         "compute": m * (fwd.compute + bwd.compute),
         "recompute": m * bwd.recompute,
-        "launch": m * (fwd.launch + bwd.launch),
+        "launch": host - dispatch,
+        "dispatch": dispatch,  # PyNative's per-op dispatch from Python (training.mode=pynative), beside the launches
         **{f"comm_{k}": m * v for k, v in _merge(fwd.comm, bwd.comm).items()},
         "comm_pp": pipeline - busy if par.pp > 1 else 0.0,  # bubble and transfers, measured as idle time
         "comm_dp": dp,
@@ -208,6 +211,14 @@ def _preprocess_runs(cfg: TrainConfig, rank: int) -> int:
     """How many micro-batches pipeline rank ``rank`` preprocesses under mpipe."""
     par, m = cfg.parallel, cfg.grad_accum_steps
     return sum(owner(mb, par.pp, m, par.pp_transpose_overflow) == rank for mb in range(m))
+
+
+def dispatch_share(cfg: TrainConfig, dev: Device) -> float:
+    """The share of the host's time per block that is PyNative's dispatch rather than kernel launches: every launch
+    unit is ``launch + pynative`` under PyNative (``work.launch_seconds``), ``launch`` otherwise."""
+    if cfg.training.mode != "pynative" or not dev.pynative:
+        return 0.0
+    return dev.pynative / (dev.launch + dev.pynative)
 
 
 def _scaled(p: Pass, share: float) -> Pass:

@@ -12,7 +12,15 @@ grid; ``claude`` and ``hybrid`` (``claude.py``, ``hybrid.py``) ask Claude and ar
 the classical proposers need no ``anthropic`` import.
 """
 
-from autoresearch.search.proposers.base import Proposal, ProposalContext, Proposer, SearchExhausted
+from autoresearch.search.proposers.base import Proposal, ProposalContext, Proposer, SearchConverged, SearchExhausted
 from autoresearch.search.proposers.samplers import GridProposer, make_sampler
 
-__all__ = ["Proposal", "ProposalContext", "Proposer", "SearchExhausted", "GridProposer", "make_sampler"]
+__all__ = [
+    "Proposal",
+    "ProposalContext",
+    "Proposer",
+    "SearchConverged",
+    "SearchExhausted",
+    "GridProposer",
+    "make_sampler",
+]

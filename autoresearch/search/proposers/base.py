@@ -48,6 +48,10 @@ class SearchExhausted(Exception):
     """Raised by a proposer that has nothing left to propose (e.g. a finished grid): the study stops."""
 
 
+class SearchConverged(SearchExhausted):
+    """Raised by a proposer whose model expects no config left to be worth a run: the search stops, with why."""
+
+
 class Proposer(ABC):
     name: str = "proposer"
 

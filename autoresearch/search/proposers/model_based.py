@@ -36,13 +36,25 @@ from autoresearch.records import RAN, Status, config_key, is_number
 from autoresearch.search import surrogate
 from autoresearch.search.feasibility import GATE_OOM
 from autoresearch.search.prior import StepPrior
-from autoresearch.search.proposers.base import Proposal, ProposalContext, Proposer
+from autoresearch.search.proposers.base import Proposal, ProposalContext, Proposer, SearchConverged
 
 MAX_GRID = 4096  # a grid up to this size is the candidate set; a larger one is sampled
 SAMPLED = 1024  # candidates drawn per round otherwise (half from the grid, half uniformly at random)
 # The scale of the step-time model's log error the GP of its corrections works in: the model's held-out median
 # error on published runs is ~13% (benchmarks/RESULTS.md, "Step-time model"); the GP fits its own amplitude on top.
 PRIOR_SCALE = 0.15
+# The GP of the model's errors keeps at least this amplitude (in units of PRIOR_SCALE): far from any run, a config's
+# objective is the model's figure give or take the model's error scale, however well the runs so far are reproduced
+# (more where the model's leave-one-out errors on the study's runs say so).
+MIN_SIGNAL = 1.0
+# With a prior, the search stops when the best runnable candidate's expected improvement is below this share of the
+# best objective (--min-gain): less than the run-to-run noise of a trial here (RESULTS.md, "Steady state"), which no
+# confirmation could resolve.
+MIN_GAIN = 0.01
+# ... but not before this many runs ended ok: the baseline and at least two configs the plan ranked best, so that the
+# model is checked against runs of more than one config before it may say that nothing is worth running, and the
+# confirmation has a rival for its pick.
+MIN_RUNS = 3
 # A candidate whose P(OOM) or P(NaN) passes its limit is held back while a safer one remains. Chosen on the dev
 # tables (benchmarks/RESULTS.md, "Search efficiency across tables"): holding back P(NaN) > 0.25 cut the runs that
 # diverge; holding back P(OOM) > 0.25 cost runs where the best config sits at the budget's edge (tabular: 11 runs
@@ -56,10 +68,13 @@ LOOKAHEAD = 16  # safe runnable candidates ranked again with their risk per roun
 class ModelBasedProposer(Proposer):
     name = "gp"
 
-    def __init__(self, seed: int | None = None, n_init: int = 4, prior: StepPrior | None = None):
+    def __init__(
+        self, seed: int | None = None, n_init: int = 4, prior: StepPrior | None = None, *, min_gain: float = MIN_GAIN
+    ):
         self.seed = 0 if seed is None else seed
         self.n_init = n_init  # without a prior: with one, the plan's best is the only start-up point
         self.prior = prior
+        self.min_gain = min_gain  # with a prior: the expected improvement below which the search has converged
         self._grid: list[dict] | None = None
 
     def propose(self, study, ctx: ProposalContext) -> Proposal | None:
@@ -134,29 +149,74 @@ class ModelBasedProposer(Proposer):
                     f"{predicted[i] or float('nan'):.4g}"
                 ),
             )
-        # The GP models sign * log(measured / predicted) in units of PRIOR_SCALE: zero where the model is right.
+        # The GP models sign * log(measured / predicted) in units of PRIOR_SCALE: zero where the model is right. Its
+        # amplitude is at least the model's error out of sample: its error scale before two runs (MIN_SIGNAL), then
+        # the mean square of its leave-one-out errors on this study's runs where that is larger. The runs' own
+        # residuals cannot say it: the refitted model reproduces the runs it was fitted to, and a GP of those zeros
+        # alone would trust the model near every run, however wrong it is between them.
         measured = np.array([sign * math.log(r.objective) for r in ok])
         at_runs = np.array([sign * math.log(v) if (v := prior.predict(r.params)) else neutral for r in ok])
         xo = np.stack([surrogate.encode(space, r.params) for r in ok])
-        gp = surrogate.GaussianProcess(xo, (measured - at_runs) / PRIOR_SCALE)
+        held_out = prior.held_out_errors(ok)
+        amplitude = max(MIN_SIGNAL, float(np.mean(np.square(held_out))) / PRIOR_SCALE**2 if held_out else 0.0)
+        gp = surrogate.GaussianProcess(xo, (measured - at_runs) / PRIOR_SCALE, min_signal=amplitude)
         correction, std = gp.predict(x)
         mean = logs / PRIOR_SCALE + correction
         ei = surrogate.expected_improvement(mean, std, float(measured.min() / PRIOR_SCALE))
+        self._stop_when_converged(ctx, candidates, ei * PRIOR_SCALE, len(ok))
         xr = np.stack([surrogate.encode(space, r.params) for r in ran])
         failed = np.array([float(r.status != Status.OK or r.diverged) for r in ran])
         p_fail = surrogate.failure_probability(x, xr, failed, gp.lengths)
-        score = ei * (1.0 - p_fail)
+        cost = self._costs(candidates, ran)
+        score = ei * (1.0 - p_fail) / cost
         return self._first_runnable(
             ctx,
             candidates,
             np.argsort(-score, kind="stable"),
             lambda i, survives: (
-                f"expected improvement {ei[i]:.3g} x P(no failure) {(1 - p_fail[i]) * survives:.2f} over the plan "
-                f"(predicted {space.objective_metric} {predicted[i] or float('nan'):.4g}; model refitted to "
-                f"{len(ok)} runs: {prior.factors_text()}; GP of its errors)"
+                f"expected improvement {100 * ei[i] * PRIOR_SCALE:.1f}% x P(no failure) {(1 - p_fail[i]) * survives:.2f}"
+                f" per {cost[i]:.2g}x a run's device time, over the plan (predicted {space.objective_metric} "
+                f"{predicted[i] or float('nan'):.4g}; model refitted to {len(ok)} runs: {prior.factors_text()}; GP of "
+                "its errors)"
             ),
             score,
         )
+
+    def _stop_when_converged(self, ctx, candidates: list[dict], gains: np.ndarray, runs: int) -> None:
+        """Raise SearchConverged when the runnable candidate with the largest expected improvement (a share of the
+        best's objective: the GP works in logs) expects less than ``min_gain``: no run left is worth its device
+        time, by the model and what the runs taught it, once ``MIN_RUNS`` runs ended ok. Checked in that order, so
+        only the first runnable one is gated (the memory estimate is the costly check)."""
+        if not self.min_gain or runs < MIN_RUNS:
+            return
+        for i in np.argsort(-gains, kind="stable"):
+            if ctx.check(candidates[i]) is None:
+                if gains[i] < self.min_gain:
+                    raise SearchConverged(
+                        f"converged: no config left is expected to improve on the best by {100 * self.min_gain:g}% "
+                        f"or more (the most, {100 * gains[i]:.2f}%, {_label(candidates[i])}; --min-gain)"
+                    )
+                return
+
+    def _costs(self, candidates: list[dict], ran: list) -> np.ndarray:
+        """Each candidate's expected device time relative to a one-rank run: its ranks (the plan's devices) times
+        the mean wall time of the runs so far with as many ranks (of all runs, where none had as many). Expected
+        improvement per unit of it ranks the candidates (Snoek, Larochelle & Adams 2012, "EI per second"): on a
+        machine where a second rank costs more than it gains, the one-rank configs are tried first."""
+        walls: dict[int, list[float]] = {}
+        for r in ran:
+            led = r.ledger or {}
+            if is_number(led.get("wall_sec")) and isinstance(led.get("ranks"), int) and led["ranks"] > 0:
+                walls.setdefault(led["ranks"], []).append(led["wall_sec"])
+        every = [w for ws in walls.values() for w in ws]
+        if not every:
+            return np.ones(len(candidates))
+        one = float(np.mean(walls.get(1, every)))
+        out = []
+        for p in candidates:
+            ranks = self.prior.ranks(p) or 1
+            out.append(ranks * float(np.mean(walls.get(ranks, every))) / one)
+        return np.array(out)
 
     def _first_runnable(self, ctx: ProposalContext, candidates: list[dict], order, rationale, score=None):
         """The best-ranked candidate the agent would run (``ctx.check``: space, dominance, memory gate), checked
@@ -225,3 +285,7 @@ def _design_box(space) -> tuple[np.ndarray, np.ndarray]:
         low += [1.0 - DESIGN_NAN_SHARE if ordered and p.nan == "down" else 0.0] * width
         high += [DESIGN_NAN_SHARE if ordered and p.nan == "up" else 1.0] * width
     return np.array(low), np.array(high)
+
+
+def _label(params: dict) -> str:
+    return " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in params.items())

@@ -40,6 +40,7 @@ def core_space(tmp_path, name="exp", lrs=(0.001, 0.1)):
             REC: {"type": "choice", "values": ["full", "none"]},
             LR: {"type": "choice", "values": list(lrs)},
         },
+        "baseline": {LR: lrs[0]},  # the core's default learning rate is not among them
     }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -139,7 +140,7 @@ def test_every_target_writes_a_file_its_reader_parses(fake_study, tmp_path, caps
         head = [line for line in text.splitlines() if line.startswith("#")]
         body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
         if to == "overrides":  # the header goes to stderr: $(cat FILE) hands every word to core.train
-            assert head == [] and "# not exported: trial.dir=" in capsys.readouterr().err
+            assert head == [] and "# not exported (a re-run writes its own" in capsys.readouterr().err
             lines = text.split()
             assert all("=" in line for line in lines)
             again = flatten(to_dict(load_config(lines)))
@@ -157,11 +158,19 @@ def test_every_target_writes_a_file_its_reader_parses(fake_study, tmp_path, caps
             assert recipe_fields(text, monkeypatch) == flatten(exported.doc)
         else:
             assert yaml.safe_load(body) == exported.doc
-        not_exported = [line for line in head if line.startswith("# not exported: ")]
-        assert len(not_exported) == len(exported.dropped)
-        for line, (key, (value, reason)) in zip(not_exported, exported.dropped.items(), strict=True):
-            assert line == f"# not exported: {key}={export.value_text(value)} — {reason}"
-        assert "# not exported: model.n_layers=3 — the model is the " in text  # the target run's, or the base's
+        # every key the target has no counterpart for, with its value, under its reason; each reason said once
+        said = " ".join(line[2:].strip() for line in head if not line.startswith(("# exported", "# config", "# stand")))
+        reasons = list(dict.fromkeys(reason for _, reason in exported.dropped.values()))
+        for reason in reasons:
+            assert said.count(f"not exported ({reason}): ") == 1
+            keys = [f"{k}={export.value_text(v)}" for k, (v, r) in exported.dropped.items() if r == reason]
+            assert said.split(f"not exported ({reason}): ")[1].startswith(", ".join(keys))
+        assert all(
+            len(line) <= export.HEADER_WIDTH
+            for line in head
+            if line.startswith("# not exported") or line.startswith("#   ")
+        )
+        assert "model.n_layers=3" in said and "the model is the " in said  # the target run's, or the base's
 
 
 def test_overrides_add_the_keys_a_preset_brings(tmp_path):

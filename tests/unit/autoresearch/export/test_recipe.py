@@ -16,7 +16,7 @@ from autoresearch.export.targets import TARGETS, export_config, flatten
 from tests.unit.autoresearch.export.stand_in import Recorder, recipe_fields, run_recipe
 from tests.unit.autoresearch.export.test_export import CASES, flat
 
-HEADER = ["# torchtitan 0.3.0 recipe", "# not exported: model.n_layers=4 — the model is the base recipe's model_spec"]
+HEADER = ["# torchtitan 0.3.0 recipe", "# not exported (the model is the base recipe's model_spec): model.n_layers=4"]
 
 
 def exported(case: str) -> dict:

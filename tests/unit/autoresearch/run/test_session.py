@@ -43,14 +43,14 @@ def test_default_study_records_every_trial(tmp_path, capsys, monkeypatch):
     assert run_agent(tmp_path, space, "--trials", "8") == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == f"proposer: gp (ANTHROPIC_API_KEY not set; Claude disabled. {agent.GP_WHY})"
-    assert "search's best run: trial" in out and "| number | status |" in out
+    assert "best run: trial" in out and "| number | status |" in out
     study = load(tmp_path)
     assert study.user_attrs["space"] == "fake" and study.direction.name == "MAXIMIZE"
     assert storage.finished_count(study) == 8
     # the study's waste beside its best run, and beside each failed run what the agent knew before it
     failed = [t for t in study.trials if t.user_attrs["status"] in outcomes.WASTED]
-    assert f"; on the way, paid failures: {len(failed)} runs (" in out
-    lines = out.splitlines()
+    assert f"  paid failures: {len(failed)} runs (" in out  # the ledger's line
+    lines = out.replace("\n" + " " * 11, " ").splitlines()  # a progress line wraps with this indent
     for t in failed:
         knew = outcomes.foreknowledge(t.user_attrs)
         (line,) = [x for x in lines if x.startswith(f"trial {t.number:4d} {t.user_attrs['status']}")]
@@ -71,9 +71,8 @@ def test_default_study_records_every_trial(tmp_path, capsys, monkeypatch):
     assert sorted(csv["number"]) == [t.number for t in study.trials]
     best = storage.best_trial(study)
     assert best.user_attrs["status"] == "ok" and study.best_trial.number == best.number
-    assert (
-        out.splitlines()[-1] == f"best (unconfirmed, --confirm 0): trial {best.number}, tokens_per_sec={best.value:.6g}"
-    )
+    assert f"best run: trial {best.number} (unconfirmed: a single run's ranking): " in out  # the headline, last
+    assert f"  tokens_per_sec {best.value:,.0f} (one run)" in out.split("best run: trial")[-1]
 
 
 def test_repeats_do_not_spend_the_budget_and_the_search_ends_when_nothing_is_new(tmp_path, capsys):

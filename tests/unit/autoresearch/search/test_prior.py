@@ -16,11 +16,13 @@ from autoresearch.report.table import model_error_text, study_table
 from autoresearch.search.prior import RIDGE, StepPrior, parts_of
 from autoresearch.search.proposers.base import ProposalContext
 from autoresearch.search.proposers.model_based import ModelBasedProposer
-from autoresearch.space import SpaceError, load_space
+from autoresearch.space import SearchSpace, SpaceError, load_space
 from autoresearch.study.storage import trial_rows
 from core.perf import estimate_step, planned_config
+from core.perf.calibrate import BASE, START, fit
 from core.runtime.cache_dirs import CACHE_ENV
 from tests.agent_support import load, run_agent
+from tests.unit.core.perf.test_calibrate import FITTED, LINK, PEAK, calibration_steps
 
 MBS, REC = "training.micro_batch_size", "memory.recompute"
 DP, TP, PP = "parallel.dp_shard", "parallel.tp", "parallel.pp"
@@ -45,8 +47,9 @@ SPACE = {
         REC: {"type": "choice", "values": ["none", "full"]},
     },
     "constraints": [f"{DP} * {TP} * {PP} == world_size"],
+    "baseline": {DP: 8},  # FSDP over the node: every layout uses its eight devices
 }
-TRUE_FACTORS = np.array([1.3, 3.0, 1.0])  # compute, communication, launches (none on H100)
+TRUE_FACTORS = np.array([1.3, 3.0, 1.0, 1.0])  # compute, communication, launches and dispatch (none on H100)
 
 
 @pytest.fixture(scope="module")
@@ -98,17 +101,18 @@ def test_refit_recovers_the_machines_factors(space):
         [parts_of(prior.estimate(r.params).breakdown) / prior.measured_seconds(r.params, r.objective) for r in ok]
     )
     for ridge, expected in ((RIDGE, factors), (0.0, TRUE_FACTORS)):
-        normal = a.T @ a + ridge * np.eye(3)
-        normal[2, 2] += 1e-12  # the launch column is all zero on H100
+        normal = a.T @ a + ridge * np.eye(4)
+        normal[2, 2] += 1e-12  # the launch and dispatch columns are all zero on H100
+        normal[3, 3] += 1e-12
         solved = np.linalg.solve(normal, a.T @ np.ones(len(ok)) + ridge)
         assert solved[:2] == pytest.approx(expected[:2], rel=1e-6)  # (without the ridge, launches are unknown)
-    assert factors == pytest.approx(TRUE_FACTORS, rel=0.06) and factors[2] == 1.0
+    assert factors == pytest.approx(TRUE_FACTORS, rel=0.06) and factors[2] == factors[3] == 1.0
     for r in ok:  # the refitted model predicts the machine to the same few percent
         assert prior.predict(r.params) == pytest.approx(r.objective, rel=0.06)
     first = StepPrior(space)  # one run: fitted within the ridge's 1%, each part moved by its share of the step
     one, share = first.refit(ok[:1]), parts_of(first.estimate(ok[0].params).breakdown)
     assert first.predict(ok[0].params) == pytest.approx(ok[0].objective, rel=0.01)
-    assert (one[0] - 1) / (one[1] - 1) == pytest.approx(share[0] / share[1], rel=1e-6) and one[2] == 1.0
+    assert (one[0] - 1) / (one[1] - 1) == pytest.approx(share[0] / share[1], rel=1e-6) and one[2] == one[3] == 1.0
 
 
 def test_the_search_starts_from_the_plans_best_runnable_point(space):
@@ -146,7 +150,7 @@ def test_of_points_the_plan_cannot_tell_apart_it_runs_the_core_defaults_first(tm
     assert prior.unpriced == {"training.mode", "memory.swap"}
     # a pynative run 3x slower than the model says refits nothing: its difference is the GP's to learn
     slow = {**first, "training.mode": "pynative"}
-    assert list(prior.refit([row(0, slow, (Status.OK, prior.predict(slow) / 3))])) == [1.0, 1.0, 1.0]
+    assert list(prior.refit([row(0, slow, (Status.OK, prior.predict(slow) / 3))])) == [1.0, 1.0, 1.0, 1.0]
     assert prior.refit([row(0, first, (Status.OK, prior.predict(first) / 3))])[0] > 2.0  # a jit run does
 
 
@@ -228,8 +232,9 @@ def _session(tmp_path, doc: dict, plan: bool | None = None):
 
 def test_by_default_the_agent_plans_where_the_model_answers_without_measuring(tmp_path, monkeypatch):
     """Without --plan or --no-plan: an accelerator's profile is known, so the gp plans (and says so); --no-plan
-    searches without; a CPU this machine has not calibrated is not measured unasked (the note says how to have the
-    plan); an objective the model does not predict has nothing to plan, and nothing is said."""
+    searches without; a CPU this machine has not measured plans too, its micro-benchmarks run first (when the
+    study runs, not when the session is made: the note says so); an objective the model does not predict has
+    nothing to plan, and nothing is said."""
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))  # a machine with no calibration
     planned = _session(tmp_path, SPACE)
     assert planned.prior is not None and "plans before it pays" in planned.plan_note
@@ -237,8 +242,73 @@ def test_by_default_the_agent_plans_where_the_model_answers_without_measuring(tm
     cpu = {**SPACE, "name": "cpu", "fixed": {"model": "tiny", "training.global_batch_size": 8}, "world_size": 2}
     cpu["params"] = {DP: {"type": "choice", "values": [1, 2]}, MBS: {"type": "choice", "values": [1, 2]}}
     cpu["constraints"] = []
+    del cpu["baseline"]  # the core's defaults: one process
     uncalibrated = _session(tmp_path, cpu)
-    assert uncalibrated.prior is None and "python -m core.perf calibrate" in uncalibrated.plan_note
+    assert uncalibrated.prior is not None and "micro-benchmarks run first" in uncalibrated.plan_note
     loss = {**SPACE, "name": "loss", "objective": {"metric": "val_loss", "direction": "minimize"}}
     unplanned = _session(tmp_path, loss)
     assert unplanned.prior is None and unplanned.plan_note == ""
+
+
+def test_a_study_calibrates_the_model_from_its_runs_as_the_command_does_from_its_trials(tmp_path, monkeypatch):
+    """The calibration's four fitted layouts, measured on a machine whose numbers are ``truth``, told to a study as
+    its runs: its model (the micro-benchmarks' numbers, refitted by part to the runs: autoresearch.search.prior)
+    reproduces them, and predicts the layouts the command holds out as the command's fitted profile does. Before the
+    runs the micro-benchmarks alone are far off, so the agreement is the refit's doing."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))  # nothing cached: every number is given
+    truth = {**PEAK, **LINK, **FITTED}
+    measured = calibration_steps(truth)
+    command = {**PEAK, **LINK, **fit(measured, {**PEAK, **LINK, **START})}
+    micro = {**PEAK, **LINK, "matmul_efficiency": 1.0, "launch_overhead_us": 1000.0}
+    micro |= {"pynative_overhead_us": 6000.0, "intra_node_latency_us": 300.0}  # a micro-benchmark's, not a trial's
+    fixed = dict(override.split("=", 1) for override in BASE)
+    fixed = {k: int(v) if v.isdigit() else v for k, v in fixed.items()}
+    space = SearchSpace(
+        name="layouts",
+        objective={"metric": "tokens_per_sec", "direction": "maximize"},
+        world_size=2,
+        fixed={**fixed, **{f"cluster.{k}": v for k, v in micro.items()}},
+        params={
+            "parallel.dp_replicate": {"type": "choice", "values": [1, 2]},
+            "parallel.tp": {"type": "choice", "values": [1, 2]},
+            "training.micro_batch_size": {"type": "choice", "values": [1, 4, 8]},
+            "training.mode": {"type": "choice", "values": ["jit", "pynative"]},
+        },
+        constraints=["parallel.dp_replicate * parallel.tp <= world_size"],
+    )
+    point = {"parallel.dp_replicate": 1, "parallel.tp": 1, "training.micro_batch_size": 8, "training.mode": "jit"}
+    as_run = {  # the calibration's fitted layouts as the study's params
+        "1 process": point,
+        "1 process, micro 1": {**point, "training.micro_batch_size": 1},
+        "1 process, pynative": {**point, "training.mode": "pynative"},
+        "tp=2": {**point, "parallel.tp": 2},
+    }
+    tokens = fixed["training.global_batch_size"] * fixed["training.seq_len"]
+    rows = [
+        TrialRow(number=i, state="COMPLETE", status="ok", params=params, objective=tokens / measured[name])
+        for i, (name, params) in enumerate(as_run.items())
+    ]
+    prior = StepPrior(space)
+    prior.calibrate_in_study(micro)
+    held_out = [  # the command's held-out layouts this space has, and their mixes
+        {**point, "parallel.dp_replicate": 2, "training.micro_batch_size": 4},
+        {**point, "parallel.tp": 2, "training.micro_batch_size": 1},
+        {**point, "training.mode": "pynative", "training.micro_batch_size": 1},
+        {**point, "parallel.tp": 2, "training.mode": "pynative"},
+    ]
+
+    def command_says(params: dict) -> float:
+        sets = [f"cluster.{k}={v}" for k, v in command.items()]
+        layout = [f"{k}={v}" for k, v in params.items()] + [f"cluster.devices_per_node={prior.ranks(params)}"]
+        return tokens / estimate_step(planned_config([*BASE, *layout, *sets])).step_time_sec
+
+    before = [prior.predict(p) / command_says(p) - 1 for p in held_out]
+    assert max(map(abs, before)) > 0.3  # the micro-benchmarks alone: far off
+    prior.refit(rows)
+    for key, value in FITTED.items():  # the numbers behind the measurements, as the command finds them
+        assert prior.numbers[key] == pytest.approx(command[key], rel=1e-3) == pytest.approx(value, rel=1e-3), key
+    for row in rows:  # the runs reproduced
+        assert prior.predict(row.params) == pytest.approx(row.objective, rel=1e-3)
+    for params in held_out:  # and what the command holds out, predicted as its profile predicts it
+        assert prior.predict(params) == pytest.approx(command_says(params), rel=1e-3), params
+    assert prior.held_out_errors(rows) and prior.factors.tolist() == [1.0] * 4

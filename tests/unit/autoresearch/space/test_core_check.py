@@ -37,9 +37,16 @@ params:
   memory.recompute: {type: choice, values: [none, full]}
 constraints:
   - "parallel.tp > 1 or not parallel.sp"
+baseline: {training.micro_batch_size: 4}
 """
+BASELINE_LINE = "baseline: {training.micro_batch_size: 4}\n"
 LINE = {text.split(":")[0].strip(): i + 1 for i, text in enumerate(BASE.splitlines()) if not text.startswith("  -")}
 LINE["constraint"] = 17
+
+
+def as_other(text: str) -> str:
+    """A space of another trial command: its keys not checked, and no baseline unless it names every param's."""
+    return text.replace("world_size: 2", "world_size: 2\ntrial_command: other").replace(BASELINE_LINE, "")
 
 
 def edit(old: str, new: str) -> str:
@@ -431,9 +438,7 @@ def test_a_clash_between_params_is_left_to_the_trial(tmp_path):
 
 
 def test_a_space_for_another_command_is_not_checked(tmp_path):
-    space = load_space(
-        str(write(tmp_path, fixed("fake.sleep: 0").replace("world_size: 2", "world_size: 2\ntrial_command: other")))
-    )
+    space = load_space(str(write(tmp_path, as_other(fixed("fake.sleep: 0")))))
     assert space.trial_command == "other" and space.fixed["fake.sleep"] == 0
 
 
@@ -499,7 +504,7 @@ def test_the_agent_exits_2_before_any_trial(tmp_path, capsys):
 
 def test_the_agent_refuses_a_space_of_another_command_with_its_own(tmp_path, capsys):
     """trial_command: other means the keys are not core.train's: the default command would run them anyway."""
-    text = fixed("fake.sleep: 0").replace("world_size: 2", "world_size: 2\ntrial_command: other")
+    text = as_other(fixed("fake.sleep: 0"))
     path = write(tmp_path, text)
     assert agent.main(["--space", str(path), "--trials-dir", str(tmp_path / "trials"), "--proposer", "random"]) == 2
     err = capsys.readouterr().err

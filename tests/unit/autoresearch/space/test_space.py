@@ -35,6 +35,7 @@ constraints:
   - "parallel.dp_replicate <= world_size"
   - "training.global_batch_size % (training.micro_batch_size * parallel.dp_replicate) == 0"
 budget: {trials: 12, hours: 0.5, dollars: 1.0}
+baseline: {training.micro_batch_size: 8}   # the core's default micro-batch (the whole batch, 16) is not offered
 """
 
 
@@ -58,6 +59,12 @@ def test_good_space_loads_with_every_field(space):
     )
     assert space.fixed == {"model": "tiny", "training.global_batch_size": 16}
     assert list(space.params) == ["optim.lr", "training.micro_batch_size", "memory.recompute", "parallel.dp_replicate"]
+    assert space.baseline_point == {
+        "optim.lr": 0.003,  # the core's defaults but the one named
+        "training.micro_batch_size": 8,
+        "memory.recompute": "none",
+        "parallel.dp_replicate": 1,
+    }
     lr = space.params["optim.lr"]
     assert (lr.type, lr.low, lr.high, lr.log, lr.nan, lr.memory) == ("float", 1e-4, 0.1, True, "up", "none")
     assert space.params["training.micro_batch_size"].step == 2
@@ -74,7 +81,7 @@ MB = "  training.micro_batch_size: {type: int, low: 2, high: 8, step: 2, memory:
 
 # (id, file text, expected key, expected reason substring, expected line or None)
 MALFORMED = [
-    ("unknown-top-key", GOOD + "paramz: {}\n", "paramz", "unknown key", 17),
+    ("unknown-top-key", GOOD + "paramz: {}\n", "paramz", "unknown key", 18),
     ("missing-params", "objective: {metric: val_loss, direction: minimize}\n", "params", "is required", None),
     ("missing-objective", "params: {x: {type: int, low: 0, high: 2}}\n", "objective", "is required", None),
     ("not-a-mapping", "- a\n- b\n", "", "must be a mapping", None),
@@ -265,7 +272,7 @@ MALFORMED = [
         "is not the space's world_size 2",
         None,
     ),
-    ("slurm-unknown-key", GOOD + "slurm: {queue: gpu}\n", "slurm.queue", "unknown key", 17),
+    ("slurm-unknown-key", GOOD + "slurm: {queue: gpu}\n", "slurm.queue", "unknown key", 18),
 ]
 
 
@@ -494,7 +501,8 @@ def test_pruned_grid_is_the_filtered_product_whatever_the_constraints_read(tmp_p
         '  - "optim.lr < 0.05 or parallel.dp_replicate == 2"\n'
         '  - "training.micro_batch_size / (parallel.dp_replicate - 1) >= 2"\n'
     )
-    space = load_space(str(write(tmp_path, GOOD.replace("budget:", extra + "budget:"))))
+    text = GOOD.replace("budget:", extra + "budget:").replace("size: 8}", "size: 8, parallel.dp_replicate: 2}")
+    space = load_space(str(write(tmp_path, text)))
     grid = space.grid()
     assert grid == _filtered_product(space)
     assert grid and {p["parallel.dp_replicate"] for p in grid} == {2}  # dp_replicate 1 divides by zero
@@ -538,7 +546,9 @@ def test_sample_random_is_valid_and_reproducible(space):
 
 def test_sample_random_raises_when_constraints_are_unsatisfiable(tmp_path):
     text = replace("parallel.dp_replicate <= world_size", "parallel.dp_replicate > world_size")
-    space = load_space(str(write(tmp_path, text)))
+    space = load_space(str(write(tmp_path, text)))  # (planning asks nothing of the baseline: a study does)
+    with pytest.raises(SpaceError, match="baseline: the baseline is not a point of the space: constraint violated"):
+        space.baseline_point  # noqa: B018
     with pytest.raises(ValueError, match="no point satisfied the constraints"):
         space.sample_random(np.random.default_rng(0), max_tries=50)
     assert space.grid() == []

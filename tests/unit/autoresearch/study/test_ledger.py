@@ -130,8 +130,13 @@ def test_study_totals_from_rows():
         "llm_tokens": 110,
         "llm_usd": 0.5,
         "llm_unpriced_trials": 1,
+        "calibration_sec": 0.0,  # no machine measured for this study's step-time model
     }
     assert t["startup_sec"] + t["compile_sec"] + t["steps_sec"] + t["unsplit_sec"] == t["device_sec"]
+    # the micro-benchmarks a study ran to measure the machine count as its device time, on a line of their own
+    measured = ledger.study_totals(rows, calibration_sec=12.0)
+    assert measured["device_sec"] == t["device_sec"] + 12.0 and measured["calibration_sec"] == 12.0
+    assert "measuring the machine 12.0 device-s (" in ledger.format_totals(measured)
     text = ledger.format_totals(t)
     assert "device time 0.007222 h = 26.0 device-s" in text and "1 trial(s) ran for an unknown time" in text
     assert "start-up 5.0 device-s (19%), compile 6.0 device-s (23%), steps 10.0 device-s (38%)" in text

@@ -22,7 +22,7 @@ FITTED = {"matmul_efficiency": 0.55, "launch_overhead_us": 1500.0, "pynative_ove
 FITTED |= {"intra_node_latency_us": 3000.0}
 
 
-def _steps(truth: dict) -> dict[str, float]:
+def calibration_steps(truth: dict) -> dict[str, float]:
     """The step core.perf predicts for each calibration layout it predicts, through the profile ``truth``; the
     side-by-side pair at one rank per core."""
     sets = [f"cluster.{k}={v}" for k, v in truth.items()]
@@ -31,7 +31,7 @@ def _steps(truth: dict) -> dict[str, float]:
 
 
 def test_the_fit_recovers_the_numbers_behind_the_measurements():
-    measured = _steps({**PEAK, **LINK, **FITTED})
+    measured = calibration_steps({**PEAK, **LINK, **FITTED})
     assert calibrate.host_cores(measured) == pytest.approx(LINK["host_cores"])
     fitted = fit(measured, {**PEAK, **LINK, **START})
     for key, value in FITTED.items():
@@ -105,7 +105,7 @@ def _machine(tmp_path, monkeypatch, rate: float, remeasured: float, true_rate: f
         reference.write_text(json.dumps({machine_key("CPU"): {"flops_per_sec": flops}}))
 
     cache(true_rate)
-    measured = _steps(truth)
+    measured = calibration_steps(truth)
     cache(rate)
     calls = []
 
@@ -115,7 +115,7 @@ def _machine(tmp_path, monkeypatch, rate: float, remeasured: float, true_rate: f
             cache(max(rate, remeasured) if keep_higher else remeasured)
 
     monkeypatch.setattr(calibrate, "reference_flops_per_sec", measure_again)
-    monkeypatch.setattr(calibrate, "measure_bandwidth", lambda: truth["memory_bandwidth_gbps"])
+    monkeypatch.setattr(calibrate.micro, "memory_bandwidth_gbps", lambda: truth["memory_bandwidth_gbps"])
     link = {"intra_node_bandwidth_gbps": LINK["intra_node_bandwidth_gbps"], "all_reduce": {"latency_us": 200.0}}
     monkeypatch.setattr(calibrate, "measure_link", lambda cores, rounds: dict(link))
     monkeypatch.setattr(calibrate, "measure_layouts", lambda layouts, base, rounds: measured)
