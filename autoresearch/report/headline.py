@@ -168,10 +168,8 @@ def facts(h: Headline) -> list[str]:
             memory += f", {h.memory_ratio:.2f}x the baseline's"
         out.append(memory)
     if h.tied:
-        out.append(
-            f"as fast within noise: trials {', '.join(map(str, h.tied))} (this machine's run-to-run noise is larger "
-            "than their difference)"
-        )
+        which = f"trial {h.tied[0]}" if len(h.tied) == 1 else f"trials {', '.join(map(str, h.tied))}"
+        out.append(f"as fast within noise: {which} (this machine's run-to-run noise is larger than their difference)")
     return out
 
 

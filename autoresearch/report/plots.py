@@ -135,21 +135,25 @@ def objective_plots(study: optuna.Study, df: pd.DataFrame, params: list[str], ou
     return written
 
 
-def best_so_far_curves(rows: list[TrialRow], maximize: bool) -> dict[str, tuple[list[float], list[float]]]:
-    """Per proposer (and ``all``): cumulative device-seconds after each of its finished trials, and the best
-    objective so far then (NaN before its first). A trial of unknown device time adds nothing."""
+def best_so_far_curves(
+    rows: list[TrialRow], maximize: bool, start: float = 0.0
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Per proposer (and ``all``): cumulative device-seconds after each of its finished search trials, and the best
+    objective so far then (NaN before its first). A trial of unknown device time adds nothing; a confirmation run is
+    not a search's best (a lucky repeat), nor its cost; ``all`` starts at ``start`` (the device-seconds the study
+    spent measuring the machine before its first trial)."""
     curves: dict[str, tuple[list[float], list[float]]] = {}
     best: dict[str, float] = {}
     pick = max if maximize else min
     for r in rows:
-        if r.ledger is None:  # still running
+        if r.ledger is None or r.confirmation_of is not None:  # still running, or a confirmation run
             continue
         spent = r.ledger.get("device_sec") or 0.0
         for name in ("all", str(r.proposer or "unknown")):
             xs, ys = curves.setdefault(name, ([], []))
             if r.objective is not None:
                 best[name] = r.objective if name not in best else pick(best[name], r.objective)
-            xs.append((xs[-1] if xs else 0.0) + spent)
+            xs.append((xs[-1] if xs else (start if name == "all" else 0.0)) + spent)
             ys.append(best.get(name, math.nan))
     return curves
 
@@ -158,13 +162,16 @@ def best_vs_device_time(study: optuna.Study, rows: list[TrialRow], out_dir: Path
     plt = _pyplot()
     metric, maximize = _goal(study)
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    curves = best_so_far_curves(rows, maximize)
+    start = float(study.user_attrs.get(Attr.CALIBRATION_SEC) or 0.0)
+    curves = best_so_far_curves(rows, maximize, start)
     for name, (xs, ys) in curves.items():
         style = {"color": "black", "linewidth": 2.5, "alpha": 0.4} if name == "all" else {}
         ax.step([0.0, *xs], [math.nan, *ys], where="post", label=name, **style)
+    if start:
+        ax.axvspan(0.0, start, color="grey", alpha=0.15, label="measuring the machine")
     if not curves:
         ax.text(0.5, 0.5, "no finished trial", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("device-seconds spent (ranks x wall time; each proposer over its own trials)")
+    ax.set_xlabel("device-seconds spent (ranks x wall time; each proposer over its own search trials)")
     ax.set_ylabel(f"best {metric} so far")
     ax.set_title(f"{study.study_name}: best {metric} against device time, per proposer")
     if curves:

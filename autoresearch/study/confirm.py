@@ -195,7 +195,7 @@ class Confirmed:
 
 @dataclass
 class Verdict:
-    configs: list[Confirmed]  # best confirmed mean first; configs without a confirmed value last
+    configs: list[Confirmed]  # the candidates, best confirmed mean first; configs without a confirmed value last
     maximize: bool
     repeats: int
     winner: Confirmed | None = None  # named only with the evidence
@@ -259,8 +259,9 @@ class Verdict:
 
 
 def verdict(study: optuna.Study, k: int, repeats: int) -> Verdict | None:
-    """The confirmation's outcome for the current front-runners (None when the study has no feasible trial)."""
-    leaders = front_runners(study, k)
+    """The confirmation's outcome for the current front-runners and the baseline (None when the study has no
+    feasible trial)."""
+    leaders = candidates(study, k)  # the baseline among them: it may win, or tie, like any front-runner
     if not leaders:
         return None
     maximize = study.direction.name == "MAXIMIZE"
@@ -268,9 +269,7 @@ def verdict(study: optuna.Study, k: int, repeats: int) -> Verdict | None:
     sign = 1.0 if maximize else -1.0
     configs.sort(key=lambda c: (c.mean is None, -sign * c.mean if c.mean is not None else 0.0))
     v = Verdict(configs, maximize, repeats)
-    base_trial = baseline_trial(study)
-    if base_trial is not None:
-        v.baseline = next((c for c in configs if c.baseline), None) or _confirmed(study, [base_trial])[0]
+    v.baseline = next((c for c in configs if c.baseline), None)
     base = study.user_attrs.get(Attr.BASELINE)
     if base:
         v.changes = {c.trial: records.changes(c.params, base) for c in configs}
@@ -375,14 +374,10 @@ def _pm(c: Confirmed) -> str:
 
 
 def table(v: Verdict, metric: str) -> list[dict]:
-    """One row per front-runner, then the baseline where it is not one, for the report: mean ± σ of its
-    confirmation runs (the baseline's with its search run) beside its search run, and its gain over the
-    baseline's mean."""
-    configs = list(v.configs)
-    if v.baseline is not None and all(c.trial != v.baseline.trial for c in configs):
-        configs.append(v.baseline)
+    """One row per candidate (the front-runners and the baseline), for the report: mean ± σ of its confirmation
+    runs (the baseline's with its search run) beside its search run, and its gain over the baseline's mean."""
     rows = []
-    for c in configs:
+    for c in v.configs:
         g = v.gain(c)
         rows.append(
             {

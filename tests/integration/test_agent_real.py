@@ -83,7 +83,7 @@ def test_real_hparams_study(tmp_path):
     }
     assert seeds == {0: 1, 1: 2} or seeds == {0: 1}  # no fixed seed: the core's default 0, then 0 + 1 + repeat
     v = confirm.verdict(study, 2, 2)
-    for c in [*v.configs, *([v.baseline] if v.baseline not in v.configs else [])]:
+    for c in v.configs:  # the front-runners and the baseline
         mine = [t for t in runs if t.user_attrs["confirmation_of"] == c.trial and t.user_attrs["status"] == "ok"]
         mine += [first] if c.baseline else []
         losses = [

@@ -244,6 +244,11 @@ def test_best_so_far_per_proposer_against_device_time():
     assert curves["tpe"] == ([2.0, 2.0], [5.0, 5.0])
     assert curves["claude"][0] == [1.0, 5.0] and math.isnan(curves["claude"][1][0]) and curves["claude"][1][1] == 7.0
     assert plots.best_so_far_curves(rows, maximize=False)["tpe"] == ([2.0, 2.0], [5.0, 3.0])
+    # a confirmation run is not the search's best (nor its cost); the machine's measuring comes before every trial
+    lucky = TrialRow(number=5, state="COMPLETE", status="ok", proposer="confirm", objective=9.0, ledger=led(3.0))
+    lucky.confirmation_of = 3
+    curves = plots.best_so_far_curves([*rows, lucky], maximize=True, start=10.0)
+    assert curves["all"] == ([12.0, 13.0, 13.0, 17.0], [5.0, 5.0, 5.0, 7.0]) and "confirm" not in curves
 
 
 def test_a_failed_runs_line_says_what_the_agent_knew_before_it():
