@@ -125,9 +125,23 @@ def _config(name: str, profile: dict[str, float]) -> TrainConfig:
 
 def fit(measured: dict[str, float], profile: dict[str, float]) -> dict[str, float]:
     """The profile with its fitted numbers (``core.perf.fit``, started at ``profile``'s) from the calibration
-    runs' measured median steps (seconds; ``LAYOUTS``)."""
-    runs = [(perf_fit.shares(_config(name, profile)), measured[name]) for name in PREDICTED]
-    return {**profile, **perf_fit.fit(runs, profile)}
+    runs' measured median steps (seconds; ``LAYOUTS``). A number that stops at its bound holds there and its layout
+    is set aside, the others fitted again without it: a layout the model cannot reach (a tp=2 trial faster than
+    predicted with no latency at all, as on a host with two real cores) would otherwise pull every other number
+    off its own layout."""
+    names, profile, held = list(PREDICTED), dict(profile), ()
+    while True:
+        runs = [(perf_fit.shares(_config(name, profile)), measured[name]) for name in names]
+        fitted = {**profile, **perf_fit.fit(runs, profile, held)}
+        stopped = [name for name in names if perf_fit.at_bound(PREDICTED[name], fitted[PREDICTED[name]])]
+        if not stopped or len(stopped) == len(names):
+            return fitted
+        for name in stopped:
+            names.remove(name)
+            profile[PREDICTED[name]] = min(
+                perf_fit.BOUNDS[PREDICTED[name]], key=lambda b: abs(b - fitted[PREDICTED[name]])
+            )
+        held = (*held, *(PREDICTED[name] for name in stopped))
 
 
 def not_reproduced(measured: dict[str, float], profile: dict[str, float]) -> dict[str, str]:
@@ -136,8 +150,7 @@ def not_reproduced(measured: dict[str, float], profile: dict[str, float]) -> dic
     for name, key in PREDICTED.items():
         predicted = estimate_step(_config(name, profile)).step_time_sec
         if abs(predicted - measured[name]) > REPRODUCED * measured[name]:
-            low, high = perf_fit.BOUNDS[key]
-            where = "at its bound " if any(math.isclose(profile[key], b, rel_tol=1e-6) for b in (low, high)) else ""
+            where = "at its bound " if perf_fit.at_bound(key, profile[key]) else ""
             missed[name] = (
                 f"cluster.{key} stopped {where}{profile[key]:g}: predicted {predicted * 1000:.1f} ms per step, "
                 f"measured {measured[name] * 1000:.1f} ms"

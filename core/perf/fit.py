@@ -24,6 +24,7 @@ calibration command runs one layout for each; a study has whatever it ran.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,9 +74,9 @@ def step_at(s: Shares, start: dict[str, float], numbers: dict[str, float]) -> fl
     return s.step + float(s.parts @ (_scales(s.keys, start, numbers) - 1.0))
 
 
-def fit(runs: list[tuple[Shares, float]], start: dict[str, float]) -> dict[str, float]:
+def fit(runs: list[tuple[Shares, float]], start: dict[str, float], held: tuple[str, ...] = ()) -> dict[str, float]:
     """The numbers (the keys of the shares) that reproduce ``runs`` — (shares at ``start``, measured seconds) —
-    best, within ``BOUNDS``; a number no run's step depends on stays at its start."""
+    best, within ``BOUNDS``; a number no run's step depends on, and each of ``held``, stays at its start."""
     keys = runs[0][0].keys if runs else FITTED
     a = [s.parts / measured for s, measured in runs]
     b = [1.0 - (s.step - s.parts.sum()) / measured for s, measured in runs]
@@ -86,7 +87,7 @@ def fit(runs: list[tuple[Shares, float]], start: dict[str, float]) -> dict[str, 
     for key in keys:
         lo, hi = BOUNDS[key]
         value = start[key]
-        if not value > 0:  # nothing to scale: the number stays
+        if not value > 0 or key in held:  # the number stays
             low.append(1.0)
             high.append(1.0 + 1e-12)
             continue
@@ -101,6 +102,11 @@ def fit(runs: list[tuple[Shares, float]], start: dict[str, float]) -> dict[str, 
         key: (start[key] / scale if key in INVERSE else start[key] * scale)
         for key, scale in zip(keys, scales, strict=True)
     }
+
+
+def at_bound(key: str, value: float) -> bool:
+    """Whether ``value`` of number ``key`` stopped at one of its ``BOUNDS``."""
+    return any(math.isclose(value, b, rel_tol=1e-6, abs_tol=1e-9) for b in BOUNDS[key])
 
 
 def _scales(keys, start: dict[str, float], numbers: dict[str, float]) -> np.ndarray:

@@ -3,9 +3,13 @@ storage: ``TrainConfig.compute_precision``):
 
 - its loss curve follows fp32's over 50 steps and its validation loss lands where fp32's does, apart by about
   bf16's rounding and not equal to it (the rounding is in effect);
-- a pipeline passes bf16 activations between stages as one process holds them (equal within 1e-5), and tensor
-  parallelism and FSDP with expert parallelism, whose sums round to bf16 in another order, stay within bf16's
-  rounding of one process.
+- a pipeline passes bf16 activations between stages as one process holds them: its first steps equal one
+  process's within 1e-6 (a boundary that rounded otherwise would part by bf16's rounding, ~1e-3, from the first
+  loss on); later, as in fp32, a loss or gradient summed in another order differs by an ulp (~1e-8) and one such
+  ulp that tips a bf16 rounding parts the runs by ~4e-5 (measured: at step 5 of 8), so later steps are held, like
+  the layouts below, within bf16's rounding;
+- tensor parallelism and FSDP with expert parallelism, whose sums round to bf16 in another order, stay within
+  bf16's rounding of one process.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.integration.conftest import assert_same_run, losses, run_trial
+from tests.integration.conftest import losses, run_trial
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +60,11 @@ def one_process(tmp_path_factory, warm):
 
 def test_a_pipeline_passes_bf16_activations_as_one_process_holds_them(one_process, tmp_path, warm):
     run = _ok(run_trial(tmp_path / "pp2", *LAYOUT, "parallel.pp=2", "parallel.pp_layers=[1,2]", env=warm))
-    assert_same_run(run, one_process, 8)
+    got, want = losses(run), losses(one_process)
+    assert sorted(got) == sorted(want) == list(range(1, 9))
+    for step in (1, 2, 3):  # measured: 0, 5e-8, 5e-8
+        assert got[step] == pytest.approx(want[step], rel=1e-6), f"step {step}"
+    assert max(abs(got[s] - want[s]) for s in want) < 5e-3  # measured 2e-4
 
 
 @pytest.mark.parametrize("layout", [("parallel.tp=2",), ("parallel.dp_shard=2", "parallel.ep=2")])
