@@ -83,7 +83,17 @@ FA2_HOPPER = (335, 322)
 FA2_SOURCES = ("torchtitan-perf-202412", "torchtitan-asynctp-202506", "torchtitan-h200-trainy-202506")
 # Schedule names of the sources, as the core's. MindSpore's pipeline runs 1F1B (MindFormers' docs).
 SCHEDULES = {"interleaved_1f1b": "interleaved", "Interleaved1F1B": "interleaved", "mindspore_pipeline": "1f1b"}
-GPT_VOCAB = 51200  # Megatron's GPT vocabulary, padded (the SC'21 runs)
+GPT_VOCAB = 51200  # Megatron's GPT vocabulary, padded (the SC'21 runs): for a row that records none
+# The sources whose TFLOP/s count the recompute's FLOPs (hardware FLOPs: Narayanan et al. 2021, eq. 3, and the 2021
+# README's table of the same runs); Megatron-Core's README of 2024 reports what megatron/training/training.py's
+# num_floating_point_operations counts: the model's FLOPs, forward and backward, no recompute.
+SC21_FLOPS = ("megatron-sc21-paper", "megatron-sc21-scripts", "megatron-readme-2021")
+
+
+def distributed_optimizer(row: dict) -> bool:
+    """Whether a Megatron row ran its distributed optimizer: flagged so, or implied by --overlap-param-gather, which
+    megatron/training/arguments.py (validate_args) refuses without --use-distributed-optimizer."""
+    return any(f in row["flags"] for f in ("distributed_optimizer", "overlap_param_gather"))
 
 
 def precision(row: dict) -> str:
@@ -105,7 +115,7 @@ def skip_reason(row: dict) -> str | None:
     if "recompute_not_published" in row["flags"]:
         return "recompute not published"
     if row["layout"]["cp"] > 1 and row["source"].startswith(("megatron", "mcore")):
-        if "distributed_optimizer" not in row["flags"]:  # under ZeRO-1 (dp_shard_strategy=optim) weights stay whole
+        if not distributed_optimizer(row):  # under ZeRO-1 (dp_shard_strategy=optim) weights stay whole
             return (
                 "Megatron keeps the weights whole over its context-parallel ranks; the core shards them over cp as FSDP"
             )
@@ -154,7 +164,7 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
         ffn = round(8 * h / 3 / (64 * tp)) * 64 * tp
         out += [
             "model=tiny",
-            f"model.vocab_size={GPT_VOCAB}",
+            f"model.vocab_size={m.get('vocab_size') or GPT_VOCAB}",  # as the row records it
             f"model.n_layers={m['n_layers']}",
             f"model.d_model={h}",
             f"model.n_heads={heads}",
@@ -171,7 +181,7 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
         # ranks and gathers each weight by an AllGather the framework inserts before its use (MindSpore docs,
         # features/parallel/optimizer_parallel.md): the core's sharded data parallelism, not replicas
         degrees["dp_shard"], degrees["dp_replicate"] = degrees["dp_shard"] * degrees["dp_replicate"], 1
-    if "distributed_optimizer" in row["flags"]:
+    if distributed_optimizer(row):
         # Megatron's distributed optimizer (--use-distributed-optimizer): ZeRO-1 over the data-parallel ranks
         degrees["dp_shard"], degrees["dp_replicate"] = degrees["dp_shard"] * degrees["dp_replicate"], 1
         out.append("parallel.dp_shard_strategy=optim")
@@ -182,7 +192,8 @@ def overrides(row: dict, efficiency: float | None) -> list[str]:
     out += [f"parallel.{key}={value}" for key, value in degrees.items()]
     if "etp=1" in row["flags"]:  # experts whole under TP: Megatron's MoE parallel folding (estimated, not trained)
         out.append("parallel.etp=1")
-    out.append(f"parallel.sp={str(bool(lay['sp']) or lay['tp'] > 1).lower()}")
+    sp = lay["tp"] > 1 if lay["sp"] is None else bool(lay["sp"])  # as the row states it; unstated: with tp
+    out.append(f"parallel.sp={str(sp).lower()}")
     if lay["pp"] > 1:
         virtual = _virtual(row, lay)
         schedule = SCHEDULES.get(lay.get("pp_schedule"), lay.get("pp_schedule"))
@@ -257,10 +268,10 @@ def predicted(row: dict, efficiency: float) -> tuple[float, object]:
         return flops / est.step_time_sec / row["gpus"] / (cfg.cluster.peak_tflops_bf16 * 1e12), est
     if metric == "mfu":
         return est.mfu, est
-    if row["source"].startswith("megatron"):  # SC'21: counts recompute when the run recomputes
+    if row["source"] in SC21_FLOPS:  # counts recompute when the run recomputes
         flops = megatron_flops(row, cfg, recompute=(row["activation_checkpointing"] or "full") == "full")
         return flops / est.step_time_sec / row["gpus"] / 1e12, est
-    if row["source"].startswith("mcore"):
+    if row["source"].startswith(("megatron", "mcore")):  # Megatron-Core's model FLOPs, no recompute
         return megatron_flops(row, cfg, recompute=False) / est.step_time_sec / row["gpus"] / 1e12, est
     return est.mfu * cfg.cluster.peak_tflops_bf16, est  # Llama 3: BF16 model TFLOP/s
 

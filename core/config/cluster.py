@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from core.config.rules import positive, require
 
+TOPOLOGIES = ("switched", "full_mesh")  # cluster.intra_node_topology's kinds (core.perf.device.Link.among)
+
 
 @dataclass
 class ClusterConfig:
@@ -46,6 +48,16 @@ class ClusterConfig:
     intra_node_latency_us: float | None = None
     """One small message between two devices of a node, microseconds (a collective's alpha per step); null on
     cpu-local: measured."""
+    intra_node_topology: str = "switched"
+    """How a node's devices are wired, which sets what a group of them reaches (``core.perf.links``).
+    ``switched``: through switches (NVSwitch, a PCIe switch), so any group, a pair included, reaches
+    intra_node_bandwidth_gbps per device. ``full_mesh``: a link from each device to each other device of its node
+    (HCCS in an Atlas 800T A2: 7 links of 28 GB/s each way), intra_node_bandwidth_gbps the sum of a device's links:
+    a group of k of the node's devices reaches (k - 1) / (devices_per_node - 1) of it, a pair one link; its
+    collectives run as HCCL's mesh algorithm runs them, each rank sending to all its peers at once (one latency
+    per phase, not a ring's k - 1). A ring of full-duplex links needs no kind of its own: a ring collective over a
+    run of its devices uses one link each way, as a switch gives it. The network between nodes is switched in
+    every profile (a NIC per device into the switches: InfiniBand rails, RoCE)."""
     inter_node_bandwidth_gbps: float | None = None
     """Per device, one direction, GB/s, across nodes; null: measured on cpu-local, or a single-node profile."""
     inter_node_latency_us: float | None = None
@@ -191,6 +203,11 @@ class ClusterConfig:
         value = self.matmul_efficiency
         require(
             value is None or 0 < value <= 1, "cluster.matmul_efficiency", f"must be in (0, 1], or null (got {value})"
+        )
+        require(
+            self.intra_node_topology in TOPOLOGIES,
+            "cluster.intra_node_topology",
+            f"must be {' or '.join(TOPOLOGIES)} (got {self.intra_node_topology!r})",
         )
         require(
             self.reduce_precision in ("fp32", "bf16"),

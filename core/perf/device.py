@@ -32,11 +32,24 @@ TFLOPS, GBPS, US = 1e12, 1e9, 1e-6
 
 @dataclass(frozen=True)
 class Link:
-    """What a collective over one tier achieves: bytes/s per device and direction, seconds per message step."""
+    """What a collective over one tier achieves: bytes/s per device and direction, seconds per message step.
+    ``mesh``: 0 on a switched tier, where any group reaches ``bandwidth``; else the links each device has on a
+    full mesh (``cluster.intra_node_topology``), ``bandwidth`` their sum."""
 
     bandwidth: float
     latency: float
     composed: bool = False  # every collective is an all-reduce here (see composes_collectives)
+    mesh: int = 0
+
+    def among(self, n: int) -> float:
+        """Bytes/s per device and direction over a group of ``n`` devices of this tier: all of ``bandwidth``
+        through a switch; on a full mesh the links to its n - 1 peers, all used at once."""
+        return self.bandwidth if not self.mesh else self.bandwidth * min(n - 1, self.mesh) / self.mesh
+
+    def steps(self, n: int) -> int:
+        """Message steps of one phase of a collective over ``n`` devices (a reduce-scatter, an all-gather): n - 1
+        around a ring; one on a full mesh, where each device sends to all its peers at once."""
+        return 1 if self.mesh and n > 1 else n - 1
 
 
 @dataclass(frozen=True)
@@ -94,9 +107,9 @@ def device(cluster: ClusterConfig, precision: str) -> Device:
     share = _host_share(cluster, measured)
     host = _host_run(cluster, share)
 
-    def link(tier: str, efficiency: float) -> Link:
+    def link(tier: str, efficiency: float, mesh: int = 0) -> Link:
         bandwidth = need(f"{tier}_node_bandwidth_gbps") * GBPS * efficiency / host
-        return Link(bandwidth, need(f"{tier}_node_latency_us") * US * host, composes_collectives(cluster))
+        return Link(bandwidth, need(f"{tier}_node_latency_us") * US * host, composes_collectives(cluster), mesh)
 
     pynative = _known(cluster, "pynative_overhead_us", measured)
     return Device(
@@ -106,7 +119,7 @@ def device(cluster: ClusterConfig, precision: str) -> Device:
         memory_bandwidth=need("memory_bandwidth_gbps") * GBPS,
         memory_bytes=memory_bytes(cluster),
         launch=need("launch_overhead_us") * US * share,
-        intra=link("intra", cluster.collective_efficiency_intra),
+        intra=link("intra", cluster.collective_efficiency_intra, mesh_links(cluster)),
         # a single node's groups never leave it: its inter-node link is never used
         inter=Link(float("inf"), 0.0) if cluster.nodes == 1 else link("inter", cluster.collective_efficiency_inter),
         devices_per_node=cluster.devices_per_node,
@@ -132,6 +145,11 @@ def _host_run(cluster: ClusterConfig, share: float) -> float:
     and latency moved by this rule: benchmarks/RESULTS.md, "Step-time model"). Accelerators' collectives run on
     the devices and their links."""
     return share if cluster.device == "CPU" else 1.0
+
+
+def mesh_links(cluster: ClusterConfig) -> int:
+    """The links each device has to its node's others on a full mesh (``Link.mesh``), 0 on a switched node."""
+    return cluster.devices_per_node - 1 if cluster.intra_node_topology == "full_mesh" else 0
 
 
 def composes_collectives(cluster: ClusterConfig) -> bool:

@@ -8,8 +8,10 @@ slower tier bounds the ring).
 Costs are the alpha-beta model of the ring algorithms (Thakur et al. 2005; NCCL's "bus bandwidth"): for n ranks and
 a full tensor of B bytes, all-reduce 2(n-1)/n * B / bw + 2(n-1) * alpha; all-gather and reduce-scatter
 (n-1)/n * B / bw + (n-1) * alpha; all-to-all (n-1)/n * B / bw + (n-1) * alpha (B: what one rank holds before);
-point-to-point B / bw + alpha. ``bw`` is the link's achieved bandwidth (the profile's collective efficiency times
-its peak, per device and direction). An all-to-all over several nodes is point-to-point sends to every peer
+point-to-point B / bw + alpha. ``bw`` is what the group reaches on its tier (the profile's collective efficiency
+times its peak, per device and direction): all of it through a switch, the links to its peers on a full mesh
+(``Link.among``: an 8-NPU HCCS node's TP4 group reaches 3/7 of a device's links, a pipeline's pair one), whose
+collectives send to every peer at once, one latency per phase (HCCL's mesh algorithm: ``Link.steps``). An all-to-all over several nodes is point-to-point sends to every peer
 (NCCL's), so the shares for peers on the rank's node and for the other nodes cross their own tiers at once
 (``group_all_to_all``): max((l-1)/n * B / bw_intra, (n-l)/n * B / bw_inter) with l of the n ranks on each node; the
 experts' dispatch under DeepEP sends the network's share once per remote node (``node_dedup``). On a link whose
@@ -38,7 +40,7 @@ def group_link(par: ParallelConfig, axes: tuple[str, ...], dev: Device) -> Link:
 
 
 def all_reduce(nbytes: float, n: int, link: Link) -> float:
-    return 0.0 if n <= 1 else 2 * (n - 1) / n * nbytes / link.bandwidth + 2 * (n - 1) * link.latency
+    return 0.0 if n <= 1 else 2 * (n - 1) / n * nbytes / link.among(n) + 2 * link.steps(n) * link.latency
 
 
 def all_gather(nbytes: float, n: int, link: Link) -> float:
@@ -47,7 +49,7 @@ def all_gather(nbytes: float, n: int, link: Link) -> float:
         return 0.0
     if link.composed:  # the local block among zeros, all-reduced
         return all_reduce(nbytes, n, link)
-    return (n - 1) / n * nbytes / link.bandwidth + (n - 1) * link.latency
+    return (n - 1) / n * nbytes / link.among(n) + link.steps(n) * link.latency
 
 
 def reduce_scatter(nbytes: float, n: int, link: Link) -> float:
@@ -63,7 +65,7 @@ def all_to_all(nbytes: float, n: int, link: Link) -> float:
         return 0.0
     if link.composed:  # every rank's whole tensor all-gathered (composed), this rank's blocks selected
         return all_gather(n * nbytes, n, link)
-    return (n - 1) / n * nbytes / link.bandwidth + (n - 1) * link.latency
+    return (n - 1) / n * nbytes / link.among(n) + link.steps(n) * link.latency
 
 
 def group_all_to_all(
@@ -97,7 +99,7 @@ def strided_all_to_all(
     if n <= 1 or local >= n or link.composed:
         return all_to_all(nbytes, n, link)
     share = node_dedup(n, local, *routing) if routing else 1.0
-    inside = (local - 1) / n * nbytes / dev.intra.bandwidth + (local - 1) * dev.intra.latency
+    inside = (local - 1) / n * nbytes / dev.intra.among(local) + dev.intra.steps(local) * dev.intra.latency
     across = (n - local) / n * nbytes * share / dev.inter.bandwidth + (n - local) * dev.inter.latency
     return max(inside, across)
 
@@ -115,4 +117,5 @@ def node_dedup(n: int, local: int, experts: int, top_k: int) -> float:
 
 
 def p2p(nbytes: float, link: Link) -> float:
-    return nbytes / link.bandwidth + link.latency
+    """A send between two devices of the tier ``link`` (on a full mesh: one link)."""
+    return nbytes / link.among(2) + link.latency

@@ -109,9 +109,12 @@ def test_refit_recovers_the_machines_factors(space):
     assert factors == pytest.approx(TRUE_FACTORS, rel=0.06) and factors[2] == factors[3] == 1.0
     for r in ok:  # the refitted model predicts the machine to the same few percent
         assert prior.predict(r.params) == pytest.approx(r.objective, rel=0.06)
-    first = StepPrior(space)  # one run: fitted within the ridge's 1%, each part moved by its share of the step
+    first = StepPrior(space)  # one run: each part moved by its share of the step, short of the run by the ridge's
+    # pull: the unrefitted model's relative error e times ridge / (ridge + |a|^2), a the parts over the run's seconds
     one, share = first.refit(ok[:1]), parts_of(first.estimate(ok[0].params).breakdown)
-    assert first.predict(ok[0].params) == pytest.approx(ok[0].objective, rel=0.01)
+    a0 = share / first.measured_seconds(ok[0].params, ok[0].objective)
+    left = (1 - a0.sum()) * RIDGE / (RIDGE + a0 @ a0)
+    assert first.predict(ok[0].params) == pytest.approx(ok[0].objective / (1 - left), rel=1e-6)
     assert (one[0] - 1) / (one[1] - 1) == pytest.approx(share[0] / share[1], rel=1e-6) and one[2] == one[3] == 1.0
 
 

@@ -15,7 +15,7 @@ from core.memory.estimate import terms
 from core.model.flops import param_groups, param_shapes
 from core.parallel.pipeline.schedules import build, compile_schedule, simulate
 from core.perf import estimate_step, links, planned_config
-from core.perf.device import Device, Link
+from core.perf.device import Device, Link, device
 from core.perf.work import block_work, head_work
 from tests.unit.core.perf.conftest import CLUSTER
 
@@ -83,6 +83,46 @@ def test_collectives_composed_from_all_reduce_cost_what_they_send():
     assert links.reduce_scatter(8e9, 4, link) == pytest.approx(2 * 3 / 4 * 8 + 2 * 3 * 1e-6)
     assert links.all_to_all(1e9, 8, link) == pytest.approx(2 * 7 / 8 * 8 + 2 * 7 * 1e-6)
     assert links.all_gather(8e9, 1, link) == links.all_to_all(8e9, 1, link) == 0.0
+
+
+def test_a_full_mesh_group_reaches_the_links_to_its_peers_where_a_switch_gives_any_group_all():
+    """An 8-device node of 28 GB/s links, each device wired to its 7 peers (196 GB/s in all, Ascend's HCCS), against
+    a switched node of the same 196 GB/s per device: by hand, a group of k reaches 28 (k - 1) GB/s on the mesh, all
+    196 through the switch; the mesh's collectives send to all peers at once, one latency per phase."""
+    mesh, switch = Link(196e9, 1e-6, mesh=7), Link(196e9, 1e-6)
+    B = 1e9
+    for k in (2, 4, 8):
+        assert mesh.among(k) == pytest.approx(28e9 * (k - 1))
+        assert switch.among(k) == 196e9
+        assert links.all_reduce(B, k, mesh) == pytest.approx(2 * (k - 1) / k * B / (28e9 * (k - 1)) + 2e-6)
+        assert links.all_gather(B, k, mesh) == pytest.approx((k - 1) / k * B / (28e9 * (k - 1)) + 1e-6)
+        assert links.all_reduce(B, k, switch) == pytest.approx(2 * (k - 1) / k * B / 196e9 + 2 * (k - 1) * 1e-6)
+    # the pipeline's pair: one link on the mesh
+    assert links.p2p(B, mesh) == pytest.approx(B / 28e9 + 1e-6) and links.p2p(B, switch) == pytest.approx(
+        B / 196e9 + 1e-6
+    )
+    # the same bytes: tp=4's all-reduce twice tp=8's on the mesh (a quarter of them against an eighth over one link
+    # each), 6/7 of it through the switch; with dp_replicate=2 beside it, tp=4 runs half the micro-batches, so a
+    # step's tensor-parallel traffic is about tp=8's on the mesh and 0.43x of it through the switch
+    assert links.all_reduce(B, 4, mesh) / links.all_reduce(B, 8, mesh) == pytest.approx(2.0, rel=1e-3)
+    assert links.all_reduce(B, 4, switch) / links.all_reduce(B, 8, switch) == pytest.approx(6 / 7, rel=1e-3)
+
+
+def test_the_910b_profile_prices_a_tp4_group_on_three_of_its_seven_hccs_links():
+    """cluster=ascend-910b is a full mesh (its yaml cites Huawei's guide): its tp=4 group's link is 3/7 of the
+    device's 196 GB/s (times the collective efficiency), and the same node declared switched gives the group all."""
+    base = ["model=llama3-8b", "cluster=ascend-910b", "cluster.devices_per_node=8", "parallel.tp=4"]
+    base += ["parallel.dp_replicate=2", "training.precision=bf16"]
+    for topology, share in (("full_mesh", 3 / 7), ("switched", 1.0)):
+        cfg = planned_config([*base, f"cluster.intra_node_topology={topology}"])
+        dev = device(cfg.cluster, "bf16")
+        link = links.group_link(cfg.parallel, ("tp",), dev)
+        assert link.among(4) == pytest.approx(196e9 * cfg.cluster.collective_efficiency_intra * share)
+
+
+def test_an_unknown_topology_is_refused_naming_the_field():
+    with pytest.raises(ConfigError, match=r"cluster.intra_node_topology.*switched or full_mesh"):
+        load_config(["cluster.intra_node_topology=torus"])
 
 
 def test_groups_cross_nodes_by_their_span():
