@@ -44,7 +44,9 @@ class Link:
     def among(self, n: int) -> float:
         """Bytes/s per device and direction over a group of ``n`` devices of this tier: all of ``bandwidth``
         through a switch; on a full mesh the links to its n - 1 peers, all used at once."""
-        return self.bandwidth if not self.mesh else self.bandwidth * min(n - 1, self.mesh) / self.mesh
+        if not self.mesh or n <= 1:  # (a group of one sends nothing)
+            return self.bandwidth
+        return self.bandwidth * min(n - 1, self.mesh) / self.mesh
 
     def steps(self, n: int) -> int:
         """Message steps of one phase of a collective over ``n`` devices (a reduce-scatter, an all-gather): n - 1

@@ -108,6 +108,13 @@ def test_a_full_mesh_group_reaches_the_links_to_its_peers_where_a_switch_gives_a
     assert links.all_reduce(B, 4, switch) / links.all_reduce(B, 8, switch) == pytest.approx(6 / 7, rel=1e-3)
 
 
+def test_an_all_to_all_with_one_rank_per_mesh_node_crosses_the_network_alone():
+    """Two ranks 8 apart on nodes of 8 (an expert group spread one rank a node): nothing stays on the node, so the
+    mesh carries nothing and the network carries half of what a rank holds, by hand."""
+    dev = Device(1, 1, 1, 1, None, 0.0, intra=Link(196e9, 1e-6, mesh=7), inter=Link(25e9, 5e-6), devices_per_node=8)
+    assert links.strided_all_to_all(1e9, 2, 8, dev) == pytest.approx(0.5e9 / 25e9 + 5e-6)
+
+
 def test_the_910b_profile_prices_a_tp4_group_on_three_of_its_seven_hccs_links():
     """cluster=ascend-910b is a full mesh (its yaml cites Huawei's guide): its tp=4 group's link is 3/7 of the
     device's 196 GB/s (times the collective efficiency), and the same node declared switched gives the group all."""
