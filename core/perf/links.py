@@ -6,17 +6,17 @@ consecutive ranks: inside one node when that fits in ``devices_per_node``, acros
 slower tier bounds the ring).
 
 Costs are the alpha-beta model of the ring algorithms (Thakur et al. 2005; NCCL's "bus bandwidth"): for n ranks and
-a full tensor of B bytes, all-reduce 2(n-1)/n * B / bw + 2(n-1) * alpha; all-gather and reduce-scatter
-(n-1)/n * B / bw + (n-1) * alpha; all-to-all (n-1)/n * B / bw + (n-1) * alpha (B: what one rank holds before);
-point-to-point B / bw + alpha. ``bw`` is what the group reaches on its tier (the profile's collective efficiency
-times its peak, per device and direction): all of it through a switch, the links to its peers on a full mesh
-(``Link.among``: an 8-NPU HCCS node's TP4 group reaches 3/7 of a device's links, a pipeline's pair one), whose
-collectives send to every peer at once, one latency per phase (HCCL's mesh algorithm: ``Link.steps``). An all-to-all over several nodes is point-to-point sends to every peer
-(NCCL's), so the shares for peers on the rank's node and for the other nodes cross their own tiers at once
-(``group_all_to_all``): max((l-1)/n * B / bw_intra, (n-l)/n * B / bw_inter) with l of the n ranks on each node; the
-experts' dispatch under DeepEP sends the network's share once per remote node (``node_dedup``). On a link whose
-collectives are composed from all-reduce (the core on CPU: ``Link.composed``) each is priced as the all-reduce it
-runs.
+a full tensor of B bytes, all-reduce 2(n-1)/n * B / bw + 2(n-1) * alpha; all-gather and reduce-scatter (n-1)/n *
+B / bw + (n-1) * alpha; all-to-all (n-1)/n * B / bw + (n-1) * alpha (B: what one rank holds before); point-to-point
+B / bw + alpha. ``bw`` is what the group reaches on its tier (the profile's collective efficiency times its peak,
+per device and direction): all of it through a switch, the links to its peers on a full mesh (``Link.among``: an
+8-NPU HCCS node's TP4 group reaches 3/7 of a device's links, a pipeline's pair one), whose collectives send to every
+peer at once, one latency per phase (HCCL's mesh algorithm: ``Link.steps``). An all-to-all over several nodes is
+point-to-point sends to every peer (NCCL's), so the shares for peers on the rank's node and for the other nodes
+cross their own tiers at once (``group_all_to_all``): max((l-1)/n * B / bw_intra, (n-l)/n * B / bw_inter) with l of
+the n ranks on each node; the experts' dispatch under DeepEP sends the network's share once per remote node
+(``node_dedup``). On a link whose collectives are composed from all-reduce (the core on CPU: ``Link.composed``) each
+is priced as the all-reduce it runs.
 """
 
 from __future__ import annotations
