@@ -129,19 +129,17 @@ def fit(measured: dict[str, float], profile: dict[str, float]) -> dict[str, floa
     is set aside, the others fitted again without it: a layout the model cannot reach (a tp=2 trial faster than
     predicted with no latency at all, as on a host with two real cores) would otherwise pull every other number
     off its own layout."""
-    names, profile, held = list(PREDICTED), dict(profile), ()
+    names, profile = list(PREDICTED), dict(profile)
     while True:
         runs = [(perf_fit.shares(_config(name, profile)), measured[name]) for name in names]
+        held = tuple(key for name, key in PREDICTED.items() if name not in names)
         fitted = {**profile, **perf_fit.fit(runs, profile, held)}
-        stopped = [name for name in names if perf_fit.at_bound(PREDICTED[name], fitted[PREDICTED[name]])]
+        stopped = {n: b for n in names if (b := perf_fit.bound_at(PREDICTED[n], fitted[PREDICTED[n]])) is not None}
         if not stopped or len(stopped) == len(names):
             return fitted
-        for name in stopped:
+        for name, bound in stopped.items():
             names.remove(name)
-            profile[PREDICTED[name]] = min(
-                perf_fit.BOUNDS[PREDICTED[name]], key=lambda b: abs(b - fitted[PREDICTED[name]])
-            )
-        held = (*held, *(PREDICTED[name] for name in stopped))
+            profile[PREDICTED[name]] = bound
 
 
 def not_reproduced(measured: dict[str, float], profile: dict[str, float]) -> dict[str, str]:
@@ -150,7 +148,7 @@ def not_reproduced(measured: dict[str, float], profile: dict[str, float]) -> dic
     for name, key in PREDICTED.items():
         predicted = estimate_step(_config(name, profile)).step_time_sec
         if abs(predicted - measured[name]) > REPRODUCED * measured[name]:
-            where = "at its bound " if perf_fit.at_bound(key, profile[key]) else ""
+            where = "at its bound " if perf_fit.bound_at(key, profile[key]) is not None else ""
             missed[name] = (
                 f"cluster.{key} stopped {where}{profile[key]:g}: predicted {predicted * 1000:.1f} ms per step, "
                 f"measured {measured[name] * 1000:.1f} ms"

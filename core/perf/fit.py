@@ -104,9 +104,9 @@ def fit(runs: list[tuple[Shares, float]], start: dict[str, float], held: tuple[s
     }
 
 
-def at_bound(key: str, value: float) -> bool:
-    """Whether ``value`` of number ``key`` stopped at one of its ``BOUNDS``."""
-    return any(math.isclose(value, b, rel_tol=1e-6, abs_tol=1e-9) for b in BOUNDS[key])
+def bound_at(key: str, value: float) -> float | None:
+    """The one of its ``BOUNDS`` at which ``value`` of number ``key`` stopped, or None."""
+    return next((b for b in BOUNDS[key] if math.isclose(value, b, rel_tol=1e-6, abs_tol=1e-9)), None)
 
 
 def _scales(keys, start: dict[str, float], numbers: dict[str, float]) -> np.ndarray:

@@ -5,9 +5,9 @@ storage: ``TrainConfig.compute_precision``):
   bf16's rounding and not equal to it (the rounding is in effect);
 - a pipeline passes bf16 activations between stages as one process holds them: its first steps equal one
   process's within 1e-6 (a boundary that rounded otherwise would part them by bf16's rounding from the first loss
-  on: expected, not measured); later, as in fp32, a loss or gradient summed in another order differs by an ulp (~1e-8) and one such
-  ulp that tips a bf16 rounding parts the runs by ~4e-5 (measured: at step 5 of 8), so later steps are held, like
-  the layouts below, within bf16's rounding;
+  on: expected, not measured); later, as in fp32, a loss or gradient summed in another order differs by an ulp
+  (~1e-8), and one such ulp that tips a bf16 rounding parts the runs by ~4e-5 (measured: at step 5 of 8), so later
+  steps are held, like the layouts below, within bf16's rounding;
 - tensor parallelism and FSDP with expert parallelism, whose sums round to bf16 in another order, stay within
   bf16's rounding of one process.
 """
